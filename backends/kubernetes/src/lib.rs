@@ -1,0 +1,1 @@
+//! A LeaderLock backend (being built).

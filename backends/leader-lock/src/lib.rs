@@ -1,0 +1,25 @@
+//! Leader election over a pluggable lock.
+//!
+//! A backend implements [`LeaderLock`]; the [`Elector`] runs the acquire/renew loop against it and
+//! publishes a [`Leadership`] that writers consult with [`Leadership::check`] before every write.
+//! The safety rule (design, section 3): leadership is valid until `sent + renew_deadline`, where
+//! `sent` is the monotonic instant noted *before* the last successful acquire or renew was sent.
+
+mod elector;
+mod leadership;
+mod lock;
+mod memory;
+mod observe;
+mod record;
+mod timing;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use elector::{Elector, ElectorConfig};
+pub use leadership::{LeaderState, Leadership, NotLeader, WritePermit};
+pub use lock::{Attempt, LeaderLock, LockError, LockEvent, LockEventStream};
+pub use memory::{MemoryLock, MemoryStore};
+pub use observe::ObservedRecord;
+pub use record::{Candidate, Identity, LockRecord, Term};
+pub use timing::{Timing, TimingError};

@@ -1,0 +1,234 @@
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+use tokio_stream::wrappers::BroadcastStream;
+
+use crate::lock::{Attempt, LeaderLock, LockError, LockEvent, LockEventStream};
+use crate::record::{Candidate, LockRecord, Term};
+
+/// The value the in-memory lock stores, as JSON text, so garbage can be planted in tests.
+#[derive(Debug, Serialize, Deserialize)]
+struct Stored {
+    holder: String,
+    term: u64,
+    lease_ms: u64,
+    acquired_ms: u64,
+    renewed_ms: u64,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    /// The raw value and when the "server" expires it.
+    value: Option<(String, Instant)>,
+    /// The fencing counter; never reset.
+    counter: u64,
+    version: u64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    slots: HashMap<String, Slot>,
+    watchers: HashMap<String, broadcast::Sender<LockEvent>>,
+}
+
+/// An in-process "server" of locks with server-side TTLs, for unit tests.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<Inner>>,
+}
+
+fn millis(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A lock named `name` in this store.
+    pub fn lock(&self, name: &str) -> MemoryLock {
+        MemoryLock {
+            store: self.clone(),
+            name: name.to_string(),
+        }
+    }
+
+    fn guard(&self) -> MutexGuard<'_, Inner> {
+        // A panic elsewhere must not poison every other test's lock.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Plants a raw value that expires after `ttl`, as a tampering or foreign writer would.
+    pub fn put_raw(&self, name: &str, raw: &str, ttl: Duration) {
+        let mut g = self.guard();
+        let slot = g.slots.entry(name.to_string()).or_default();
+        slot.value = Some((raw.to_string(), Instant::now() + ttl));
+        slot.version += 1;
+        Self::notify(&mut g, name, None);
+    }
+
+    /// Drops every value, as a restarted server without persistence would (counters survive).
+    pub fn wipe_values(&self) {
+        let mut g = self.guard();
+        for slot in g.slots.values_mut() {
+            slot.value = None;
+        }
+    }
+
+    fn notify(g: &mut Inner, name: &str, ev: Option<LockEvent>) {
+        if let Some(tx) = g.watchers.get(name) {
+            let _ = tx.send(ev.unwrap_or(LockEvent::Resynced));
+        }
+    }
+
+    fn parse(raw: &str, version: u64) -> Result<LockRecord, LockError> {
+        let s: Stored =
+            serde_json::from_str(raw).map_err(|e| LockError::Malformed(format!("{e}")))?;
+        if s.holder.is_empty() {
+            return Err(LockError::Malformed("empty holder".into()));
+        }
+        Ok(LockRecord {
+            holder: s.holder,
+            term: Term(s.term),
+            lease_duration: Duration::from_millis(s.lease_ms),
+            acquire_time: Some(SystemTime::UNIX_EPOCH + Duration::from_millis(s.acquired_ms)),
+            renew_time: Some(SystemTime::UNIX_EPOCH + Duration::from_millis(s.renewed_ms)),
+            version: version.to_string(),
+        })
+    }
+}
+
+/// A lock in a [`MemoryStore`]: server-side expiry, atomic compare-and-set, watch by broadcast.
+#[derive(Debug, Clone)]
+pub struct MemoryLock {
+    store: MemoryStore,
+    name: String,
+}
+
+impl MemoryLock {
+    /// The store this lock lives in.
+    pub fn store(&self) -> &MemoryStore {
+        &self.store
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+#[async_trait]
+impl LeaderLock for MemoryLock {
+    fn describe(&self) -> String {
+        format!("memory lock {}", self.name)
+    }
+
+    async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {
+        let now = Instant::now();
+        let me = c.holder();
+        let mut g = self.store.guard();
+        let slot = g.slots.entry(self.name.clone()).or_default();
+        if let Some((raw, expires)) = &slot.value {
+            if *expires > now {
+                let left = *expires - now;
+                return match MemoryStore::parse(raw, slot.version) {
+                    Ok(rec) if rec.holder == me => {
+                        let mut s: Stored = serde_json::from_str(raw)
+                            .map_err(|e| LockError::Malformed(e.to_string()))?;
+                        s.renewed_ms = millis(SystemTime::now());
+                        s.lease_ms = c.lease_duration.as_millis() as u64;
+                        let raw = serde_json::to_string(&s)
+                            .map_err(|e| LockError::Malformed(e.to_string()))?;
+                        slot.value = Some((raw, now + c.lease_duration));
+                        slot.version += 1;
+                        Ok(Attempt::Leader { term: rec.term })
+                    }
+                    Ok(rec) => Ok(Attempt::Follower {
+                        holder: Some(rec.holder),
+                        term: Some(rec.term),
+                        retry_after: Some(left),
+                    }),
+                    // Foreign or damaged: respected until the server expires it.
+                    Err(_) => Ok(Attempt::Follower {
+                        holder: None,
+                        term: None,
+                        retry_after: Some(left),
+                    }),
+                };
+            }
+        }
+        slot.counter += 1;
+        let term = Term(slot.counter);
+        let t = millis(SystemTime::now());
+        let stored = Stored {
+            holder: me,
+            term: term.0,
+            lease_ms: c.lease_duration.as_millis() as u64,
+            acquired_ms: t,
+            renewed_ms: t,
+        };
+        let raw =
+            serde_json::to_string(&stored).map_err(|e| LockError::Malformed(e.to_string()))?;
+        slot.value = Some((raw.clone(), now + c.lease_duration));
+        slot.version += 1;
+        let version = slot.version;
+        let rec = MemoryStore::parse(&raw, version).ok();
+        MemoryStore::notify(&mut g, &self.name, Some(LockEvent::Changed(rec)));
+        Ok(Attempt::Leader { term })
+    }
+
+    async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {
+        let me = c.holder();
+        let mut g = self.store.guard();
+        let Some(slot) = g.slots.get_mut(&self.name) else {
+            return Ok(false);
+        };
+        let ours = match &slot.value {
+            Some((raw, exp)) if *exp > Instant::now() => MemoryStore::parse(raw, slot.version)
+                .map(|r| r.holder == me && r.term == term)
+                .unwrap_or(false),
+            _ => false,
+        };
+        if ours {
+            slot.value = None;
+            slot.version += 1;
+            MemoryStore::notify(&mut g, &self.name, Some(LockEvent::Changed(None)));
+        }
+        Ok(ours)
+    }
+
+    async fn get(&self) -> Result<Option<LockRecord>, LockError> {
+        let g = self.store.guard();
+        match g.slots.get(&self.name) {
+            Some(Slot {
+                value: Some((raw, exp)),
+                version,
+                ..
+            }) if *exp > Instant::now() => MemoryStore::parse(raw, *version).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    async fn watch(&self) -> Result<LockEventStream, LockError> {
+        let mut g = self.store.guard();
+        let rx = g
+            .watchers
+            .entry(self.name.clone())
+            .or_insert_with(|| broadcast::channel(64).0)
+            .subscribe();
+        // A lagged receiver missed events: report a resync so the elector looks again.
+        Ok(BroadcastStream::new(rx)
+            .map(|r| Ok(r.unwrap_or(LockEvent::Resynced)))
+            .boxed())
+    }
+}

@@ -1,0 +1,117 @@
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+/// A fencing term: increases with every change of holder and never repeats for a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Term(pub u64);
+
+impl fmt::Display for Term {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Who a replica is: its configured name plus a per-process incarnation id.
+///
+/// The incarnation makes a restarted or duplicated process a different holder, so it never
+/// "renews" a lease that another live process with the same name holds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Identity {
+    name: String,
+    incarnation: String,
+}
+
+impl Identity {
+    /// An identity with a fresh random incarnation id.
+    pub fn new(name: impl Into<String>) -> Self {
+        let incarnation = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+        Identity {
+            name: name.into(),
+            incarnation,
+        }
+    }
+
+    /// An identity with a given incarnation (tests and tools that need a fixed value).
+    pub fn with_incarnation(name: impl Into<String>, incarnation: impl Into<String>) -> Self {
+        Identity {
+            name: name.into(),
+            incarnation: incarnation.into(),
+        }
+    }
+
+    /// The configured name, as given by `--leader-election-identity`, `POD_NAME` or the hostname.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The per-process incarnation id.
+    pub fn incarnation(&self) -> &str {
+        &self.incarnation
+    }
+
+    /// The value stored in the lock: `name_incarnation`.
+    pub fn holder(&self) -> String {
+        format!("{}_{}", self.name, self.incarnation)
+    }
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}_{}", self.name, self.incarnation)
+    }
+}
+
+/// What a contender asks the lock for.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// Who asks.
+    pub identity: Identity,
+    /// The lease duration to record.
+    pub lease_duration: Duration,
+}
+
+impl Candidate {
+    /// The holder string this candidate writes into the lock.
+    pub fn holder(&self) -> String {
+        self.identity.holder()
+    }
+}
+
+/// The lock's current content, as a backend reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockRecord {
+    /// The holder (`name_incarnation`); empty once released.
+    pub holder: String,
+    /// The fencing term of the current (or last) leadership.
+    pub term: Term,
+    /// The lease duration the holder recorded.
+    pub lease_duration: Duration,
+    /// When the holder acquired the lock, by the holder's wall clock (informational only).
+    pub acquire_time: Option<SystemTime>,
+    /// When the holder last renewed, by the holder's wall clock (informational only).
+    pub renew_time: Option<SystemTime>,
+    /// The backend's own version: resourceVersion, mod revision or token.
+    pub version: String,
+}
+
+impl LockRecord {
+    /// True when nobody holds the lock (released or never held).
+    pub fn is_free(&self) -> bool {
+        self.holder.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incarnations_differ() {
+        let a = Identity::new("pod-a");
+        let b = Identity::new("pod-a");
+        assert_eq!(a.name(), b.name());
+        assert_ne!(a.holder(), b.holder());
+        assert!(a.holder().starts_with("pod-a_"));
+        assert_eq!(a.incarnation().len(), 8);
+    }
+}

@@ -1,0 +1,192 @@
+use std::time::Duration;
+
+/// The three durations that drive leader election, with client-go's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// How long a lease lasts after its last renew before others may take it.
+    pub lease_duration: Duration,
+    /// How long after the last successful renew was *sent* the leader may still write.
+    pub renew_deadline: Duration,
+    /// How often the leader renews and a follower without a watch polls.
+    pub retry_period: Duration,
+}
+
+/// A broken timing rule, naming the settings involved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimingError {
+    /// `lease_duration` must exceed `renew_deadline`.
+    #[error("lease-duration ({lease:?}) must be greater than renew-deadline ({renew:?})")]
+    LeaseNotAboveRenew {
+        /// The lease duration given.
+        lease: Duration,
+        /// The renew deadline given.
+        renew: Duration,
+    },
+    /// `renew_deadline` must exceed 1.2 × `retry_period`.
+    #[error("renew-deadline ({renew:?}) must be greater than 1.2 × retry-period ({retry:?})")]
+    RenewNotAboveRetry {
+        /// The renew deadline given.
+        renew: Duration,
+        /// The retry period given.
+        retry: Duration,
+    },
+    /// A duration must be positive.
+    #[error("{setting} must be greater than zero")]
+    Zero {
+        /// The setting's name.
+        setting: &'static str,
+    },
+    /// A backend needs whole seconds.
+    #[error("{setting} ({value:?}) must be a whole number of seconds for this backend")]
+    NotWholeSeconds {
+        /// The setting's name.
+        setting: &'static str,
+        /// The value given.
+        value: Duration,
+    },
+    /// A backend cannot express durations this small.
+    #[error("{setting} ({value:?}) is below this backend's minimum of {min:?}")]
+    BelowMinimum {
+        /// The setting's name.
+        setting: &'static str,
+        /// The value given.
+        value: Duration,
+        /// The backend's minimum.
+        min: Duration,
+    },
+}
+
+/// client-go's jitter factor: followers poll at a random point in `[retry, 1.2 × retry)`.
+pub const JITTER_FACTOR: f64 = 1.2;
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Timing {
+    /// Builds a timing and checks client-go's rules.
+    pub fn new(
+        lease_duration: Duration,
+        renew_deadline: Duration,
+        retry_period: Duration,
+    ) -> Result<Self, TimingError> {
+        let t = Timing {
+            lease_duration,
+            renew_deadline,
+            retry_period,
+        };
+        t.validate()?;
+        Ok(t)
+    }
+
+    /// Checks `lease_duration > renew_deadline > 1.2 × retry_period > 0`.
+    pub fn validate(&self) -> Result<(), TimingError> {
+        for (setting, value) in [
+            ("lease-duration", self.lease_duration),
+            ("renew-deadline", self.renew_deadline),
+            ("retry-period", self.retry_period),
+        ] {
+            if value.is_zero() {
+                return Err(TimingError::Zero { setting });
+            }
+        }
+        if self.lease_duration <= self.renew_deadline {
+            return Err(TimingError::LeaseNotAboveRenew {
+                lease: self.lease_duration,
+                renew: self.renew_deadline,
+            });
+        }
+        if self.renew_deadline <= self.retry_period.mul_f64(JITTER_FACTOR) {
+            return Err(TimingError::RenewNotAboveRetry {
+                renew: self.renew_deadline,
+                retry: self.retry_period,
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks that the lease duration is a whole number of seconds, at least `min`.
+    pub fn require_whole_seconds(&self, min: Duration) -> Result<(), TimingError> {
+        if self.lease_duration.subsec_nanos() != 0 {
+            return Err(TimingError::NotWholeSeconds {
+                setting: "lease-duration",
+                value: self.lease_duration,
+            });
+        }
+        if self.lease_duration < min {
+            return Err(TimingError::BelowMinimum {
+                setting: "lease-duration",
+                value: self.lease_duration,
+                min,
+            });
+        }
+        Ok(())
+    }
+
+    /// A random follower poll interval in `[retry_period, 1.2 × retry_period)`, so followers spread out.
+    pub fn jittered_retry(&self) -> Duration {
+        let factor = 1.0 + rand::random::<f64>() * (JITTER_FACTOR - 1.0);
+        self.retry_period.mul_f64(factor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_client_go() {
+        let t = Timing::default();
+        assert_eq!(t.lease_duration, Duration::from_secs(15));
+        assert_eq!(t.renew_deadline, Duration::from_secs(10));
+        assert_eq!(t.retry_period, Duration::from_secs(2));
+        t.validate().expect("defaults are valid");
+    }
+
+    #[test]
+    fn rules_are_enforced() {
+        let s = Duration::from_secs;
+        assert!(matches!(
+            Timing::new(s(10), s(10), s(2)),
+            Err(TimingError::LeaseNotAboveRenew { .. })
+        ));
+        assert!(matches!(
+            Timing::new(s(15), Duration::from_millis(2400), s(2)),
+            Err(TimingError::RenewNotAboveRetry { .. })
+        ));
+        assert!(matches!(
+            Timing::new(s(15), s(10), s(0)),
+            Err(TimingError::Zero { .. })
+        ));
+        assert!(Timing::new(s(15), Duration::from_millis(2401), s(2)).is_ok());
+    }
+
+    #[test]
+    fn whole_seconds() {
+        let t = Timing::new(
+            Duration::from_millis(1500),
+            Duration::from_secs(1),
+            Duration::from_millis(200),
+        )
+        .expect("valid");
+        assert!(t.require_whole_seconds(Duration::from_secs(1)).is_err());
+        let t = Timing::default();
+        assert!(t.require_whole_seconds(Duration::from_secs(1)).is_ok());
+        assert!(t.require_whole_seconds(Duration::from_secs(20)).is_err());
+    }
+
+    #[test]
+    fn jitter_stays_in_range() {
+        let t = Timing::default();
+        for _ in 0..100 {
+            let j = t.jittered_retry();
+            assert!(j >= t.retry_period && j < t.retry_period.mul_f64(JITTER_FACTOR));
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! gateway-leader: leader election for Gateway API controllers.

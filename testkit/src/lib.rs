@@ -1,0 +1,1 @@
+//! Test-only helpers: throwaway servers and the split-brain checker.
