@@ -1,0 +1,1 @@
+//! Throwaway etcd server for tests (being built).

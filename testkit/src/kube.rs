@@ -1,0 +1,1 @@
+//! Throwaway kube server for tests (being built).

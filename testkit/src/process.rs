@@ -1,0 +1,207 @@
+//! Throwaway server processes: free loopback ports, temporary dirs, logs kept on failure.
+
+use std::fs::File;
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tempfile::TempDir;
+
+/// A free TCP port on 127.0.0.1 (bound and released, so another process may race for it).
+pub fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").context("binding a free loopback port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// Finds `binary` on PATH or in `extra` dirs; fails with an install hint otherwise.
+pub fn require_binary(binary: &str, extra: &[&str], install_hint: &str) -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs = std::env::split_paths(&path).chain(extra.iter().map(PathBuf::from));
+    for dir in dirs {
+        let candidate = dir.join(binary);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    bail!(
+        "`{binary}` not found on PATH: {install_hint} (or run scripts/test.sh, which installs it)"
+    )
+}
+
+/// Polls `probe` until it returns true or `limit` passes; fails with `what` and the server's log.
+pub async fn wait_until<F, Fut>(limit: Duration, what: &str, mut probe: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if probe().await {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(anyhow!("{what} was not ready within {limit:?}"))
+}
+
+/// A child server with its own temporary dir and log file; killed on drop.
+///
+/// When the test panics, the dir is kept and the log's tail printed so the failure can be read.
+pub struct ServerProcess {
+    name: String,
+    child: Option<Child>,
+    dir: Option<TempDir>,
+    log: PathBuf,
+}
+
+impl ServerProcess {
+    /// A new temporary dir for a server named `name` (its data dir, certs and log live there).
+    pub fn temp_dir(name: &str) -> Result<TempDir> {
+        tempfile::Builder::new()
+            .prefix(&format!("gateway-leader-{name}-"))
+            .tempdir()
+            .context("creating a temporary dir")
+    }
+
+    /// Spawns `cmd` with stdout and stderr going to `<dir>/<name>.log`.
+    pub fn spawn(name: &str, mut cmd: Command, dir: TempDir) -> Result<Self> {
+        let log = dir.path().join(format!("{name}.log"));
+        let out = File::create(&log).context("creating the server log")?;
+        let err = out.try_clone()?;
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {name}: {cmd:?}"))?;
+        Ok(ServerProcess {
+            name: name.to_string(),
+            child: Some(child),
+            dir: Some(dir),
+            log,
+        })
+    }
+
+    /// The server's temporary dir.
+    pub fn dir(&self) -> &Path {
+        self.dir
+            .as_ref()
+            .map(|d| d.path())
+            .unwrap_or_else(|| Path::new("/nonexistent"))
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Fails with the log's tail when the process has exited.
+    pub fn ensure_running(&mut self) -> Result<()> {
+        if let Some(c) = self.child.as_mut() {
+            if let Some(status) = c.try_wait()? {
+                bail!(
+                    "{} exited with {status}; log tail:\n{}",
+                    self.name,
+                    tail(&self.log(), 40)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn signal(&self, sig: Signal) -> Result<()> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| anyhow!("{} is not running", self.name))?;
+        let pid = i32::try_from(pid).context("pid out of range")?;
+        kill(Pid::from_raw(pid), sig).with_context(|| format!("sending {sig} to {}", self.name))
+    }
+
+    /// Freezes the process (SIGSTOP), as a paused VM or a long GC would.
+    pub fn pause(&self) -> Result<()> {
+        self.signal(Signal::SIGSTOP)
+    }
+
+    /// Thaws a paused process (SIGCONT).
+    pub fn resume(&self) -> Result<()> {
+        self.signal(Signal::SIGCONT)
+    }
+
+    /// Sends SIGTERM and waits up to `limit` for the process to exit.
+    pub async fn terminate(&mut self, limit: Duration) -> Result<()> {
+        self.signal(Signal::SIGTERM)?;
+        let deadline = tokio::time::Instant::now() + limit;
+        while let Some(c) = self.child.as_mut() {
+            if c.try_wait()?.is_some() {
+                self.child = None;
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!("{} did not exit within {limit:?} of SIGTERM", self.name);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    /// Kills the process (SIGKILL) and reaps it; the dir stays for a restart.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts a new process in the same dir (after [`kill`](Self::kill)), appending to the log.
+    pub fn restart(&mut self, mut cmd: Command) -> Result<()> {
+        self.kill();
+        let out = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.log)?;
+        let err = out.try_clone()?;
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        self.child = Some(
+            cmd.spawn()
+                .with_context(|| format!("restarting {}: {cmd:?}", self.name))?,
+        );
+        Ok(())
+    }
+}
+
+/// The last `n` lines of `s`.
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_ref() {
+            // A paused process ignores SIGKILL until thawed on some kernels' job control; thaw first.
+            if let Ok(pid) = i32::try_from(c.id()) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+            }
+        }
+        self.kill();
+        if std::thread::panicking() {
+            if let Some(dir) = self.dir.take() {
+                let kept = dir.keep();
+                eprintln!(
+                    "--- {} log kept in {} ; tail:\n{}",
+                    self.name,
+                    kept.display(),
+                    tail(&std::fs::read_to_string(&self.log).unwrap_or_default(), 30)
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Throwaway redis server for tests (being built).
