@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace against real servers, installing what is missing first.
+#
+# On Debian or Ubuntu it installs (with apt-get, as root or through sudo): protobuf-compiler and
+# libprotobuf-dev (etcd-client's build), etcd-server and redis-server (the servers the tests start),
+# and builds kube-apiserver v1.20.2 from Debian's source package once (scripts/build-kube-apiserver.sh,
+# cached in ~/.cache/gateway-leader). Set GATEWAY_LEADER_TEST_KUBECONFIG to run the Kubernetes tests
+# against an existing cluster instead. Extra arguments go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '[test.sh] %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"
+  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+  else say "need root to run: $*"; exit 1
+  fi
+}
+
+missing=()
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+[ -e /usr/include/google/protobuf/timestamp.proto ] || missing+=(libprotobuf-dev)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+if [ ${#missing[@]} -gt 0 ]; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    say "missing: ${missing[*]}; install them with your package manager and run again"
+    exit 1
+  fi
+  say "installing ${missing[*]}"
+  as_root apt-get update -q
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if [ -z "${GATEWAY_LEADER_TEST_KUBECONFIG:-}" ] && [ -z "${GATEWAY_LEADER_KUBE_APISERVER:-}" ]; then
+  say "making sure kube-apiserver v1.20.2 is built (first run: about 5 minutes)"
+  if [ "$(id -u)" -eq 0 ]; then
+    GATEWAY_LEADER_KUBE_APISERVER=$(scripts/build-kube-apiserver.sh | tail -n 1)
+  else
+    GATEWAY_LEADER_KUBE_APISERVER=$(sudo -E scripts/build-kube-apiserver.sh | tail -n 1)
+  fi
+  export GATEWAY_LEADER_KUBE_APISERVER
+fi
+
+# The Gateway API CRDs for the status writer's tests, when the shared copy is beside the checkout.
+if [ -z "${GATEWAY_LEADER_GATEWAY_API_CRDS:-}" ] && [ -d ../shared/gateway-api/v1.5.1 ]; then
+  GATEWAY_LEADER_GATEWAY_API_CRDS=$(cd ../shared/gateway-api/v1.5.1 && pwd)
+  export GATEWAY_LEADER_GATEWAY_API_CRDS
+fi
+
+say "running cargo test --workspace $*"
+exec cargo test --workspace "$@"
