@@ -491,9 +491,17 @@ fn whole_seconds(d: Duration) -> Result<i64, LockError> {
 
 fn tls_options(config: &EtcdConfig) -> Result<TlsOptions, LockError> {
     let read = |setting: &str, path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| {
+        let pem = std::fs::read(path).map_err(|e| {
             LockError::Refused(format!("{setting}: cannot read {}: {e}", path.display()))
-        })
+        })?;
+        // The TLS stack only says "transport error" about a bad file later; say which one now.
+        if !pem.windows(11).any(|w| w == b"-----BEGIN ") {
+            return Err(LockError::Refused(format!(
+                "{setting}: {} is not a PEM file",
+                path.display()
+            )));
+        }
+        Ok(pem)
     };
     let mut tls = TlsOptions::new();
     match &config.ca_file {
@@ -608,7 +616,7 @@ async fn diagnose(config: &EtcdConfig) -> String {
     if !reachable.is_empty() {
         if config.uses_tls() {
             hints.push(format!(
-                "TCP works to {} but etcd did not answer: check etcd-ca-file (it must sign the \
+                "TCP works to {} but the TLS/gRPC connection failed: check etcd-ca-file (it must sign the \
                  server certificate, whose SANs must match the host) and, when the server requires \
                  client certificates, etcd-cert-file/etcd-key-file",
                 reachable.join(",")
