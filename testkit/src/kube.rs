@@ -1,1 +1,503 @@
-//! Throwaway kube server for tests (being built).
+//! A throwaway genuine kube-apiserver v1.20.2 for tests, with its own etcd, on loopback.
+//!
+//! The binary comes from `GATEWAY_LEADER_KUBE_APISERVER`, else the cache that
+//! `scripts/build-kube-apiserver.sh` fills. When `GATEWAY_LEADER_TEST_KUBECONFIG` names a
+//! kubeconfig, that existing cluster (kind, k3s, ...) is used instead and nothing is started;
+//! restart and pause are then unavailable.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::PostParams;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+use tokio::sync::OnceCell;
+
+use crate::etcd::EtcdServer;
+use crate::process::{free_port, tail, ServerProcess};
+
+/// Names an existing cluster's kubeconfig to test against instead of starting an apiserver.
+pub const TEST_KUBECONFIG_ENV: &str = "GATEWAY_LEADER_TEST_KUBECONFIG";
+/// Names the kube-apiserver binary to run.
+pub const APISERVER_ENV: &str = "GATEWAY_LEADER_KUBE_APISERVER";
+/// The service-account issuer and audience of the test apiserver.
+pub const ISSUER: &str = "https://kubernetes.default.svc";
+
+const VERSION: &str = "v1.20.2";
+/// A fresh or restarted apiserver is ready in 1–6 s; a busy 2-core machine may need far more.
+const READY_LIMIT: Duration = Duration::from_secs(120);
+
+/// The apiserver binary: the env override, else the build script's cache.
+fn binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os(APISERVER_ENV).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        bail!(
+            "{APISERVER_ENV}={} is not a file; unset it or run scripts/build-kube-apiserver.sh",
+            p.display()
+        );
+    }
+    let cache = match std::env::var_os("GATEWAY_LEADER_CACHE_DIR").filter(|p| !p.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache")
+            .join("gateway-leader"),
+    };
+    let p = cache
+        .join(format!("kube-apiserver-{VERSION}"))
+        .join("kube-apiserver");
+    if p.is_file() {
+        return Ok(p);
+    }
+    bail!(
+        "kube-apiserver {VERSION} not found at {}: run scripts/build-kube-apiserver.sh (builds it \
+         from Debian's source package, about 5 minutes) or set {APISERVER_ENV} to a kube-apiserver \
+         binary, or set {TEST_KUBECONFIG_ENV} to an existing cluster's kubeconfig",
+        p.display()
+    )
+}
+
+/// Keeps a child from outliving the test binary: a shared server lives in a static, which is
+/// never dropped, so a tiny shell kills it once our process is gone.
+fn watchdog(child: Option<u32>) {
+    let Some(child) = child else { return };
+    let me = std::process::id();
+    let script = format!(
+        "while kill -0 {me} 2>/dev/null && kill -0 {child} 2>/dev/null; do sleep 1; done; \
+         kill -CONT {child} 2>/dev/null; kill -9 {child} 2>/dev/null"
+    );
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+}
+
+/// Certificates, keys and the token file of a test apiserver, written into its dir.
+struct Pki {
+    ca_file: PathBuf,
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    sa_pub: PathBuf,
+    sa_key: PathBuf,
+    tokens: PathBuf,
+    admin_token: String,
+}
+
+impl Pki {
+    fn write(dir: &Path) -> Result<Pki> {
+        let ca_key = KeyPair::generate().context("generating the CA key")?;
+        let mut ca = CertificateParams::new(Vec::<String>::new())?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "gateway-leader test CA");
+        ca.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca.self_signed(&ca_key)?;
+        let issuer = Issuer::new(ca, ca_key);
+        // rustls refuses a CA certificate as the server's own: the serving cert is a plain leaf.
+        let leaf_key = KeyPair::generate()?;
+        let mut leaf = CertificateParams::new(vec![
+            "localhost".to_string(),
+            "kubernetes".to_string(),
+            "kubernetes.default.svc".to_string(),
+        ])?;
+        leaf.subject_alt_names
+            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        leaf.distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
+        leaf.is_ca = IsCa::ExplicitNoCa;
+        leaf.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let leaf_cert = leaf.signed_by(&leaf_key, &issuer)?;
+        // ECDSA P-256 works for service-account keys (ES256 tokens).
+        let sa = KeyPair::generate()?;
+        let admin_token = format!("admin-{}", random_hex());
+        let p = |n: &str| dir.join(n);
+        let pki = Pki {
+            ca_file: p("ca.crt"),
+            cert_file: p("apiserver.crt"),
+            key_file: p("apiserver.key"),
+            sa_pub: p("sa.pub"),
+            sa_key: p("sa.key"),
+            tokens: p("tokens.csv"),
+            admin_token,
+        };
+        std::fs::write(&pki.ca_file, ca_cert.pem())?;
+        std::fs::write(&pki.cert_file, leaf_cert.pem())?;
+        std::fs::write(&pki.key_file, leaf_key.serialize_pem())?;
+        std::fs::write(&pki.sa_pub, sa.public_key_pem())?;
+        std::fs::write(&pki.sa_key, sa.serialize_pem())?;
+        std::fs::write(
+            &pki.tokens,
+            format!("{},admin,admin-uid,\"system:masters\"\n", pki.admin_token),
+        )?;
+        Ok(pki)
+    }
+}
+
+fn random_hex() -> String {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    format!("{:016x}", h.finish())
+}
+
+struct Local {
+    etcd: EtcdServer,
+    process: ServerProcess,
+    binary: PathBuf,
+    port: u16,
+    pki: Pki,
+}
+
+impl Local {
+    fn command(&self) -> Command {
+        command(
+            &self.binary,
+            &self.etcd.endpoint(),
+            self.process.dir(),
+            self.port,
+            &self.pki,
+        )
+    }
+}
+
+fn command(binary: &Path, etcd: &str, dir: &Path, port: u16, pki: &Pki) -> Command {
+    let mut cmd = Command::new(binary);
+    cmd.arg(format!("--etcd-servers={etcd}"))
+        .arg("--bind-address=127.0.0.1")
+        .arg("--advertise-address=127.0.0.1")
+        .arg(format!("--secure-port={port}"))
+        .arg("--insecure-port=0")
+        .arg(format!("--cert-dir={}", dir.join("certs").display()))
+        .arg(format!("--tls-cert-file={}", pki.cert_file.display()))
+        .arg(format!("--tls-private-key-file={}", pki.key_file.display()))
+        .arg(format!("--client-ca-file={}", pki.ca_file.display()))
+        .arg(format!("--token-auth-file={}", pki.tokens.display()))
+        .arg(format!(
+            "--service-account-key-file={}",
+            pki.sa_pub.display()
+        ))
+        .arg(format!(
+            "--service-account-signing-key-file={}",
+            pki.sa_key.display()
+        ))
+        .arg(format!("--service-account-issuer={ISSUER}"))
+        .arg(format!("--api-audiences={ISSUER}"))
+        .arg("--service-cluster-ip-range=10.96.0.0/16")
+        .arg("--endpoint-reconciler-type=none")
+        .arg("--authorization-mode=RBAC")
+        .arg("--enable-priority-and-fairness=false")
+        .arg("--profiling=false")
+        .arg("--logtostderr=true")
+        .arg("--v=1");
+    cmd
+}
+
+enum Mode {
+    Local(Box<Local>),
+    External,
+}
+
+/// A kube-apiserver for tests: started here with its own etcd, or an existing cluster.
+pub struct KubeApiServer {
+    mode: Mode,
+    config: Config,
+    kubeconfig: PathBuf,
+}
+
+static SHARED: OnceCell<KubeApiServer> = OnceCell::const_new();
+
+impl KubeApiServer {
+    /// Starts a kube-apiserver with its own etcd (or connects to `GATEWAY_LEADER_TEST_KUBECONFIG`)
+    /// and waits until `/readyz` answers ok with the admin token.
+    pub async fn start() -> Result<KubeApiServer> {
+        if let Some(path) = std::env::var_os(TEST_KUBECONFIG_ENV).filter(|p| !p.is_empty()) {
+            return Self::external(PathBuf::from(path)).await;
+        }
+        let binary = binary()?;
+        let mut etcd = Some(
+            EtcdServer::start()
+                .await
+                .context("starting the apiserver's etcd")?,
+        );
+        let mut last = None;
+        // A free port may be taken between picking and binding: retry on a new one.
+        for _ in 0..3 {
+            let Some(db) = etcd.take() else { break };
+            let dir = ServerProcess::temp_dir("kube-apiserver")?;
+            let pki = Pki::write(dir.path())?;
+            let port = free_port()?;
+            let kubeconfig = dir.path().join("kubeconfig");
+            write_kubeconfig(&kubeconfig, port, &pki.ca_file, &pki.admin_token)?;
+            let cmd = command(&binary, &db.endpoint(), dir.path(), port, &pki);
+            let process = ServerProcess::spawn("kube-apiserver", cmd, dir)?;
+            watchdog(process.pid());
+            watchdog(db.process().pid());
+            let config = load(&kubeconfig, None).await?;
+            let mut server = KubeApiServer {
+                mode: Mode::Local(Box::new(Local {
+                    etcd: db,
+                    process,
+                    binary: binary.clone(),
+                    port,
+                    pki,
+                })),
+                config,
+                kubeconfig,
+            };
+            match server.wait_ready().await {
+                Ok(()) => return Ok(server),
+                Err(e) => {
+                    last = Some(e);
+                    if let Mode::Local(l) = server.mode {
+                        let Local { etcd: db, .. } = *l;
+                        etcd = Some(db);
+                    }
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow!("kube-apiserver did not start")))
+    }
+
+    /// One apiserver shared by every test of this test binary (started on first use).
+    ///
+    /// Tests that restart or pause the server must [`start`](Self::start) their own.
+    pub async fn shared() -> Result<&'static KubeApiServer> {
+        SHARED.get_or_try_init(Self::start).await
+    }
+
+    async fn external(path: PathBuf) -> Result<KubeApiServer> {
+        let config = load(&path, None)
+            .await
+            .with_context(|| format!("{TEST_KUBECONFIG_ENV}={}", path.display()))?;
+        let mut server = KubeApiServer {
+            mode: Mode::External,
+            config,
+            kubeconfig: path,
+        };
+        server.wait_ready().await?;
+        Ok(server)
+    }
+
+    /// True when this is an existing cluster from `GATEWAY_LEADER_TEST_KUBECONFIG`.
+    pub fn is_external(&self) -> bool {
+        matches!(self.mode, Mode::External)
+    }
+
+    /// The apiserver URL.
+    pub fn url(&self) -> String {
+        self.config.cluster_url.to_string()
+    }
+
+    /// A client with cluster-admin rights (`system:masters`).
+    pub fn admin_client(&self) -> Client {
+        // Built per call: a client's connections belong to the runtime that first uses them.
+        Client::try_from(self.config.clone()).unwrap_or_else(|e| {
+            panic!(
+                "a client for the test apiserver {}: {e}",
+                self.config.cluster_url
+            )
+        })
+    }
+
+    /// The admin connection settings (clone and adjust for other users).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// A kubeconfig file for subprocesses (admin user, namespace `default`).
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// A client that authenticates with a bearer `token` only.
+    pub fn client_for_token(&self, token: &str) -> Result<Client> {
+        let mut c = self.config.clone();
+        c.auth_info = kube::config::AuthInfo {
+            token: Some(token.to_string().into()),
+            ..kube::config::AuthInfo::default()
+        };
+        Client::try_from(c).context("building a client for a token")
+    }
+
+    /// Creates namespace `name` (fine if it exists).
+    pub async fn create_namespace(&self, name: &str) -> Result<()> {
+        let api: Api<Namespace> = Api::all(self.admin_client());
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("creating namespace {name}")),
+        }
+    }
+
+    /// Creates ServiceAccount `name` in `namespace` and returns a one-hour token for it
+    /// (TokenRequest API; no controller-manager runs, so no token Secrets appear).
+    pub async fn service_account_token(&self, namespace: &str, name: &str) -> Result<String> {
+        let api: Api<ServiceAccount> = Api::namespaced(self.admin_client(), namespace);
+        let sa = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                ..ObjectMeta::default()
+            },
+            ..ServiceAccount::default()
+        };
+        match api.create(&PostParams::default(), &sa).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e).with_context(|| format!("creating {namespace}/{name}")),
+        }
+        let req = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: Vec::new(),
+                expiration_seconds: Some(3600),
+                ..TokenRequestSpec::default()
+            },
+            ..TokenRequest::default()
+        };
+        let t = api
+            .create_token_request(name, &PostParams::default(), &req)
+            .await
+            .with_context(|| format!("requesting a token for {namespace}/{name}"))?;
+        t.status
+            .map(|s| s.token)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| anyhow!("the TokenRequest for {namespace}/{name} returned no token"))
+    }
+
+    fn local(&mut self) -> Result<&mut Local> {
+        match &mut self.mode {
+            Mode::Local(l) => Ok(l),
+            Mode::External => {
+                bail!("not possible against an existing cluster ({TEST_KUBECONFIG_ENV})")
+            }
+        }
+    }
+
+    /// Stops the apiserver (SIGKILL) and starts it again on the same port with the same etcd.
+    pub async fn restart(&mut self) -> Result<()> {
+        let l = self.local()?;
+        let cmd = l.command();
+        l.process.restart(cmd)?;
+        watchdog(l.process.pid());
+        self.wait_ready().await
+    }
+
+    /// Kills the apiserver (its etcd keeps running); [`restart`](Self::restart) brings it back.
+    pub fn kill(&mut self) -> Result<()> {
+        self.local()?.process.kill();
+        Ok(())
+    }
+
+    /// Freezes the apiserver (SIGSTOP): connections stay open but nothing answers.
+    pub fn pause(&mut self) -> Result<()> {
+        self.local()?.process.pause()
+    }
+
+    /// Thaws a paused apiserver (SIGCONT).
+    pub fn resume(&mut self) -> Result<()> {
+        self.local()?.process.resume()
+    }
+
+    /// The apiserver's log so far (empty for an existing cluster).
+    pub fn log(&self) -> String {
+        match &self.mode {
+            Mode::Local(l) => l.process.log(),
+            Mode::External => String::new(),
+        }
+    }
+
+    /// Waits until `/readyz` answers ok with the admin token; fails early if the process exits.
+    pub async fn wait_ready(&mut self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + READY_LIMIT;
+        let client = self.admin_client();
+        loop {
+            if let Mode::Local(l) = &mut self.mode {
+                l.process.ensure_running()?;
+            }
+            let req = http::Request::get("/readyz")
+                .body(Vec::new())
+                .context("building the readiness request")?;
+            let last = match tokio::time::timeout(Duration::from_secs(5), client.request_text(req))
+                .await
+            {
+                Ok(Ok(body)) if body.trim() == "ok" => return Ok(()),
+                Ok(Ok(body)) => body,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "no answer within 5 s".into(),
+            };
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "kube-apiserver at {} was not ready within {READY_LIMIT:?} (last: {last}); log tail:\n{}",
+                    self.config.cluster_url,
+                    tail(&self.log(), 40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Writes a kubeconfig (JSON is valid YAML) for the admin token.
+fn write_kubeconfig(path: &Path, port: u16, ca: &Path, token: &str) -> Result<()> {
+    let kc = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {
+            "server": format!("https://127.0.0.1:{port}"),
+            "certificate-authority": ca,
+        }}],
+        "users": [{"name": "admin", "user": {"token": token}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin", "namespace": "default"}}],
+        "current-context": "test",
+    });
+    std::fs::write(path, serde_json::to_vec_pretty(&kc)?)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+async fn load(path: &Path, context: Option<&str>) -> Result<Config> {
+    // rustls cannot pick a crypto provider by itself when several are compiled in.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kc = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+    let opts = KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..KubeConfigOptions::default()
+    };
+    Config::from_custom_kubeconfig(kc, &opts)
+        .await
+        .with_context(|| format!("loading {}", path.display()))
+}

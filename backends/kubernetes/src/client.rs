@@ -1,0 +1,94 @@
+//! Building a kube client from a kubeconfig or the pod's service account.
+
+use std::path::{Path, PathBuf};
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use leader_lock::LockError;
+use tracing::info;
+
+/// Installs rustls' ring provider for the process unless one is set: with more than one provider
+/// compiled in (a workspace build), rustls cannot pick and the first TLS client would panic.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The kubeconfig that `KUBECONFIG` or `~/.kube/config` names, if any exists.
+fn default_kubeconfig() -> Option<PathBuf> {
+    if let Some(v) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
+        // KUBECONFIG may list several files; kube merges them, we only need one to exist.
+        if std::env::split_paths(&v).any(|p| p.is_file()) {
+            return Some(PathBuf::from(v));
+        }
+    }
+    let home = std::env::var_os("HOME")?;
+    let p = Path::new(&home).join(".kube").join("config");
+    p.is_file().then_some(p)
+}
+
+/// Builds a client: kubeconfig path (else KUBECONFIG, else ~/.kube/config) and context, or in-cluster
+/// when no kubeconfig is given/found and the service-account env is present. Returns the client and its default namespace.
+pub async fn client(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+) -> Result<(Client, String), LockError> {
+    install_crypto_provider();
+    let opts = KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..KubeConfigOptions::default()
+    };
+    let (config, source) = if let Some(path) = kubeconfig {
+        let kc = Kubeconfig::read_from(path).map_err(|e| {
+            LockError::Refused(format!(
+                "cannot read kubeconfig {} (--kubeconfig): {e}",
+                path.display()
+            ))
+        })?;
+        let c = Config::from_custom_kubeconfig(kc, &opts)
+            .await
+            .map_err(|e| {
+                LockError::Refused(format!(
+                    "kubeconfig {} (--kubeconfig, --kube-context {}): {e}",
+                    path.display(),
+                    context.unwrap_or("<current>")
+                ))
+            })?;
+        (c, path.display().to_string())
+    } else if let Some(found) = default_kubeconfig() {
+        let c = Config::from_kubeconfig(&opts).await.map_err(|e| {
+            LockError::Refused(format!(
+                "kubeconfig {} (KUBECONFIG or ~/.kube/config, --kube-context {}): {e}",
+                found.display(),
+                context.unwrap_or("<current>")
+            ))
+        })?;
+        (c, found.display().to_string())
+    } else if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+        if let Some(ctx) = context {
+            return Err(LockError::Refused(format!(
+                "--kube-context {ctx} given but no kubeconfig found (--kubeconfig, KUBECONFIG, ~/.kube/config)"
+            )));
+        }
+        let c = Config::incluster().map_err(|e| {
+            LockError::Refused(format!(
+                "in-cluster config (service account at /var/run/secrets/kubernetes.io/serviceaccount): {e}"
+            ))
+        })?;
+        (c, "in-cluster service account".to_string())
+    } else {
+        return Err(LockError::Refused(
+            "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, create ~/.kube/config, \
+             or run in a pod with a service account"
+                .to_string(),
+        ));
+    };
+    let namespace = config.default_namespace.clone();
+    let url = config.cluster_url.to_string();
+    let client = Client::try_from(config).map_err(|e| {
+        LockError::Refused(format!(
+            "cannot build a client for {url} (from {source}): {e}"
+        ))
+    })?;
+    info!(apiserver = %url, from = %source, %namespace, "kubernetes client ready");
+    Ok((client, namespace))
+}

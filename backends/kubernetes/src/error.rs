@@ -1,0 +1,66 @@
+//! Turning kube errors into [`LockError`]s that name the Lease, the cluster and the fix.
+
+use std::future::Future;
+use std::time::Duration;
+
+use leader_lock::LockError;
+
+/// The HTTP status of an API error, if it is one.
+pub(crate) fn status(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// True for 409: a write lost a race (Conflict) or a create found the object (AlreadyExists).
+pub(crate) fn is_conflict(e: &kube::Error) -> bool {
+    status(e) == Some(409)
+}
+
+/// Classifies `e`; `what` names the operation and the object, e.g. `update Lease ns/name on URL`.
+pub(crate) fn classify(what: &str, e: kube::Error) -> LockError {
+    match &e {
+        kube::Error::Api(s) => {
+            let msg = if s.message.is_empty() {
+                s.reason.clone()
+            } else {
+                s.message.clone()
+            };
+            match s.code {
+                401 => LockError::Refused(format!(
+                    "{what}: unauthorized (401): the credentials were rejected ({msg}); check the \
+                     kubeconfig user or the service-account token"
+                )),
+                403 => LockError::Refused(format!(
+                    "{what}: forbidden (403) by RBAC: {msg}; grant the Role in docs/kubernetes.md \
+                     (leases: get, list, watch, create, update; events: create)"
+                )),
+                404 => LockError::Refused(format!(
+                    "{what}: not found (404): {msg}; check the namespace \
+                     (--leader-election-namespace)"
+                )),
+                400 | 405 | 406 | 415 | 422 => {
+                    LockError::Refused(format!("{what}: rejected ({}): {msg}", s.code))
+                }
+                _ => LockError::Unavailable(format!("{what}: API error {}: {msg}", s.code)),
+            }
+        }
+        kube::Error::SerdeError(_) => LockError::Malformed(format!("{what}: {e}")),
+        kube::Error::Auth(_)
+        | kube::Error::InferConfig(_)
+        | kube::Error::InferKubeconfig(_)
+        | kube::Error::RustlsTls(_) => LockError::Refused(format!("{what}: {e}")),
+        _ => LockError::Unavailable(format!("{what}: {e}")),
+    }
+}
+
+/// Runs one API request with its own deadline, so a hung apiserver never eats the renew deadline.
+pub(crate) async fn bounded<T>(
+    limit: Duration,
+    f: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<Result<T, kube::Error>, LockError> {
+    tokio::time::timeout(limit, f)
+        .await
+        .map_err(|_| LockError::Timeout(limit))
+}

@@ -1,0 +1,506 @@
+//! The Lease lock: client-go's read-decide-replace cycle with expiry on our own clock.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
+use kube::Api;
+use leader_lock::{
+    Attempt, Candidate, LeaderLock, LockError, LockEvent, LockEventStream, LockRecord,
+    ObservedRecord, Term, Timing,
+};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::debug;
+
+use crate::error::{bounded, classify, is_conflict, status};
+use crate::spec::{self, Clamp};
+
+/// The longest `leaseDurationSeconds` respected by default; a larger value counts as this long.
+///
+/// It bounds how long a planted or corrupted Lease can block the election, while leaving room
+/// for any plausible client-go configuration (client-go's default is 15 s).
+pub const DEFAULT_MAX_LEASE_DURATION: Duration = Duration::from_secs(3600);
+
+/// client-go's default lease duration, used until a candidate tells us ours.
+const DEFAULT_LEASE: Duration = Duration::from_secs(15);
+
+/// The server ends a watch after this long; we then reopen it from the last resourceVersion.
+const WATCH_TIMEOUT_SECS: u32 = 290;
+
+/// A lock on one `coordination.k8s.io/v1` Lease, written exactly as client-go writes it.
+#[derive(Clone)]
+pub struct LeaseLock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    api: Api<Lease>,
+    namespace: String,
+    name: String,
+    server: Option<String>,
+    max_lease: Duration,
+    request_timeout: Option<Duration>,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// The record as last seen by any read or watch event, with the time of its first sighting.
+    observed: ObservedRecord,
+    /// The Lease our last successful write returned, while we hold it (client-go's fast path).
+    own: Option<Lease>,
+    /// Our own lease duration (from the last candidate): stands in for a missing recorded one.
+    fallback: Duration,
+}
+
+/// What to do after reading the Lease.
+enum Plan {
+    Follow(Attempt),
+    Create(Lease),
+    Replace(Lease, Term),
+}
+
+impl LeaseLock {
+    /// A lock on Lease `name` in `namespace`.
+    pub fn new(client: kube::Client, namespace: &str, name: &str) -> LeaseLock {
+        LeaseLock {
+            inner: Arc::new(Inner {
+                api: Api::namespaced(client, namespace),
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                server: None,
+                max_lease: DEFAULT_MAX_LEASE_DURATION,
+                request_timeout: None,
+                state: Mutex::new(State {
+                    observed: ObservedRecord::default(),
+                    own: None,
+                    fallback: DEFAULT_LEASE,
+                }),
+            }),
+        }
+    }
+
+    /// Checks that a timing fits Leases: `lease-duration` a whole number of seconds, at least 1 s.
+    pub fn validate(timing: &Timing) -> Result<(), String> {
+        timing.validate().map_err(|e| e.to_string())?;
+        timing
+            .require_whole_seconds(Duration::from_secs(1))
+            .map_err(|e| e.to_string())?;
+        if timing.lease_duration.as_secs() > i32::MAX as u64 {
+            return Err(format!(
+                "lease-duration ({:?}) does not fit a Lease's leaseDurationSeconds (int32)",
+                timing.lease_duration
+            ));
+        }
+        Ok(())
+    }
+
+    /// Caps the recorded lease duration we respect (default [`DEFAULT_MAX_LEASE_DURATION`]).
+    pub fn with_max_lease_duration(self, max: Duration) -> Self {
+        self.rebuild(|i| i.max_lease = max.max(Duration::from_secs(1)))
+    }
+
+    /// Sets the deadline of each API request (default: a quarter of the lease, 250 ms to 5 s).
+    pub fn with_request_timeout(self, timeout: Duration) -> Self {
+        self.rebuild(|i| i.request_timeout = Some(timeout))
+    }
+
+    /// Names the apiserver in error messages (the client does not expose its URL).
+    pub fn with_server(self, url: impl Into<String>) -> Self {
+        let url = url.into();
+        self.rebuild(|i| i.server = Some(url))
+    }
+
+    fn rebuild(self, f: impl FnOnce(&mut Inner)) -> Self {
+        let inner = match Arc::try_unwrap(self.inner) {
+            Ok(mut i) => {
+                f(&mut i);
+                i
+            }
+            Err(shared) => {
+                let s = shared.state();
+                let mut i = Inner {
+                    api: shared.api.clone(),
+                    namespace: shared.namespace.clone(),
+                    name: shared.name.clone(),
+                    server: shared.server.clone(),
+                    max_lease: shared.max_lease,
+                    request_timeout: shared.request_timeout,
+                    state: Mutex::new(State {
+                        observed: s.observed.clone(),
+                        own: s.own.clone(),
+                        fallback: s.fallback,
+                    }),
+                };
+                drop(s);
+                f(&mut i);
+                i
+            }
+        };
+        LeaseLock {
+            inner: Arc::new(inner),
+        }
+    }
+}
+
+impl Inner {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic elsewhere must not poison the lock for the elector.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn what(&self, op: &str) -> String {
+        match &self.server {
+            Some(s) => format!("{op} Lease {}/{} on {s}", self.namespace, self.name),
+            None => format!("{op} Lease {}/{}", self.namespace, self.name),
+        }
+    }
+
+    fn clamp(&self) -> Clamp {
+        Clamp {
+            fallback: self.state().fallback,
+            max: self.max_lease,
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        self.request_timeout.unwrap_or_else(|| {
+            (self.state().fallback / 4).clamp(Duration::from_millis(250), Duration::from_secs(5))
+        })
+    }
+
+    /// Notes a Lease seen now (read or watch event) and returns its record.
+    fn observe(&self, lease: &Lease) -> LockRecord {
+        let rec = spec::record(lease, self.clamp());
+        let mut s = self.state();
+        s.observed.observe(&rec, Instant::now());
+        rec
+    }
+
+    async fn read(&self) -> Result<Option<Lease>, LockError> {
+        let r = bounded(self.timeout(), self.api.get_opt(&self.name)).await?;
+        let lease = r.map_err(|e| classify(&self.what("get"), e))?;
+        match &lease {
+            Some(l) => {
+                self.observe(l);
+            }
+            None => self.state().observed.clear(),
+        }
+        Ok(lease)
+    }
+
+    /// Decides, as client-go's tryAcquireOrRenew does, from a freshly read Lease.
+    fn plan(&self, current: Option<Lease>, c: &Candidate, me: &str) -> Result<Plan, LockError> {
+        let lease_seconds = i32::try_from(c.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        let now = spec::now();
+        let Some(mut lease) = current else {
+            let fresh = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    namespace: Some(self.namespace.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(spec::spec(me, lease_seconds, now.clone(), now, 0)),
+            };
+            return Ok(Plan::Create(fresh));
+        };
+        let holder = spec::holder(&lease).to_string();
+        let transitions = spec::transitions(&lease);
+        if holder == me {
+            // Renew: keep acquireTime and leaseTransitions.
+            let acquire = lease
+                .spec
+                .as_ref()
+                .and_then(|s| s.acquire_time.clone())
+                .unwrap_or_else(|| now.clone());
+            lease.spec = Some(spec::spec(me, lease_seconds, acquire, now, transitions));
+            return Ok(Plan::Replace(lease, term_of(transitions)));
+        }
+        self.state().own = None;
+        if !holder.is_empty() {
+            let (expires, rec) = {
+                let s = self.state();
+                (
+                    s.observed.expires_at(s.fallback),
+                    s.observed.record().cloned(),
+                )
+            };
+            let t = Instant::now();
+            match expires {
+                Some(at) if at > t => {
+                    return Ok(Plan::Follow(Attempt::Follower {
+                        holder: Some(holder),
+                        term: rec.map(|r| r.term),
+                        retry_after: Some(at - t),
+                    }));
+                }
+                Some(_) => {
+                    debug!(%holder, lease = %self.name, "lease unchanged for its duration; taking it over")
+                }
+                // Unreachable after read() observed it; never steal on a missing observation.
+                None => {
+                    return Ok(Plan::Follow(Attempt::Follower {
+                        holder: Some(holder),
+                        term: None,
+                        retry_after: None,
+                    }))
+                }
+            }
+        }
+        let next = transitions.checked_add(1).ok_or_else(|| {
+            LockError::Malformed(format!(
+                "{}: leaseTransitions is at its int32 maximum",
+                self.what("take")
+            ))
+        })?;
+        lease.spec = Some(spec::spec(me, lease_seconds, now.clone(), now, next));
+        Ok(Plan::Replace(lease, term_of(next)))
+    }
+
+    /// Records a Lease we just wrote as ours.
+    fn won(&self, lease: Lease) {
+        self.observe(&lease);
+        self.state().own = Some(lease);
+    }
+
+    /// client-go's fast path: the holder updates the Lease it last wrote without reading first.
+    async fn fast_renew(&self, c: &Candidate, me: &str) -> Result<Option<Term>, LockError> {
+        let Some(mut lease) = self.state().own.clone() else {
+            return Ok(None);
+        };
+        if spec::holder(&lease) != me {
+            return Ok(None);
+        }
+        let transitions = spec::transitions(&lease);
+        let lease_seconds = i32::try_from(c.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        let acquire = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.acquire_time.clone())
+            .unwrap_or_else(spec::now);
+        lease.spec = Some(spec::spec(
+            me,
+            lease_seconds,
+            acquire,
+            spec::now(),
+            transitions,
+        ));
+        let r = bounded(
+            self.timeout(),
+            self.api.replace(&self.name, &PostParams::default(), &lease),
+        )
+        .await?;
+        match r {
+            Ok(l) => {
+                self.won(l);
+                Ok(Some(term_of(transitions)))
+            }
+            Err(e) if is_conflict(&e) || status(&e) == Some(404) => {
+                // Someone wrote in between (or deleted it): fall back to reading it.
+                self.state().own = None;
+                Ok(None)
+            }
+            Err(e) => Err(classify(&self.what("renew"), e)),
+        }
+    }
+
+    async fn acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {
+        self.state().fallback = c.lease_duration;
+        let me = c.holder();
+        if let Some(term) = self.fast_renew(c, &me).await? {
+            return Ok(Attempt::Leader { term });
+        }
+        // A lost race re-reads once: the winner's record decides (or our own retried write).
+        for _ in 0..2 {
+            let current = self.read().await?;
+            let (result, op) = match self.plan(current, c, &me)? {
+                Plan::Follow(a) => return Ok(a),
+                Plan::Create(lease) => (
+                    bounded(
+                        self.timeout(),
+                        self.api.create(&PostParams::default(), &lease),
+                    )
+                    .await?
+                    .map(|l| (l, Term(0))),
+                    "create",
+                ),
+                Plan::Replace(lease, term) => (
+                    bounded(
+                        self.timeout(),
+                        self.api.replace(&self.name, &PostParams::default(), &lease),
+                    )
+                    .await?
+                    .map(|l| (l, term)),
+                    "update",
+                ),
+            };
+            match result {
+                Ok((lease, term)) => {
+                    self.won(lease);
+                    return Ok(Attempt::Leader { term });
+                }
+                Err(e) if is_conflict(&e) => {
+                    debug!(lease = %self.name, "{op} lost a race; reading the winner");
+                    continue;
+                }
+                Err(e) => return Err(classify(&self.what(op), e)),
+            }
+        }
+        let s = self.state();
+        let rec = s.observed.record().cloned();
+        Ok(Attempt::Follower {
+            holder: rec.as_ref().map(|r| r.holder.clone()),
+            term: rec.map(|r| r.term),
+            retry_after: s
+                .observed
+                .expires_at(s.fallback)
+                .map(|at| at.saturating_duration_since(Instant::now())),
+        })
+    }
+
+    async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {
+        let me = c.holder();
+        self.state().own = None;
+        let Some(mut lease) = self.read().await? else {
+            return Ok(false);
+        };
+        let transitions = spec::transitions(&lease);
+        if spec::holder(&lease) != me || term_of(transitions) != term {
+            return Ok(false);
+        }
+        // client-go's release: empty holder, leaseDurationSeconds 1, transitions kept.
+        let now = spec::now();
+        lease.spec = Some(spec::spec("", 1, now.clone(), now, transitions));
+        let r = bounded(
+            self.timeout(),
+            self.api.replace(&self.name, &PostParams::default(), &lease),
+        )
+        .await?;
+        match r {
+            Ok(l) => {
+                self.observe(&l);
+                Ok(true)
+            }
+            Err(e) if is_conflict(&e) => Ok(false),
+            Err(e) => Err(classify(&self.what("release"), e)),
+        }
+    }
+
+    async fn open_watch(
+        &self,
+        version: &str,
+    ) -> Result<BoxStream<'static, kube::Result<WatchEvent<Lease>>>, LockError> {
+        let wp = WatchParams::default()
+            .fields(&format!("metadata.name={}", self.name))
+            .timeout(WATCH_TIMEOUT_SECS);
+        let r = bounded(self.timeout(), self.api.watch(&wp, version)).await?;
+        let s = r.map_err(|e| classify(&self.what("watch"), e))?;
+        Ok(s.boxed())
+    }
+}
+
+fn term_of(transitions: i32) -> Term {
+    Term(u64::from(transitions.max(0).unsigned_abs()))
+}
+
+/// Forwards watch events until the receiver goes away or the watch breaks.
+async fn pump(
+    inner: Arc<Inner>,
+    mut stream: BoxStream<'static, kube::Result<WatchEvent<Lease>>>,
+    mut version: String,
+    tx: mpsc::Sender<Result<LockEvent, LockError>>,
+) {
+    loop {
+        let item = tokio::select! {
+            _ = tx.closed() => return,
+            item = stream.next() => item,
+        };
+        let ev = match item {
+            // The server's watch timeout: carry on from where we were.
+            None => match inner.open_watch(&version).await {
+                Ok(s) => {
+                    stream = s;
+                    continue;
+                }
+                Err(e) => Err(e),
+            },
+            Some(Ok(WatchEvent::Added(l))) | Some(Ok(WatchEvent::Modified(l))) => {
+                if let Some(v) = &l.metadata.resource_version {
+                    version.clone_from(v);
+                }
+                Ok(LockEvent::Changed(Some(inner.observe(&l))))
+            }
+            Some(Ok(WatchEvent::Deleted(l))) => {
+                if let Some(v) = &l.metadata.resource_version {
+                    version.clone_from(v);
+                }
+                inner.state().observed.clear();
+                Ok(LockEvent::Changed(None))
+            }
+            Some(Ok(WatchEvent::Bookmark(b))) => {
+                version = b.metadata.resource_version;
+                continue;
+            }
+            // 410 Gone: our resourceVersion is too old; ending lets the elector reopen afresh.
+            Some(Ok(WatchEvent::Error(s))) if s.code == 410 => return,
+            Some(Ok(WatchEvent::Error(s))) => {
+                Err(classify(&inner.what("watch"), kube::Error::Api(s)))
+            }
+            Some(Err(e)) => Err(classify(&inner.what("watch"), e)),
+        };
+        let broken = ev.is_err();
+        if tx.send(ev).await.is_err() || broken {
+            return;
+        }
+    }
+}
+
+#[async_trait]
+impl LeaderLock for LeaseLock {
+    fn describe(&self) -> String {
+        format!(
+            "kubernetes Lease {}/{}",
+            self.inner.namespace, self.inner.name
+        )
+    }
+
+    async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {
+        self.inner.acquire_or_renew(c).await
+    }
+
+    async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {
+        self.inner.release(c, term).await
+    }
+
+    async fn get(&self) -> Result<Option<LockRecord>, LockError> {
+        let lease = self.inner.read().await?;
+        Ok(lease
+            .map(|l| spec::record(&l, self.inner.clamp()))
+            .filter(|r| !r.is_free()))
+    }
+
+    async fn watch(&self) -> Result<LockEventStream, LockError> {
+        let inner = &self.inner;
+        // A list (not a get) gives a resourceVersion to watch from even when the Lease is absent.
+        let lp = ListParams::default().fields(&format!("metadata.name={}", inner.name));
+        let r = bounded(inner.timeout(), inner.api.list(&lp)).await?;
+        let list = r.map_err(|e| classify(&inner.what("list"), e))?;
+        match list.items.first() {
+            Some(l) => {
+                inner.observe(l);
+            }
+            None => inner.state().observed.clear(),
+        }
+        let version = list.metadata.resource_version.unwrap_or_default();
+        let stream = inner.open_watch(&version).await?;
+        let (tx, rx) = mpsc::channel(32);
+        tokio::spawn(pump(self.inner.clone(), stream, version, tx));
+        Ok(ReceiverStream::new(rx).boxed())
+    }
+}

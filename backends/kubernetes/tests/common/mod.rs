@@ -1,0 +1,90 @@
+//! Shared pieces of the Kubernetes backend's tests.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::Api;
+use leader_lock::Timing;
+use leader_lock_kubernetes::LeaseLock;
+use testkit::kube::KubeApiServer;
+
+/// The suite's timing: whole-second lease, as Leases need.
+pub fn timing() -> Timing {
+    Timing::new(
+        Duration::from_secs(3),
+        Duration::from_secs(2),
+        Duration::from_millis(400),
+    )
+    .expect("valid timing")
+}
+
+/// The cap on recorded lease durations in tests, so a planted huge lease lapses in seconds.
+pub const TEST_MAX_LEASE: Duration = Duration::from_secs(6);
+
+/// The shared apiserver of this test binary; fails with the install hint when it is missing.
+pub async fn server() -> &'static KubeApiServer {
+    match KubeApiServer::shared().await {
+        Ok(s) => s,
+        Err(e) => panic!("no kube-apiserver for the tests: {e:#}"),
+    }
+}
+
+/// Logs to the test output when RUST_LOG is set.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// A namespace of its own for a test.
+pub async fn namespace(server: &KubeApiServer, prefix: &str) -> String {
+    let ns = format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    server
+        .create_namespace(&ns)
+        .await
+        .expect("creating a test namespace");
+    ns
+}
+
+/// A lock client of its own, as a separate process would have.
+pub fn lock(server: &KubeApiServer, ns: &str, name: &str) -> LeaseLock {
+    LeaseLock::new(server.admin_client(), ns, name)
+        .with_max_lease_duration(TEST_MAX_LEASE)
+        .with_server(server.url())
+}
+
+/// Writes a raw Lease (any JSON the API accepts), replacing one that exists.
+pub async fn put_raw(
+    server: &KubeApiServer,
+    ns: &str,
+    name: &str,
+    body: serde_json::Value,
+) -> Result<(), kube::Error> {
+    let ar = ApiResource::erase::<Lease>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(server.admin_client(), ns, &ar);
+    let mut obj = DynamicObject::new(name, &ar).within(ns).data(body);
+    match api.get_opt(name).await? {
+        None => api.create(&PostParams::default(), &obj).await.map(|_| ()),
+        Some(old) => {
+            obj.metadata.resource_version = old.metadata.resource_version;
+            api.replace(name, &PostParams::default(), &obj)
+                .await
+                .map(|_| ())
+        }
+    }
+}
+
+/// The Lease as raw JSON.
+pub async fn get_raw(server: &KubeApiServer, ns: &str, name: &str) -> serde_json::Value {
+    let ar = ApiResource::erase::<Lease>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(server.admin_client(), ns, &ar);
+    let o = api.get(name).await.expect("reading the Lease");
+    serde_json::to_value(o).expect("json")
+}
