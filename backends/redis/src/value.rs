@@ -1,0 +1,127 @@
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use leader_lock::{LockRecord, Term};
+use serde::Deserialize;
+
+/// The version marker of the stored value; anything else is a foreign record.
+pub(crate) const FORMAT_VERSION: u64 = 1;
+
+/// A lease longer than this is not one we wrote (the CLI caps far below it).
+const MAX_LEASE_MS: u64 = 366 * 24 * 3600 * 1000;
+
+/// Terms stay below 2^53 so that Lua (doubles) handles them exactly.
+pub(crate) const MAX_TERM: u64 = 1 << 53;
+
+/// The value in the holder key:
+/// `{"v":1,"holder":"pod-a_5f3c9e1a","term":7,"lease_ms":15000,"acquired_ms":..,"renewed_ms":..}`.
+#[derive(Debug, Deserialize)]
+struct Stored {
+    v: u64,
+    holder: String,
+    term: u64,
+    lease_ms: u64,
+    acquired_ms: u64,
+    renewed_ms: u64,
+}
+
+/// The message published on the events channel by a release.
+#[derive(Debug, Deserialize)]
+struct Released {
+    v: u64,
+    released: bool,
+}
+
+fn at(ms: u64) -> Option<SystemTime> {
+    UNIX_EPOCH.checked_add(Duration::from_millis(ms))
+}
+
+/// Parses a stored value; `Err` names what makes it foreign.
+pub(crate) fn parse(raw: &[u8]) -> Result<LockRecord, String> {
+    let s: Stored =
+        serde_json::from_slice(raw).map_err(|e| format!("not a gateway-leader record ({e})"))?;
+    if s.v != FORMAT_VERSION {
+        return Err(format!("unknown record version {}", s.v));
+    }
+    if s.holder.is_empty() {
+        return Err("empty holder".into());
+    }
+    if s.term == 0 || s.term >= MAX_TERM {
+        return Err(format!("term {} out of range", s.term));
+    }
+    if s.lease_ms == 0 || s.lease_ms > MAX_LEASE_MS {
+        return Err(format!("lease_ms {} out of range", s.lease_ms));
+    }
+    Ok(LockRecord {
+        holder: s.holder,
+        term: Term(s.term),
+        lease_duration: Duration::from_millis(s.lease_ms),
+        acquire_time: at(s.acquired_ms),
+        renew_time: at(s.renewed_ms),
+        version: format!("{}.{}", s.term, s.renewed_ms),
+    })
+}
+
+/// What a message on the events channel says.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Message {
+    /// Someone acquired; the record they wrote.
+    Acquired(LockRecord),
+    /// The holder released.
+    Released,
+    /// Something we do not understand.
+    Unknown,
+}
+
+pub(crate) fn message(payload: &[u8]) -> Message {
+    if let Ok(r) = serde_json::from_slice::<Released>(payload) {
+        if r.v == FORMAT_VERSION && r.released {
+            return Message::Released;
+        }
+    }
+    match parse(payload) {
+        Ok(rec) => Message::Acquired(rec),
+        Err(_) => Message::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_foreign() {
+        let rec = parse(
+            br#"{"v":1,"holder":"a_1","term":7,"lease_ms":15000,"acquired_ms":1,"renewed_ms":2}"#,
+        )
+        .expect("ours");
+        assert_eq!(rec.holder, "a_1");
+        assert_eq!(rec.term, Term(7));
+        assert_eq!(rec.lease_duration, Duration::from_secs(15));
+        for bad in [
+            &br#"{"holder":"a_1","term":7,"lease_ms":15000,"acquired_ms":1,"renewed_ms":2}"#[..],
+            br#"{"v":2,"holder":"a_1","term":7,"lease_ms":15000,"acquired_ms":1,"renewed_ms":2}"#,
+            br#"{"v":1,"holder":"","term":7,"lease_ms":15000,"acquired_ms":1,"renewed_ms":2}"#,
+            br#"{"v":1,"holder":"a","term":7,"lease_ms":-5,"acquired_ms":1,"renewed_ms":2}"#,
+            br#"{"v":1,"holder":"a","term":7,"lease_ms":18446744073709551615,"acquired_ms":1,"renewed_ms":2}"#,
+            b"\x00\x01garbage",
+        ] {
+            assert!(parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+        // A renew time far in the future is informational; it must not panic.
+        let r = parse(br#"{"v":1,"holder":"a","term":1,"lease_ms":1000,"acquired_ms":0,"renewed_ms":18446744073709551615}"#);
+        assert!(r.is_ok());
+    }
+
+    #[test]
+    fn messages() {
+        assert_eq!(
+            message(br#"{"v":1,"released":true,"holder":"a_1","term":3}"#),
+            Message::Released
+        );
+        assert!(matches!(
+            message(br#"{"v":1,"holder":"a_1","term":3,"lease_ms":1000,"acquired_ms":1,"renewed_ms":1}"#),
+            Message::Acquired(_)
+        ));
+        assert_eq!(message(b"hello"), Message::Unknown);
+    }
+}

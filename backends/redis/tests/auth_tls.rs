@@ -1,0 +1,194 @@
+//! TLS with a custom CA, password and ACL authentication, and clear connection errors.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leader_lock::conformance::{patience, wait_leader};
+use leader_lock::{Elector, ElectorConfig, Identity, LockError};
+use leader_lock_redis::{RedisConfig, RedisLock};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use testkit::redis::{RedisServer, RedisTls};
+
+struct Pki {
+    tls: RedisTls,
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn ca_file(&self) -> std::path::PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+}
+
+/// A CA and a leaf (not a CA) for 127.0.0.1, signed by it.
+fn pki() -> Pki {
+    let ca_key = KeyPair::generate().expect("ca key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca.distinguished_name
+        .push(DnType::CommonName, "gateway-leader test CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).expect("ca cert");
+    let issuer = Issuer::new(ca, ca_key);
+    let leaf_key = KeyPair::generate().expect("leaf key");
+    let mut leaf = CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("leaf params");
+    leaf.distinguished_name
+        .push(DnType::CommonName, "127.0.0.1");
+    leaf.is_ca = IsCa::NoCa;
+    let leaf_cert = leaf.signed_by(&leaf_key, &issuer).expect("leaf cert");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("ca.pem"), ca_cert.pem()).expect("write ca");
+    Pki {
+        tls: RedisTls {
+            cert_pem: leaf_cert.pem(),
+            key_pem: leaf_key.serialize_pem(),
+            ca_pem: ca_cert.pem(),
+        },
+        dir,
+    }
+}
+
+async fn leads(config: RedisConfig, name: &str) {
+    let timing = common::timing();
+    let lock = RedisLock::connect(config, name).await.expect("connects");
+    let e = Elector::spawn(
+        Arc::new(lock),
+        ElectorConfig {
+            identity: Identity::new("tls"),
+            timing,
+            release_on_shutdown: true,
+        },
+    );
+    wait_leader(&e.leadership(), patience(&timing), "the only contender").await;
+    assert!(e.shutdown().await.expect("releases"), "released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_custom_ca_and_passwords() {
+    common::init_tracing();
+    let pki = pki();
+    let server = RedisServer::builder()
+        .tls(pki.tls.clone())
+        .requirepass("default-secret")
+        .acl_user("leader", "acl-secret")
+        .start()
+        .await
+        .expect("a TLS redis-server starts");
+    let url = server.url();
+    assert!(url.starts_with("rediss://"), "{url}");
+    let timing = common::timing();
+
+    // The default user's password, with the CA from a file.
+    let mut c = common::config(&url, &timing);
+    c.ca_file = Some(pki.ca_file());
+    c.password = Some("default-secret".into());
+    RedisLock::validate(&c, &timing).expect("valid config");
+    leads(c.clone(), "tls-default").await;
+
+    // An ACL user.
+    let mut acl = c.clone();
+    acl.username = Some("leader".into());
+    acl.password = Some("acl-secret".into());
+    leads(acl.clone(), "tls-acl").await;
+
+    // Credentials in the URL work too.
+    let mut in_url = common::config(
+        &url.replace("rediss://", "rediss://leader:acl-secret@"),
+        &timing,
+    );
+    in_url.ca_file = Some(pki.ca_file());
+    leads(in_url, "tls-url").await;
+
+    // A wrong ACL password is refused with a message that says what to fix.
+    let mut wrong = acl.clone();
+    wrong.password = Some("nope".into());
+    let Err(e) = RedisLock::connect(wrong, "tls-wrong").await else {
+        panic!("a wrong password must not connect");
+    };
+    assert!(matches!(e, LockError::Refused(_)), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("rejected the credentials") && msg.contains("redis-password-file"),
+        "{msg}"
+    );
+
+    // Without our CA the server certificate is not trusted: the connection fails, it is not
+    // silently accepted.
+    let mut untrusted = c.clone();
+    untrusted.ca_file = None;
+    let Err(e) = RedisLock::connect(untrusted, "tls-untrusted").await else {
+        panic!("a server signed by an unknown CA must not be trusted");
+    };
+    eprintln!("without the CA: {e}");
+    assert!(matches!(e, LockError::Refused(_)), "{e:?}");
+    assert!(
+        e.to_string().contains(&url) && e.to_string().contains("redis-ca-file"),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_auth_plain() {
+    common::init_tracing();
+    let server = RedisServer::builder()
+        .requirepass("s3cret")
+        .start()
+        .await
+        .expect("redis-server starts");
+    let timing = common::timing();
+    let mut c = common::config(&server.url(), &timing);
+
+    // No password at all.
+    let Err(e) = RedisLock::connect(c.clone(), "pw").await else {
+        panic!("connecting without the password must fail");
+    };
+    assert!(matches!(e, LockError::Refused(_)), "{e:?}");
+    assert!(e.to_string().contains("rejected the credentials"), "{e}");
+
+    // A wrong password.
+    c.password = Some("wrong".into());
+    let Err(e) = RedisLock::connect(c.clone(), "pw").await else {
+        panic!("a wrong password must fail");
+    };
+    let msg = e.to_string();
+    assert!(matches!(e, LockError::Refused(_)), "{e:?}");
+    assert!(
+        msg.contains("rejected the credentials")
+            && msg.contains(&server.url())
+            && !msg.contains("wrong"),
+        "{msg}"
+    );
+
+    c.password = Some("s3cret".into());
+    leads(c, "pw").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_is_a_clear_error() {
+    common::init_tracing();
+    let port = testkit::free_port().expect("port");
+    let url = format!("redis://127.0.0.1:{port}");
+    let started = tokio::time::Instant::now();
+    let Err(e) = RedisLock::connect(common::config(&url, &common::timing()), "gone").await else {
+        panic!("nothing listens on {url}");
+    };
+    assert!(matches!(e, LockError::Unavailable(_)), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("cannot reach redis at") && msg.contains(&format!("127.0.0.1:{port}")),
+        "{msg}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "gave up in time"
+    );
+
+    // A bad scheme is caught before any network.
+    let e = RedisLock::validate(
+        &RedisConfig::new(format!("http://127.0.0.1:{port}")),
+        &common::timing(),
+    )
+    .unwrap_err();
+    assert!(e.contains("redis-url"), "{e}");
+}

@@ -1,0 +1,116 @@
+//! Shared helpers of the redis backend's tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leader_lock::conformance::{Harness, HarnessError, Protect, Tamper};
+use leader_lock::{LeaderLock, Timing};
+use leader_lock_redis::{RedisConfig, RedisLock};
+use testkit::redis::RedisServer;
+
+/// Short timing for tests: lease 2 s, renew deadline 1.5 s, retry 300 ms.
+pub fn timing() -> Timing {
+    Timing::new(
+        Duration::from_millis(2000),
+        Duration::from_millis(1500),
+        Duration::from_millis(300),
+    )
+    .expect("valid timing")
+}
+
+/// The config the CLI would build for `url` with `timing`.
+pub fn config(url: &str, timing: &Timing) -> RedisConfig {
+    RedisConfig {
+        request_timeout: timing.renew_deadline / 2,
+        ..RedisConfig::new(url)
+    }
+}
+
+/// Logs to the test output when RUST_LOG is set.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// A conformance harness over one throwaway redis-server.
+pub struct Redis {
+    pub server: RedisServer,
+}
+
+impl Redis {
+    pub async fn start() -> Redis {
+        init_tracing();
+        let server = RedisServer::start()
+            .await
+            .expect("redis-server starts (install with `apt-get install redis-server`)");
+        Redis { server }
+    }
+
+    pub async fn connect(&self, name: &str) -> RedisLock {
+        RedisLock::connect(config(&self.server.url(), &timing()), name)
+            .await
+            .expect("connects")
+    }
+
+    /// A plain connection for planting raw values.
+    pub async fn raw(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.server.url())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("raw connection")
+    }
+}
+
+/// What a tampering writer plants, per case; every one must go through our parser.
+pub fn tampered(case: Tamper) -> &'static [u8] {
+    match case {
+        Tamper::WrongTypes => {
+            br#"{"v":1,"holder":7,"term":"x","lease_ms":"long","acquired_ms":[],"renewed_ms":{}}"#
+        }
+        Tamper::MissingFields => br#"{"v":1,"holder":"intruder_1"}"#,
+        Tamper::NegativeDuration => {
+            br#"{"v":1,"holder":"intruder_1","term":1,"lease_ms":-5,"acquired_ms":0,"renewed_ms":0}"#
+        }
+        Tamper::HugeDuration => {
+            br#"{"v":1,"holder":"intruder_1","term":1,"lease_ms":18446744073709551615,"acquired_ms":0,"renewed_ms":0}"#
+        }
+        Tamper::RenewInFuture => {
+            br#"{"v":1,"holder":"intruder_1","term":1,"lease_ms":1000,"acquired_ms":0,"renewed_ms":99999999999999}"#
+        }
+        Tamper::EmptyHolder => {
+            br#"{"v":1,"holder":"","term":1,"lease_ms":1000,"acquired_ms":0,"renewed_ms":0}"#
+        }
+        Tamper::Garbage => b"\x00\x01not json at all\xff",
+    }
+}
+
+#[async_trait::async_trait]
+impl Harness for Redis {
+    fn timing(&self) -> Timing {
+        timing()
+    }
+
+    async fn lock(&self, name: &str) -> Result<Arc<dyn LeaderLock>, HarnessError> {
+        let lock = RedisLock::connect(config(&self.server.url(), &timing()), name).await?;
+        Ok(Arc::new(lock))
+    }
+
+    async fn tamper(&self, name: &str, case: Tamper) -> Result<Protect, HarnessError> {
+        let key = self.connect(name).await.holder_key().to_string();
+        let ttl = Duration::from_secs(2);
+        let mut raw = self.raw().await;
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(tampered(case))
+            .arg("PX")
+            .arg(ttl.as_millis() as u64)
+            .query_async(&mut raw)
+            .await?;
+        // The server's TTL protects whatever the value says.
+        Ok(Protect::For(ttl))
+    }
+}
