@@ -70,14 +70,23 @@ fn binary() -> Result<PathBuf> {
 }
 
 /// Keeps a child from outliving the test binary: a shared server lives in a static, which is
-/// never dropped, so a tiny shell kills it once our process is gone.
-fn watchdog(child: Option<u32>) {
+/// never dropped, so a tiny shell kills it once our process is gone and then removes `cleanup`
+/// (the temporary dirs its `Drop` would have removed; an etcd dir holds over 100 MB).
+fn watchdog(child: Option<u32>, cleanup: &[&Path]) {
     let Some(child) = child else { return };
     let me = std::process::id();
-    let script = format!(
+    let mut script = format!(
         "while kill -0 {me} 2>/dev/null && kill -0 {child} 2>/dev/null; do sleep 1; done; \
-         kill -CONT {child} 2>/dev/null; kill -9 {child} 2>/dev/null"
+         kill -0 {me} 2>/dev/null && exit 0; kill -CONT {child} 2>/dev/null; kill -9 {child} 2>/dev/null"
     );
+    if !cleanup.is_empty() {
+        script.push_str("; sleep 1; rm -rf --");
+        for dir in cleanup {
+            script.push_str(" '");
+            script.push_str(&dir.display().to_string().replace('\'', ""));
+            script.push('\'');
+        }
+    }
     let _ = Command::new("sh")
         .arg("-c")
         .arg(script)
@@ -239,6 +248,10 @@ impl KubeApiServer {
     /// Starts a kube-apiserver with its own etcd (or connects to `GATEWAY_LEADER_TEST_KUBECONFIG`)
     /// and waits until `/readyz` answers ok with the admin token.
     pub async fn start() -> Result<KubeApiServer> {
+        Self::start_inner(false).await
+    }
+
+    async fn start_inner(shared: bool) -> Result<KubeApiServer> {
         if let Some(path) = std::env::var_os(TEST_KUBECONFIG_ENV).filter(|p| !p.is_empty()) {
             return Self::external(PathBuf::from(path)).await;
         }
@@ -259,8 +272,14 @@ impl KubeApiServer {
             write_kubeconfig(&kubeconfig, port, &pki.ca_file, &pki.admin_token)?;
             let cmd = command(&binary, &db.endpoint(), dir.path(), port, &pki);
             let process = ServerProcess::spawn("kube-apiserver", cmd, dir)?;
-            watchdog(process.pid());
-            watchdog(db.process().pid());
+            // Only a shared server outlives its owner; a dedicated one is cleaned up by Drop.
+            let (api_dirs, db_dirs) = if shared {
+                (vec![process.dir()], vec![db.dir()])
+            } else {
+                (vec![], vec![])
+            };
+            watchdog(process.pid(), &api_dirs);
+            watchdog(db.process().pid(), &db_dirs);
             let config = load(&kubeconfig, None).await?;
             let mut server = KubeApiServer {
                 mode: Mode::Local(Box::new(Local {
@@ -291,7 +310,7 @@ impl KubeApiServer {
     ///
     /// Tests that restart or pause the server must [`start`](Self::start) their own.
     pub async fn shared() -> Result<&'static KubeApiServer> {
-        SHARED.get_or_try_init(Self::start).await
+        SHARED.get_or_try_init(|| Self::start_inner(true)).await
     }
 
     async fn external(path: PathBuf) -> Result<KubeApiServer> {
@@ -413,7 +432,7 @@ impl KubeApiServer {
         let l = self.local()?;
         let cmd = l.command();
         l.process.restart(cmd)?;
-        watchdog(l.process.pid());
+        watchdog(l.process.pid(), &[]);
         self.wait_ready().await
     }
 

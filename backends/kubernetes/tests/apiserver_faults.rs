@@ -1,0 +1,102 @@
+//! The apiserver itself fails under a leader: restarted, and frozen. Each test starts its own
+//! apiserver (the shared one must stay up for other tests), so these need the local binary.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leader_lock::conformance::{patience, wait_leader, wait_state};
+use leader_lock::{Elector, ElectorConfig, Identity, LeaderState};
+use testkit::kube::KubeApiServer;
+use testkit::SplitBrainChecker;
+
+async fn own_server() -> KubeApiServer {
+    let s = KubeApiServer::start()
+        .await
+        .unwrap_or_else(|e| panic!("no kube-apiserver for the tests: {e:#}"));
+    assert!(
+        !s.is_external(),
+        "this test restarts and freezes the apiserver, which needs the local kube-apiserver \
+         (unset GATEWAY_LEADER_TEST_KUBECONFIG or run the other tests only)"
+    );
+    s
+}
+
+fn elector(s: &KubeApiServer, ns: &str, name: &str, id: &str) -> Elector {
+    Elector::spawn(
+        Arc::new(common::lock(s, ns, name)),
+        ElectorConfig {
+            identity: Identity::new(id),
+            timing: common::timing(),
+            release_on_shutdown: true,
+        },
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_and_freeze_of_the_apiserver_never_split_the_brain() {
+    common::init_tracing();
+    let mut s = own_server().await;
+    let timing = common::timing();
+    let ns = common::namespace(&s, "faults").await;
+    let checker = SplitBrainChecker::new();
+    let a = elector(&s, &ns, "lease", "a");
+    checker.watch(a.leadership());
+    wait_leader(&a.leadership(), patience(&timing), "a").await;
+    let b = elector(&s, &ns, "lease", "b");
+    checker.watch(b.leadership());
+    wait_state(&b.leadership(), patience(&timing), "b to follow", |st| {
+        matches!(
+            st,
+            LeaderState::Follower {
+                holder: Some(_),
+                ..
+            }
+        )
+    })
+    .await;
+
+    // Down for longer than the lease: the leader steps down by its renew deadline.
+    s.kill().expect("kill");
+    tokio::time::sleep(timing.lease_duration * 2).await;
+    assert!(
+        !a.leadership().is_leader() && !b.leadership().is_leader(),
+        "nobody may lead while the apiserver is down"
+    );
+    s.restart().await.expect("apiserver restarts");
+    let led = tokio::time::timeout(patience(&timing), async {
+        loop {
+            if a.leadership().is_leader() || b.leadership().is_leader() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(led.is_ok(), "nobody led again after the restart");
+
+    // Frozen (SIGSTOP) past the lease: connections hang instead of failing.
+    s.pause().expect("pause");
+    tokio::time::sleep(timing.lease_duration * 2).await;
+    assert!(
+        !a.leadership().is_leader() && !b.leadership().is_leader(),
+        "nobody may lead while the apiserver is frozen"
+    );
+    s.resume().expect("resume");
+    let led = tokio::time::timeout(patience(&timing), async {
+        loop {
+            if a.leadership().is_leader() || b.leadership().is_leader() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(led.is_ok(), "nobody led again after the freeze");
+
+    a.abort().await;
+    b.abort().await;
+    let leaders = checker.finish().await;
+    eprintln!("leaderships across restart and freeze: {leaders:?}");
+}

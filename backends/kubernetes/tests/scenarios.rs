@@ -1,0 +1,343 @@
+//! Kubernetes-specific scenarios against a real kube-apiserver: client-go interoperation, RBAC,
+//! leader events, client construction.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ListParams, PostParams};
+use kube::Api;
+use leader_lock::conformance::{patience, wait_leader, wait_state};
+use leader_lock::{
+    Candidate, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, LockError,
+};
+use leader_lock_kubernetes::{client, role_rules, spawn_leader_events, LeaseLock};
+use serde_json::json;
+use tokio::time::Instant;
+
+fn elector(lock: LeaseLock, name: &str) -> Elector {
+    Elector::spawn(
+        Arc::new(lock),
+        ElectorConfig {
+            identity: Identity::new(name),
+            timing: common::timing(),
+            release_on_shutdown: true,
+        },
+    )
+}
+
+/// client-go's MicroTime: RFC 3339 with exactly six fractional digits, in UTC.
+fn is_micro_time(v: &serde_json::Value) -> bool {
+    let Some(s) = v.as_str() else { return false };
+    let b = s.as_bytes();
+    b.len() == 27
+        && b[4] == b'-'
+        && b[10] == b'T'
+        && b[19] == b'.'
+        && b[26] == b'Z'
+        && b[20..26].iter().all(u8::is_ascii_digit)
+}
+
+/// A replica that writes the Lease exactly as client-go's LeaseLock does.
+async fn client_go_write(
+    s: &testkit::kube::KubeApiServer,
+    ns: &str,
+    name: &str,
+    holder: &str,
+    acquire: &str,
+    transitions: i32,
+) {
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string();
+    common::put_raw(
+        s,
+        ns,
+        name,
+        json!({"spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 4,
+            "acquireTime": acquire,
+            "renewTime": now,
+            "leaseTransitions": transitions,
+        }}),
+    )
+    .await
+    .expect("client-go style write");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_go_holder_is_respected_then_taken_and_fields_match_client_go() {
+    common::init_tracing();
+    let s = common::server().await;
+    let ns = common::namespace(s, "interop").await;
+    let name = "interop";
+    let timing = common::timing();
+    let acquire = "2024-01-02T03:04:05.123456Z";
+
+    // A live client-go leader: 4 s lease, renewing every second.
+    client_go_write(s, &ns, name, "client-go-replica", acquire, 5).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let renewer = {
+        let (stop, ns) = (stop.clone(), ns.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if !stop.load(Ordering::SeqCst) {
+                    client_go_write(s, &ns, name, "client-go-replica", acquire, 5).await;
+                }
+            }
+        })
+    };
+
+    let e = elector(common::lock(s, &ns, name), "gw");
+    wait_state(
+        &e.leadership(),
+        patience(&timing),
+        "following client-go",
+        |st| matches!(st, LeaderState::Follower { holder: Some(h), .. } if h == "client-go-replica"),
+    )
+    .await;
+    // Well past our own and its lease duration: a renewing client-go holder is never stolen from.
+    let until = Instant::now() + timing.lease_duration * 3;
+    while Instant::now() < until {
+        assert!(
+            !e.leadership().is_leader(),
+            "took the lease from a live client-go holder"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    stop.store(true, Ordering::SeqCst);
+    renewer.await.expect("renewer");
+    let stopped = Instant::now();
+    let term = wait_leader(
+        &e.leadership(),
+        patience(&timing),
+        "gw after client-go stopped",
+    )
+    .await;
+    // Its last renew was at most ~1 s before it stopped; its lease is 4 s.
+    assert!(
+        stopped.elapsed() >= Duration::from_millis(2900),
+        "took client-go's lease {:?} after its last renew could have been seen",
+        stopped.elapsed()
+    );
+    assert_eq!(term.0, 6, "leaseTransitions + 1 on a change of holder");
+
+    let raw = common::get_raw(s, &ns, name).await;
+    let spec = &raw["spec"];
+    assert_eq!(spec["holderIdentity"], e.candidate().holder());
+    assert_eq!(spec["leaseTransitions"], 6);
+    assert_eq!(spec["leaseDurationSeconds"], 3);
+    assert!(is_micro_time(&spec["acquireTime"]), "{spec}");
+    assert!(is_micro_time(&spec["renewTime"]), "{spec}");
+    assert_eq!(
+        spec["acquireTime"], spec["renewTime"],
+        "a new holder writes acquireTime = renewTime = now"
+    );
+
+    // Renewals keep acquireTime and leaseTransitions and move renewTime.
+    tokio::time::sleep(timing.retry_period * 3).await;
+    let renewed = common::get_raw(s, &ns, name).await;
+    assert_eq!(renewed["spec"]["acquireTime"], spec["acquireTime"]);
+    assert_eq!(renewed["spec"]["leaseTransitions"], 6);
+    assert_ne!(renewed["spec"]["renewTime"], spec["renewTime"]);
+
+    // Release exactly as client-go: empty holder, leaseDurationSeconds 1, transitions kept.
+    assert!(e.shutdown().await.expect("release"), "released");
+    let released = common::get_raw(s, &ns, name).await;
+    assert_eq!(released["spec"]["holderIdentity"], "");
+    assert_eq!(released["spec"]["leaseDurationSeconds"], 1);
+    assert_eq!(released["spec"]["leaseTransitions"], 6);
+
+    // client-go takes a released Lease at once (transitions + 1); a new replica of ours follows it.
+    client_go_write(s, &ns, name, "client-go-replica-2", acquire, 7).await;
+    let e2 = elector(common::lock(s, &ns, name), "gw2");
+    wait_state(
+        &e2.leadership(),
+        patience(&timing),
+        "following client-go again",
+        |st| matches!(st, LeaderState::Follower { holder: Some(h), term: Some(t) } if h == "client-go-replica-2" && t.0 == 7),
+    )
+    .await;
+    assert!(!e2.leadership().is_leader());
+    e2.abort().await;
+}
+
+async fn grant_role(s: &testkit::kube::KubeApiServer, ns: &str, sa: &str) {
+    let role = Role {
+        metadata: ObjectMeta {
+            name: Some("gateway-leader".into()),
+            namespace: Some(ns.into()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(role_rules()),
+    };
+    Api::<Role>::namespaced(s.admin_client(), ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("creating the documented Role");
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some("gateway-leader".into()),
+            namespace: Some(ns.into()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: "gateway-leader".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: sa.into(),
+            namespace: Some(ns.into()),
+            ..Subject::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(s.admin_client(), ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding the Role");
+}
+
+async fn wait_event(s: &testkit::kube::KubeApiServer, ns: &str, message: &str) -> Event {
+    let api: Api<Event> = Api::namespaced(s.admin_client(), ns);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .expect("listing events");
+        if let Some(ev) = list
+            .items
+            .into_iter()
+            .find(|e| e.message.as_deref() == Some(message))
+        {
+            return ev;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no event \"{message}\" in {ns} within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documented_role_is_enough_and_no_rbac_is_refused_clearly() {
+    common::init_tracing();
+    let s = common::server().await;
+    let ns = common::namespace(s, "rbac").await;
+    let timing = common::timing();
+    let lease = "rbac-lock";
+
+    let token = s
+        .service_account_token(&ns, "leader")
+        .await
+        .expect("a service-account token");
+    grant_role(s, &ns, "leader").await;
+    let client = s.client_for_token(&token).expect("client");
+    let identity = Identity::new("sa-replica");
+    let e = Elector::spawn(
+        Arc::new(LeaseLock::new(client.clone(), &ns, lease)),
+        ElectorConfig {
+            identity: identity.clone(),
+            timing,
+            release_on_shutdown: true,
+        },
+    );
+    let events = spawn_leader_events(client.clone(), &ns, lease, &identity, e.leadership());
+    wait_leader(&e.leadership(), patience(&timing), "the service account").await;
+    // The watch (list + watch) works under the Role too.
+    let watched = LeaseLock::new(client, &ns, lease).watch().await;
+    assert!(watched.is_ok(), "watch under the Role: {:?}", watched.err());
+
+    let became = wait_event(s, &ns, &format!("{} became leader", identity.holder())).await;
+    assert_eq!(became.reason.as_deref(), Some("LeaderElection"));
+    assert_eq!(became.involved_object.kind.as_deref(), Some("Lease"));
+    assert_eq!(became.involved_object.name.as_deref(), Some(lease));
+    assert!(e.shutdown().await.expect("release"));
+    wait_event(s, &ns, &format!("{} stopped leading", identity.holder())).await;
+    tokio::time::timeout(Duration::from_secs(30), events)
+        .await
+        .expect("the events task ends with the elector")
+        .expect("events task");
+
+    // A service account without any RBAC: a clear, permanent error.
+    let none = s
+        .service_account_token(&ns, "nobody")
+        .await
+        .expect("a second token");
+    let lock = LeaseLock::new(s.client_for_token(&none).expect("client"), &ns, lease);
+    let c = Candidate {
+        identity: Identity::new("nobody"),
+        lease_duration: timing.lease_duration,
+    };
+    match lock.try_acquire_or_renew(&c).await {
+        Err(LockError::Refused(m)) => {
+            assert!(m.contains("forbidden") && m.contains("RBAC"), "{m}");
+            assert!(m.contains(&ns) && m.contains(lease), "names the Lease: {m}");
+        }
+        other => panic!("expected a refusal naming RBAC, got {other:?}"),
+    }
+    assert!(matches!(lock.watch().await, Err(LockError::Refused(_))));
+
+    // A bad token: refused as unauthorized.
+    let bad = LeaseLock::new(
+        s.client_for_token("not-a-token").expect("client"),
+        &ns,
+        lease,
+    );
+    match bad.get().await {
+        Err(LockError::Refused(m)) => assert!(m.contains("unauthorized"), "{m}"),
+        other => panic!("expected unauthorized, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_is_built_from_a_kubeconfig_and_errors_name_the_setting() {
+    common::init_tracing();
+    let s = common::server().await;
+    let (c, ns) = client(Some(s.kubeconfig_path()), None)
+        .await
+        .expect("client from the kubeconfig");
+    assert!(!ns.is_empty());
+    let lock = LeaseLock::new(c, &ns, "from-kubeconfig");
+    lock.get().await.expect("a read through that client");
+
+    let missing = std::path::Path::new("/nonexistent/kubeconfig");
+    match client(Some(missing), None).await {
+        Err(LockError::Refused(m)) => {
+            assert!(
+                m.contains("/nonexistent/kubeconfig") && m.contains("--kubeconfig"),
+                "{m}"
+            )
+        }
+        other => panic!("expected a refusal, got {:?}", other.map(|(_, ns)| ns)),
+    }
+    match client(Some(s.kubeconfig_path()), Some("no-such-context")).await {
+        Err(LockError::Refused(m)) => assert!(m.contains("no-such-context"), "{m}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|(_, ns)| ns)),
+    }
+}
+
+#[test]
+fn timing_must_be_whole_seconds() {
+    let ok = leader_lock::Timing::default();
+    assert!(LeaseLock::validate(&ok).is_ok());
+    let frac = leader_lock::Timing::new(
+        Duration::from_millis(1500),
+        Duration::from_secs(1),
+        Duration::from_millis(200),
+    )
+    .expect("valid");
+    let err = LeaseLock::validate(&frac).expect_err("fractional lease");
+    assert!(err.contains("lease-duration"), "{err}");
+}
