@@ -562,8 +562,9 @@ fn map_error(endpoints: &str, what: &str, e: etcd_client::Error) -> LockError {
 /// A clear error for a failed connect: permanent for auth, a TLS or address hint otherwise.
 async fn connect_error(config: &EtcdConfig, what: &str, e: etcd_client::Error) -> LockError {
     let endpoints = config.endpoints.join(",");
+    let from_server = matches!(e, etcd_client::Error::GRpcStatus(_));
     match map_error(&endpoints, what, e) {
-        LockError::Refused(m) => LockError::Refused(format!(
+        LockError::Refused(m) if from_server => LockError::Refused(format!(
             "{m}; check etcd-username and the password, and the user's role on etcd-key-prefix"
         )),
         LockError::Unavailable(m) => {
