@@ -192,3 +192,88 @@ async fn unreachable_server_is_a_clear_error() {
     .unwrap_err();
     assert!(e.contains("redis-url"), "{e}");
 }
+
+/// The ACL documented in docs/redis.md is enough: elect, watch, hand over, release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_privilege_acl_user_is_enough() {
+    common::init_tracing();
+    let mut opts = RedisServer::builder();
+    for a in [
+        "--user",
+        "gl",
+        "on",
+        ">gl-secret",
+        "~gateway-leader:*",
+        "&gateway-leader:*",
+        "&__keyspace@*__:gateway-leader:*",
+        "+ping",
+        "+eval",
+        "+evalsha",
+        "+script|load",
+        "+get",
+        "+set",
+        "+del",
+        "+pttl",
+        "+incr",
+        "+exists",
+        "+time",
+        "+info",
+        "+publish",
+        "+subscribe",
+    ] {
+        opts = opts.arg(a);
+    }
+    let server = opts.start().await.expect("redis-server starts");
+    let timing = common::timing();
+    let mut c = common::config(&server.url(), &timing);
+    c.username = Some("gl".into());
+    c.password = Some("gl-secret".into());
+    let checker = testkit::SplitBrainChecker::new();
+    let mut pool = Vec::new();
+    for id in ["a", "b"] {
+        let lock = RedisLock::connect(c.clone(), "acl")
+            .await
+            .expect("connects");
+        let e = Elector::spawn(
+            Arc::new(lock),
+            ElectorConfig {
+                identity: Identity::new(id),
+                timing,
+                release_on_shutdown: true,
+            },
+        );
+        checker.watch(e.leadership());
+        pool.push(e);
+    }
+    let leader = tokio::time::timeout(patience(&timing), async {
+        loop {
+            if let Some(i) = pool.iter().position(|e| e.leadership().is_leader()) {
+                return i;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("someone leads");
+    let follower = pool.remove(1 - leader);
+    let leader = pool.remove(0);
+    tokio::time::sleep(timing.retry_period * 2).await;
+    let started = tokio::time::Instant::now();
+    assert!(leader.shutdown().await.expect("release"), "released");
+    wait_leader(
+        &follower.leadership(),
+        timing.lease_duration,
+        "the follower after a release",
+    )
+    .await;
+    eprintln!(
+        "graceful handover with a least-privilege ACL user: {:?}",
+        started.elapsed()
+    );
+    follower.abort().await;
+    checker.finish().await;
+    assert!(
+        !server.log().contains("NOPERM"),
+        "no permission errors in the log"
+    );
+}

@@ -247,3 +247,49 @@ async fn foreign_values_are_never_overwritten() {
         Err(LockError::Malformed(_))
     ));
 }
+
+/// A crashed holder's expiry reaches the watch: by the stream's own PTTL timer, and by keyspace
+/// notifications when the server sends them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_reports_expiry() {
+    common::init_tracing();
+    for keyspace in [false, true] {
+        let mut opts = testkit::redis::RedisServer::builder();
+        if keyspace {
+            opts = opts.arg("--notify-keyspace-events").arg("Kx");
+        }
+        let server = opts.start().await.expect("redis-server starts");
+        let r = common::Redis { server };
+        let lock = r.connect("expiry").await;
+        let a = candidate("a");
+        let mut events = lock.watch().await.expect("watch");
+        let term = wait_for_uptime(&lock, &a).await;
+        let acquired = tokio::time::Instant::now();
+        // a "crashes": no renew from now on.
+        let mut saw_record = false;
+        let gone = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                match events.next().await {
+                    Some(Ok(LockEvent::Changed(Some(rec)))) => {
+                        assert_eq!((rec.holder.as_str(), rec.term), (a.holder().as_str(), term));
+                        saw_record = true;
+                    }
+                    Some(Ok(LockEvent::Changed(None))) => return,
+                    Some(Ok(LockEvent::Resynced)) => {}
+                    Some(Err(e)) => panic!("watch broke: {e}"),
+                    None => panic!("watch ended"),
+                }
+            }
+        })
+        .await;
+        assert!(gone.is_ok(), "no expiry event (keyspace: {keyspace})");
+        let after = acquired.elapsed();
+        assert!(saw_record, "the acquisition was announced");
+        assert!(
+            after + Duration::from_millis(50) >= a.lease_duration,
+            "expiry reported {after:?} after the acquisition, before the lease ended"
+        );
+        assert_eq!(lock.get().await.expect("get"), None, "the key is gone");
+        eprintln!("expiry reported {after:?} after the acquisition (keyspace events: {keyspace})");
+    }
+}
