@@ -222,9 +222,11 @@ impl Run {
                     holder: Some(rec.holder.clone()),
                     term: Some(rec.term),
                 });
-                // The holder just wrote its lease, so it cannot lapse before a full lease from now.
+                // Never later than a lease from now, and never later than the backend's own
+                // expiry hint from the last attempt: a replayed record (a reopened watch) must
+                // not postpone a takeover that is due.
                 let wait = rec.lease_duration.min(self.timing.lease_duration);
-                *next = Instant::now() + wait;
+                *next = (*next).min(Instant::now() + wait);
                 false
             }
             // Released, deleted, or the watch reconnected: look now.
