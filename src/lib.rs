@@ -1,1 +1,88 @@
-//! gateway-leader: leader election for Gateway API controllers.
+//! gateway-leader: leader election for Gateway API controllers, so that only one replica writes
+//! statuses. See the README for the settings and `docs/` for each backend.
+
+pub mod backend;
+pub mod cli;
+pub mod config;
+pub mod run;
+pub mod telemetry;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command, RunArgs};
+use crate::config::{ConfigError, Layers, Settings};
+
+/// Exit code for bad input (flags, environment, config file), as clap uses.
+pub const EXIT_USAGE: u8 = 2;
+
+/// This replica's name when none is configured: `POD_NAME`, else the hostname.
+pub fn default_identity() -> String {
+    std::env::var("POD_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| {
+            gethostname::gethostname()
+                .to_string_lossy()
+                .trim()
+                .to_string()
+        })
+}
+
+/// Loads and validates the settings of `run` from flags, the environment and the config file.
+pub fn load_settings(
+    args: &RunArgs,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<(Layers, Settings), ConfigError> {
+    let layers = Layers::load(args.config.as_deref(), env, &args.overrides())?;
+    let settings = layers.settings(default_identity)?;
+    telemetry::validate_filter(&settings.log_level).map_err(|message| ConfigError {
+        key: "log_level".into(),
+        message,
+    })?;
+    backend::validate(&settings)?;
+    Ok((layers, settings))
+}
+
+/// The whole program: parse, validate, run. Returns the process exit code.
+pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(EXIT_USAGE));
+        }
+    };
+    match cli.command {
+        Command::Run(args) => {
+            let (layers, settings) = match load_settings(&args, std::env::vars()) {
+                Ok(x) => x,
+                Err(e) => {
+                    eprintln!("gateway-leader: {e}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            };
+            if args.print_config {
+                print!("{}", layers.render());
+                return ExitCode::SUCCESS;
+            }
+            telemetry::init(settings.log_format, &settings.log_level);
+            let rt = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("gateway-leader: cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match rt.block_on(run::run(settings)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = format!("{e:#}"), "gateway-leader failed");
+                    eprintln!("gateway-leader: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

@@ -1,1 +1,5 @@
-fn main() {}
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    gateway_leader::main_with_args(std::env::args_os())
+}

@@ -1,0 +1,111 @@
+//! Builds the configured backend's lock: validated first, connected only afterwards.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use leader_lock::LeaderLock;
+use leader_lock_etcd::{EtcdConfig, EtcdLock};
+use leader_lock_kubernetes::LeaseLock;
+use leader_lock_redis::{RedisConfig, RedisLock};
+
+use crate::config::{Backend, ConfigError, Settings};
+
+/// Per-request timeout for backend calls: well inside the renew deadline.
+fn request_timeout(s: &Settings) -> std::time::Duration {
+    s.timing.renew_deadline / 2
+}
+
+fn etcd_config(s: &Settings) -> EtcdConfig {
+    let e = &s.etcd;
+    let mut c = EtcdConfig::new(e.endpoints.clone());
+    c.ca_file = e.ca_file.clone();
+    c.cert_file = e.cert_file.clone();
+    c.key_file = e.key_file.clone();
+    c.username = e.username.clone();
+    c.password = e.password.as_ref().map(|p| p.expose().to_string());
+    c.key_prefix = e.key_prefix.clone();
+    c.request_timeout = request_timeout(s);
+    c
+}
+
+fn redis_config(s: &Settings) -> RedisConfig {
+    let r = &s.redis;
+    let mut c = RedisConfig::new(r.url.clone());
+    c.username = r.username.clone();
+    c.password = r.password.as_ref().map(|p| p.expose().to_string());
+    c.ca_file = r.ca_file.clone();
+    c.key_prefix = r.key_prefix.clone();
+    c.request_timeout = request_timeout(s);
+    c
+}
+
+/// The backend's own checks (granularity, URLs, files), without touching the network.
+pub fn validate(s: &Settings) -> Result<(), ConfigError> {
+    if s.disabled {
+        return Ok(());
+    }
+    let r = match s.backend {
+        Backend::Kubernetes => LeaseLock::validate(&s.timing),
+        Backend::Etcd => EtcdLock::validate(&etcd_config(s), &s.timing),
+        Backend::Redis => RedisLock::validate(&redis_config(s), &s.timing),
+    };
+    r.map_err(|message| ConfigError {
+        key: format!("{} backend settings", s.backend),
+        message,
+    })
+}
+
+/// What `connect` made: the lock, and for Kubernetes the client and Lease coordinates for Events.
+pub struct Connected {
+    /// The lock.
+    pub lock: Arc<dyn LeaderLock>,
+    /// Kubernetes client, namespace and Lease name, when the backend is Kubernetes.
+    pub kube: Option<(kube::Client, String)>,
+}
+
+/// Connects to the configured backend.
+pub async fn connect(s: &Settings) -> anyhow::Result<Connected> {
+    match s.backend {
+        Backend::Kubernetes => {
+            let (client, default_ns) = leader_lock_kubernetes::client(
+                s.kube.kubeconfig.as_deref(),
+                s.kube.context.as_deref(),
+            )
+            .await
+            .context("connecting to Kubernetes")?;
+            let ns = s
+                .kube
+                .namespace
+                .clone()
+                .or_else(|| {
+                    std::env::var("POD_NAMESPACE")
+                        .ok()
+                        .filter(|n| !n.is_empty())
+                })
+                .unwrap_or(default_ns);
+            let lock = LeaseLock::new(client.clone(), &ns, &s.lock_name);
+            Ok(Connected {
+                lock: Arc::new(lock),
+                kube: Some((client, ns)),
+            })
+        }
+        Backend::Etcd => {
+            let lock = EtcdLock::connect(etcd_config(s), &s.lock_name)
+                .await
+                .context("connecting to etcd")?;
+            Ok(Connected {
+                lock: Arc::new(lock),
+                kube: None,
+            })
+        }
+        Backend::Redis => {
+            let lock = RedisLock::connect(redis_config(s), &s.lock_name)
+                .await
+                .context("connecting to Redis")?;
+            Ok(Connected {
+                lock: Arc::new(lock),
+                kube: None,
+            })
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! A `gateway-leader run` child process whose JSON log lines the test can wait for.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// One log line of a replica, parsed.
+#[derive(Debug, Clone)]
+pub struct Line {
+    /// The log's own timestamp.
+    pub at: SystemTime,
+    /// The whole JSON object.
+    pub json: serde_json::Value,
+}
+
+impl Line {
+    /// The log message.
+    pub fn message(&self) -> &str {
+        self.json["message"].as_str().unwrap_or_default()
+    }
+}
+
+/// A running `gateway-leader run` with JSON logs.
+pub struct Replica {
+    pub name: String,
+    child: Child,
+    lines: Receiver<Line>,
+    seen: Vec<Line>,
+}
+
+impl Replica {
+    /// Starts `gateway-leader run` with `args` plus JSON logs and the identity `name`.
+    pub fn start(name: &str, args: &[&str]) -> Replica {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gateway-leader"))
+            .arg("run")
+            .args(args)
+            .args(["--log-format", "json", "--leader-election-identity", name])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("gateway-leader starts");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = channel();
+        let who = name.to_string();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let json: serde_json::Value = match serde_json::from_str(&line) {
+                    Ok(j) => j,
+                    Err(_) => {
+                        eprintln!("[{who}] {line}");
+                        continue;
+                    }
+                };
+                let at = json["timestamp"]
+                    .as_str()
+                    .and_then(|t| humantime::parse_rfc3339(t).ok())
+                    .unwrap_or_else(SystemTime::now);
+                eprintln!("[{who}] {line}");
+                if tx.send(Line { at, json }).is_err() {
+                    return;
+                }
+            }
+        });
+        Replica {
+            name: name.to_string(),
+            child,
+            lines: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a log line whose message contains `needle`; panics after `limit`.
+    pub fn wait_for(&mut self, needle: &str, limit: Duration) -> Line {
+        if let Some(l) = self.seen.iter().find(|l| l.message().contains(needle)) {
+            return l.clone();
+        }
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if l.message().contains(needle) {
+                        return l;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!(
+                        "{}: no log line with {needle:?} within {limit:?}",
+                        self.name
+                    )
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("{}: exited before logging {needle:?}", self.name)
+                }
+            }
+        }
+    }
+
+    /// Non-blocking: has a line with `needle` been logged yet?
+    pub fn has(&mut self, needle: &str) -> bool {
+        while let Ok(l) = self.lines.try_recv() {
+            self.seen.push(l);
+        }
+        self.seen.iter().any(|l| l.message().contains(needle))
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let pid = i32::try_from(self.child.id()).expect("pid fits");
+        kill(Pid::from_raw(pid), Signal::SIGTERM).expect("SIGTERM");
+    }
+
+    /// Waits for the process to exit; returns its exit code.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return s.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not exit within {limit:?}",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs two replicas on `args`, stops the leader with SIGTERM, and returns how long the follower
+/// took to lead, measured between the leader's release and the follower's first "leading" log.
+pub fn graceful_handover(args: &[&str]) -> Duration {
+    let patience = Duration::from_secs(60);
+    let mut a = Replica::start("replica-a", args);
+    a.wait_for("leadership: leading", patience);
+    let mut b = Replica::start("replica-b", args);
+    b.wait_for("leadership: following", patience);
+    // Give b's watch a moment to be established before the release.
+    std::thread::sleep(Duration::from_millis(500));
+    a.terminate();
+    let released = a.wait_for("released leadership", patience);
+    let led = b.wait_for("leadership: leading", patience);
+    assert_eq!(
+        a.wait_exit(patience),
+        Some(0),
+        "a exits cleanly after SIGTERM"
+    );
+    led.at.duration_since(released.at).unwrap_or(Duration::ZERO)
+}

@@ -1,0 +1,65 @@
+//! Two `gateway-leader run` processes on one real backend: a graceful stop of the leader hands
+//! over to the follower by watch, long before the 15 s lease could have expired.
+
+mod common;
+
+use std::time::Duration;
+
+use common::graceful_handover;
+
+/// Far below the 15 s default lease: a handover this fast came from the release, not from expiry.
+const PROMPT: Duration = Duration::from_secs(5);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_graceful_handover_between_processes() {
+    let server = testkit::redis::RedisServer::start()
+        .await
+        .expect("redis-server starts");
+    let url = server.url();
+    let took = tokio::task::spawn_blocking(move || {
+        graceful_handover(&["--lock-backend", "redis", "--redis-url", &url])
+    })
+    .await
+    .expect("handover");
+    eprintln!("redis: graceful handover between processes took {took:?}");
+    assert!(took < PROMPT, "redis handover took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_graceful_handover_between_processes() {
+    let server = testkit::etcd::EtcdServer::start()
+        .await
+        .expect("etcd starts");
+    let endpoint = server.endpoint();
+    let took = tokio::task::spawn_blocking(move || {
+        graceful_handover(&["--lock-backend", "etcd", "--etcd-endpoints", &endpoint])
+    })
+    .await
+    .expect("handover");
+    eprintln!("etcd: graceful handover between processes took {took:?}");
+    assert!(took < PROMPT, "etcd handover took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_graceful_handover_between_processes() {
+    let server = testkit::kube::KubeApiServer::start()
+        .await
+        .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
+    let ns = "handover";
+    server.create_namespace(ns).await.expect("namespace");
+    let kubeconfig = server.kubeconfig_path().display().to_string();
+    let took = tokio::task::spawn_blocking(move || {
+        graceful_handover(&[
+            "--lock-backend",
+            "kubernetes",
+            "--kubeconfig",
+            &kubeconfig,
+            "--leader-election-namespace",
+            ns,
+        ])
+    })
+    .await
+    .expect("handover");
+    eprintln!("kubernetes: graceful handover between processes took {took:?}");
+    assert!(took < PROMPT, "kubernetes handover took {took:?}");
+}
