@@ -80,7 +80,13 @@ fn classify(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
              password (redis-password-file or GATEWAY_LEADER_REDIS_PASSWORD)"
         ));
     }
-    if matches!(e.kind(), ErrorKind::Server(ServerErrorKind::NoPerm)) || code == "NOPERM" {
+    let text = e.to_string();
+    // Inside a script a denied command comes back as a plain ERR with this wording.
+    let denied_in_script = text.contains("can't run this command");
+    if matches!(e.kind(), ErrorKind::Server(ServerErrorKind::NoPerm))
+        || code == "NOPERM"
+        || denied_in_script
+    {
         return LockError::Refused(format!(
             "redis at {endpoint}: the ACL user lacks a permission ({e}); it needs the commands \
              EVAL, EVALSHA, SCRIPT LOAD, GET, SET, DEL, PTTL, INCR, EXISTS, TIME, INFO, PUBLISH, \
@@ -93,7 +99,6 @@ fn classify(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
     if code == "GLBADTERM" || code == "WRONGTYPE" {
         return LockError::Malformed(format!("redis at {endpoint}: {e}"));
     }
-    let text = e.to_string();
     if text.contains("certificate") || text.contains("UnknownIssuer") {
         return LockError::Refused(format!(
             "redis at {endpoint}: the server's TLS certificate is not trusted ({e}); set \

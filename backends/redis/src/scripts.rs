@@ -47,7 +47,9 @@ local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
 if up == nil then
   return redis.error_reply('GLUPTIME INFO server has no uptime_in_seconds')
 end
-local wait = tonumber(lease) - up * 1000
+-- uptime_in_seconds is the difference of two whole-second clocks: it may exceed the real uptime
+-- by up to a second, so only up - 1 seconds are certain.
+local wait = tonumber(lease) - (up - 1) * 1000
 if wait > 0 then
   return {4, num(wait)}
 end

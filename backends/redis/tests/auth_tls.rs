@@ -277,3 +277,51 @@ async fn least_privilege_acl_user_is_enough() {
         "no permission errors in the log"
     );
 }
+
+/// A user without a permission the scripts need gets a permanent, explicit error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_acl_permission_is_refused_clearly() {
+    common::init_tracing();
+    let mut opts = RedisServer::builder();
+    // Everything the lock needs but INFO (called from the acquire script).
+    for a in [
+        "--user",
+        "gl",
+        "on",
+        ">gl-secret",
+        "~gateway-leader:*",
+        "&gateway-leader:*",
+        "+ping",
+        "+eval",
+        "+evalsha",
+        "+script|load",
+        "+get",
+        "+set",
+        "+del",
+        "+pttl",
+        "+incr",
+        "+exists",
+        "+time",
+        "+publish",
+        "+subscribe",
+    ] {
+        opts = opts.arg(a);
+    }
+    let server = opts.start().await.expect("redis-server starts");
+    let timing = common::timing();
+    let mut c = common::config(&server.url(), &timing);
+    c.username = Some("gl".into());
+    c.password = Some("gl-secret".into());
+    let lock = RedisLock::connect(c, "noinfo").await.expect("connects");
+    let candidate = leader_lock::Candidate {
+        identity: Identity::new("a"),
+        lease_duration: timing.lease_duration,
+    };
+    use leader_lock::LeaderLock;
+    match lock.try_acquire_or_renew(&candidate).await {
+        Err(LockError::Refused(m)) => {
+            assert!(m.contains("ACL") && m.contains("INFO"), "{m}")
+        }
+        other => panic!("expected a refusal naming the ACL: {other:?}"),
+    }
+}
