@@ -10,10 +10,8 @@ mod client;
 mod error;
 mod events;
 mod lease;
-mod rbac;
 mod spec;
 
 pub use client::{client, install_crypto_provider};
 pub use events::spawn_leader_events;
 pub use lease::{LeaseLock, DEFAULT_MAX_LEASE_DURATION};
-pub use rbac::{role_rules, ROLE_RULES_YAML};

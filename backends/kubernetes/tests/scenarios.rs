@@ -8,15 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Event;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding, RoleRef, Subject};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{ListParams, PostParams};
 use kube::Api;
 use leader_lock::conformance::{patience, wait_leader, wait_state};
 use leader_lock::{
     Candidate, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, LockError,
 };
-use leader_lock_kubernetes::{client, role_rules, spawn_leader_events, LeaseLock};
+use leader_lock_kubernetes::{client, spawn_leader_events, LeaseLock};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -170,41 +169,32 @@ async fn client_go_holder_is_respected_then_taken_and_fields_match_client_go() {
     e2.abort().await;
 }
 
+/// The Role and RoleBinding that ship in `deploy/`, bound to `sa` in `ns`: the tests prove they suffice.
 async fn grant_role(s: &testkit::kube::KubeApiServer, ns: &str, sa: &str) {
-    let role = Role {
-        metadata: ObjectMeta {
-            name: Some("gateway-leader".into()),
-            namespace: Some(ns.into()),
-            ..ObjectMeta::default()
-        },
-        rules: Some(role_rules()),
-    };
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/kubernetes/rbac-leader-election.yaml"
+    );
+    let text = std::fs::read_to_string(path).expect("reading the shipped RBAC manifest");
+    let mut docs = text.split("\n---\n");
+    let mut role: Role =
+        serde_yaml::from_str(docs.next().expect("a Role")).expect("the shipped Role parses");
+    let mut binding: RoleBinding = serde_yaml::from_str(docs.next().expect("a RoleBinding"))
+        .expect("the shipped RoleBinding parses");
+    role.metadata.namespace = Some(ns.into());
+    binding.metadata.namespace = Some(ns.into());
+    for subject in binding.subjects.iter_mut().flatten() {
+        subject.name = sa.into();
+        subject.namespace = Some(ns.into());
+    }
     Api::<Role>::namespaced(s.admin_client(), ns)
         .create(&PostParams::default(), &role)
         .await
-        .expect("creating the documented Role");
-    let binding = RoleBinding {
-        metadata: ObjectMeta {
-            name: Some("gateway-leader".into()),
-            namespace: Some(ns.into()),
-            ..ObjectMeta::default()
-        },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "Role".into(),
-            name: "gateway-leader".into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: sa.into(),
-            namespace: Some(ns.into()),
-            ..Subject::default()
-        }]),
-    };
+        .expect("creating the shipped Role");
     Api::<RoleBinding>::namespaced(s.admin_client(), ns)
         .create(&PostParams::default(), &binding)
         .await
-        .expect("binding the Role");
+        .expect("binding the shipped Role");
 }
 
 async fn wait_event(s: &testkit::kube::KubeApiServer, ns: &str, message: &str) -> Event {
