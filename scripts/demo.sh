@@ -64,6 +64,8 @@ start_replica() {
     2>"$work/$1.log" &
   rpid[$1]=$!
   pids+=($!)
+  # No job-control chatter when the demo kills a replica on purpose.
+  disown "$!"
 }
 for r in replica-a replica-b replica-c; do start_replica "$r"; done
 
