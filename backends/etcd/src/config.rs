@@ -13,7 +13,7 @@ pub const MIN_LEASE: Duration = Duration::from_secs(2);
 pub struct EtcdConfig {
     /// Client URLs, `http://host:port` or `https://host:port`; several are balanced.
     pub endpoints: Vec<String>,
-    /// CA bundle (PEM) that signs the servers' certificates; needed for `https://` endpoints.
+    /// CA bundle (PEM) that signs the servers' certificates; without it, the system's trusted roots.
     pub ca_file: Option<PathBuf>,
     /// Client certificate (PEM), for servers that require one; goes with `key_file`.
     pub cert_file: Option<PathBuf>,
@@ -116,9 +116,6 @@ pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), Strin
                 .into(),
         );
     }
-    if tls && config.ca_file.is_none() {
-        return Err("etcd-ca-file is required with https:// etcd-endpoints (the CA that signs the etcd servers' certificates)".into());
-    }
     match (&config.cert_file, &config.key_file) {
         (Some(_), None) => return Err("etcd-cert-file is set without etcd-key-file".into()),
         (None, Some(_)) => return Err("etcd-key-file is set without etcd-cert-file".into()),
@@ -213,11 +210,10 @@ mod tests {
             .unwrap_err()
             .contains("/nonexistent/key.pem"));
 
+        // Without a CA file the system's trusted roots verify the servers.
         let mut no_ca = ok.clone();
         no_ca.endpoints = vec!["https://127.0.0.1:2379".into()];
-        assert!(validate(&no_ca, &timing())
-            .unwrap_err()
-            .contains("etcd-ca-file"));
+        assert!(validate(&no_ca, &timing()).is_ok());
 
         let mut user = ok.clone();
         user.username = Some("root".into());

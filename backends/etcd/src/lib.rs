@@ -506,11 +506,8 @@ fn tls_options(config: &EtcdConfig) -> Result<TlsOptions, LockError> {
     let mut tls = TlsOptions::new();
     match &config.ca_file {
         Some(ca) => tls = tls.ca_certificate(Certificate::from_pem(read("etcd-ca-file", ca)?)),
-        None => {
-            return Err(LockError::Refused(
-                "etcd-ca-file is required with https:// etcd-endpoints".into(),
-            ))
-        }
+        // A server certificate from a public CA: the system's trusted roots verify it.
+        None => tls = tls.with_native_roots(),
     }
     match (&config.cert_file, &config.key_file) {
         (Some(cert), Some(key)) => {

@@ -174,6 +174,16 @@ async fn tls_with_client_certificates() {
     eprintln!("with the wrong CA: {err}");
     assert!(err.to_string().contains("etcd-ca-file"), "{err}");
 
+    // No CA file: the system's roots do not know the test CA, so the server is not trusted.
+    let mut system_roots = good.clone();
+    system_roots.ca_file = None;
+    let err = EtcdLock::connect(system_roots, "tls")
+        .await
+        .err()
+        .expect("a test CA is not a system root");
+    eprintln!("with the system roots: {err}");
+    assert!(err.to_string().contains("etcd-ca-file"), "{err}");
+
     // Garbage instead of a certificate.
     let junk = write(certs.path(), "junk.pem", "not a certificate".into());
     let mut bad = good.clone();
