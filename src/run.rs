@@ -22,8 +22,25 @@ async fn shutdown_signal() -> anyhow::Result<&'static str> {
 fn log_changes(leadership: &Leadership) -> tokio::task::JoinHandle<()> {
     let mut rx = leadership.subscribe();
     tokio::spawn(async move {
+        let mut last: Option<LeaderState> = None;
         loop {
             let state = rx.borrow_and_update().clone();
+            // A renewal only moves the validity deadline: not a change of leadership.
+            let same = match (&last, &state) {
+                (
+                    Some(LeaderState::Leader { term: a, .. }),
+                    LeaderState::Leader { term: b, .. },
+                ) => a == b,
+                (Some(prev), cur) => prev == cur,
+                (None, _) => false,
+            };
+            last = Some(state.clone());
+            if same {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            }
             match state {
                 LeaderState::Leader { term, .. } => info!(%term, "leadership: leading"),
                 LeaderState::Follower { holder, term } => info!(

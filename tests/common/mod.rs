@@ -79,7 +79,20 @@ impl Replica {
 
     /// Waits for a log line whose message contains `needle`; panics after `limit`.
     pub fn wait_for(&mut self, needle: &str, limit: Duration) -> Line {
-        if let Some(l) = self.seen.iter().find(|l| l.message().contains(needle)) {
+        self.wait_for_since(needle, SystemTime::UNIX_EPOCH, limit)
+    }
+
+    /// Waits for a log line logged at or after `since` whose message contains `needle`.
+    pub fn wait_for_since(&mut self, needle: &str, since: SystemTime, limit: Duration) -> Line {
+        self.wait_match(&format!("{needle:?}"), limit, |l| {
+            l.at >= since && l.message().contains(needle)
+        })
+    }
+
+    /// Waits for a log line that satisfies `hit`; `what` names it in the panic message.
+    pub fn wait_match(&mut self, what: &str, limit: Duration, hit: impl Fn(&Line) -> bool) -> Line {
+        let needle = what;
+        if let Some(l) = self.seen.iter().find(|l| hit(l)) {
             return l.clone();
         }
         let deadline = Instant::now() + limit;
@@ -88,35 +101,46 @@ impl Replica {
             match self.lines.recv_timeout(left) {
                 Ok(l) => {
                     self.seen.push(l.clone());
-                    if l.message().contains(needle) {
+                    if hit(&l) {
                         return l;
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {
-                    panic!(
-                        "{}: no log line with {needle:?} within {limit:?}",
-                        self.name
-                    )
+                    panic!("{}: no log line with {needle} within {limit:?}", self.name)
                 }
                 Err(RecvTimeoutError::Disconnected) => {
-                    panic!("{}: exited before logging {needle:?}", self.name)
+                    panic!("{}: exited before logging {needle}", self.name)
                 }
             }
         }
     }
 
-    /// Non-blocking: has a line with `needle` been logged yet?
-    pub fn has(&mut self, needle: &str) -> bool {
-        while let Ok(l) = self.lines.try_recv() {
-            self.seen.push(l);
-        }
-        self.seen.iter().any(|l| l.message().contains(needle))
+    fn signal(&self, sig: Signal) {
+        let pid = i32::try_from(self.child.id()).expect("pid fits");
+        kill(Pid::from_raw(pid), sig).unwrap_or_else(|e| panic!("{sig} to {}: {e}", self.name));
     }
 
     /// Sends SIGTERM.
     pub fn terminate(&self) {
-        let pid = i32::try_from(self.child.id()).expect("pid fits");
-        kill(Pid::from_raw(pid), Signal::SIGTERM).expect("SIGTERM");
+        self.signal(Signal::SIGTERM)
+    }
+
+    /// Freezes the whole process (SIGSTOP): its timers stop too, as in a paused VM.
+    pub fn pause(&self) {
+        self.signal(Signal::SIGSTOP)
+    }
+
+    /// Thaws it (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(Signal::SIGCONT)
+    }
+
+    /// Every line logged so far (after draining what arrived).
+    pub fn lines(&mut self) -> &[Line] {
+        while let Ok(l) = self.lines.try_recv() {
+            self.seen.push(l);
+        }
+        &self.seen
     }
 
     /// Waits for the process to exit; returns its exit code.
@@ -136,8 +160,18 @@ impl Replica {
     }
 }
 
+impl Replica {
+    fn signal_quietly(&self, sig: Signal) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = kill(Pid::from_raw(pid), sig);
+        }
+    }
+}
+
 impl Drop for Replica {
     fn drop(&mut self) {
+        // A frozen child ignores nothing but must be thawed to be reaped promptly.
+        self.signal_quietly(Signal::SIGCONT);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -237,6 +237,17 @@ impl Run {
 
     async fn attempt(&mut self, me: &str) -> Instant {
         let sent = Instant::now();
+        // A process that was frozen past its validity wakes here: step down before anything else.
+        if let Some((term, until)) = self.held {
+            if sent >= until {
+                warn!(%term, late = ?(sent - until), "renew deadline passed without a successful renew; stepping down");
+                self.held = None;
+                self.publish(LeaderState::Follower {
+                    holder: None,
+                    term: None,
+                });
+            }
+        }
         // A leader's renew cannot help after its validity ends; a candidate gets the renew deadline.
         let limit = match self.held {
             Some((_, until)) => until.saturating_duration_since(sent),
