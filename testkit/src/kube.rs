@@ -248,12 +248,20 @@ impl KubeApiServer {
     /// Starts a kube-apiserver with its own etcd (or connects to `GATEWAY_LEADER_TEST_KUBECONFIG`)
     /// and waits until `/readyz` answers ok with the admin token.
     pub async fn start() -> Result<KubeApiServer> {
-        Self::start_inner(false).await
+        Self::start_inner(false, true).await
     }
 
-    async fn start_inner(shared: bool) -> Result<KubeApiServer> {
+    /// Always starts a local kube-apiserver, even when `GATEWAY_LEADER_TEST_KUBECONFIG` names a
+    /// cluster: for tests that restart or freeze the apiserver, which no shared cluster allows.
+    pub async fn start_local() -> Result<KubeApiServer> {
+        Self::start_inner(false, false).await
+    }
+
+    async fn start_inner(shared: bool, allow_external: bool) -> Result<KubeApiServer> {
         if let Some(path) = std::env::var_os(TEST_KUBECONFIG_ENV).filter(|p| !p.is_empty()) {
-            return Self::external(PathBuf::from(path)).await;
+            if allow_external {
+                return Self::external(PathBuf::from(path)).await;
+            }
         }
         let binary = binary()?;
         let mut etcd = Some(
@@ -310,7 +318,9 @@ impl KubeApiServer {
     ///
     /// Tests that restart or pause the server must [`start`](Self::start) their own.
     pub async fn shared() -> Result<&'static KubeApiServer> {
-        SHARED.get_or_try_init(|| Self::start_inner(true)).await
+        SHARED
+            .get_or_try_init(|| Self::start_inner(true, true))
+            .await
     }
 
     async fn external(path: PathBuf) -> Result<KubeApiServer> {
