@@ -11,6 +11,9 @@
 # Cache:   ${GATEWAY_LEADER_CACHE_DIR:-$HOME/.cache/gateway-leader}/kube-apiserver-v1.20.2/kube-apiserver
 #          If it exists and `--version` prints v1.20.2 the script exits at once.
 #
+# On a machine whose apt sources have no Debian bookworm entry (Ubuntu, a newer
+# Debian), set GATEWAY_LEADER_DEBIAN_MIRROR to a Debian archive URI.
+#
 # Needs root (or the packages already installed) on Debian bookworm: it
 # installs golang-1.19-go, rsync, dpkg-dev and make with apt-get if missing.
 # The source is fetched through a PRIVATE apt configuration (APT_CONFIG) whose
@@ -184,7 +187,8 @@ export APT_CONFIG="$APT_DIR/apt.conf"
 
 add_suite() { # suite -> appends deb + deb-src lines; returns 1 if no URI known
   local suite="$1" uri
-  uri="$(uri_for_suite "$suite")"
+  # A machine without a bookworm entry (Ubuntu, a newer Debian) names a Debian archive itself.
+  uri="${GATEWAY_LEADER_DEBIAN_MIRROR:-$(uri_for_suite "$suite")}"
   if [[ -z "$uri" ]]; then
     return 1
   fi
@@ -206,7 +210,7 @@ source_versions() {
 
 : >"$APT_DIR/sources.list"
 add_suite bookworm \
-  || die "no Debian 'bookworm' 'main' entry found in /etc/apt/sources.list or /etc/apt/sources.list.d/ to take the mirror URI from"
+  || die "no Debian 'bookworm' 'main' entry found in /etc/apt/sources.list or /etc/apt/sources.list.d/ to take the mirror URI from; set GATEWAY_LEADER_DEBIAN_MIRROR to a Debian archive URI (or point GATEWAY_LEADER_KUBE_APISERVER at a kube-apiserver v1.20.2 binary, or GATEWAY_LEADER_TEST_KUBECONFIG at a cluster)"
 apt_update
 versions="$(source_versions)"
 chosen=""
