@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use leader_lock::conformance::{patience, wait_leader, wait_state};
+use leader_lock::conformance::{patience, wait_following, wait_leader, wait_state};
 use leader_lock::LeaderState;
 use testkit::etcd::EtcdServer;
 use testkit::SplitBrainChecker;
@@ -20,16 +20,7 @@ async fn restart_keeps_one_leader_and_terms_increase() {
     let t1 = wait_leader(&a.leadership(), patience(&timing), "a").await;
     let b = common::contender(&server, "restart", "b").await;
     checker.watch(b.leadership());
-    wait_state(&b.leadership(), patience(&timing), "b to follow", |s| {
-        matches!(
-            s,
-            LeaderState::Follower {
-                holder: Some(_),
-                ..
-            }
-        )
-    })
-    .await;
+    wait_following(&b.leadership(), patience(&timing), "b").await;
 
     server.kill();
     // Down longer than the renew deadline: the leader must stop passing check() on its own.

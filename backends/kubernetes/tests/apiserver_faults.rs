@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leader_lock::conformance::{patience, wait_leader, wait_state};
-use leader_lock::{Elector, ElectorConfig, Identity, LeaderState};
+use leader_lock::conformance::{patience, wait_following, wait_leader};
+use leader_lock::{Elector, ElectorConfig, Identity};
 use testkit::kube::KubeApiServer;
 use testkit::SplitBrainChecker;
 
@@ -41,16 +41,7 @@ async fn restart_and_freeze_of_the_apiserver_never_split_the_brain() {
     wait_leader(&a.leadership(), patience(&timing), "a").await;
     let b = elector(&s, &ns, "lease", "b");
     checker.watch(b.leadership());
-    wait_state(&b.leadership(), patience(&timing), "b to follow", |st| {
-        matches!(
-            st,
-            LeaderState::Follower {
-                holder: Some(_),
-                ..
-            }
-        )
-    })
-    .await;
+    wait_following(&b.leadership(), patience(&timing), "b").await;
 
     // Down for longer than the lease: the leader steps down by its renew deadline.
     s.kill().expect("kill");

@@ -212,6 +212,26 @@ pub async fn wait_state(
     }
 }
 
+/// Waits until the contender follows a known holder; returns the holder.
+pub async fn wait_following(l: &Leadership, limit: Duration, who: &str) -> String {
+    let s = wait_state(l, limit, &format!("{who} to follow a known holder"), |s| {
+        matches!(
+            s,
+            LeaderState::Follower {
+                holder: Some(_),
+                ..
+            }
+        )
+    })
+    .await;
+    match s {
+        LeaderState::Follower {
+            holder: Some(h), ..
+        } => h,
+        other => panic!("{who}: unexpected state {other:?}"),
+    }
+}
+
 /// Waits until `check()` passes; returns the term.
 pub async fn wait_leader(l: &Leadership, limit: Duration, who: &str) -> Term {
     let r = tokio::time::timeout(limit, l.wait_leader()).await;
@@ -337,16 +357,7 @@ pub async fn graceful_release_is_prompt<H: Harness + ?Sized>(h: &H) {
     let t1 = wait_leader(&a.leadership(), patience(&timing), "a").await;
     let (b, _) = contender(h, &name, "b", timing).await;
     checker.watch(b.leadership());
-    wait_state(&b.leadership(), patience(&timing), "b to follow", |s| {
-        matches!(
-            s,
-            LeaderState::Follower {
-                holder: Some(_),
-                ..
-            }
-        )
-    })
-    .await;
+    wait_following(&b.leadership(), patience(&timing), "b").await;
     // Let b's watch settle so the release is seen on it.
     tokio::time::sleep(base.retry_period).await;
     let released_at = Instant::now();

@@ -7,8 +7,8 @@ mod common;
 
 use std::sync::Arc;
 
-use leader_lock::conformance::{patience, wait_leader, wait_state};
-use leader_lock::{Elector, ElectorConfig, Identity, LeaderState};
+use leader_lock::conformance::{patience, wait_following, wait_leader};
+use leader_lock::{Elector, ElectorConfig, Identity};
 use leader_lock_redis::RedisLock;
 use testkit::SplitBrainChecker;
 use tokio::time::Instant;
@@ -46,16 +46,7 @@ async fn graceful_handover_figures() {
     for round in 1..=15 {
         let next = spawn(format!("r{round}")).await;
         checker.watch(next.leadership());
-        wait_state(&next.leadership(), patience(&timing), "to follow", |s| {
-            matches!(
-                s,
-                LeaderState::Follower {
-                    holder: Some(_),
-                    ..
-                }
-            )
-        })
-        .await;
+        wait_following(&next.leadership(), patience(&timing), "to follow").await;
         // Let the follower's subscription settle.
         tokio::time::sleep(base.retry_period).await;
         let released = Instant::now();
