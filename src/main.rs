@@ -1,3 +1,5 @@
+//! The `gateway-leader` command: see `gateway-leader --help` and the README.
+
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
