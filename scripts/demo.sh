@@ -13,18 +13,8 @@ backend=${1:-etcd}
 case "$backend" in etcd|redis) ;; *) echo "usage: scripts/demo.sh [etcd|redis]" >&2; exit 2 ;; esac
 
 say() { printf '\033[1m[demo]\033[0m %s\n' "$*"; }
-as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
-
-missing=()
-command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
-[ -e /usr/include/google/protobuf/timestamp.proto ] || missing+=(libprotobuf-dev)
-command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
-command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-if [ ${#missing[@]} -gt 0 ]; then
-  say "installing ${missing[*]}"
-  as_root apt-get update -q
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+. scripts/packages.sh
+ensure_packages
 
 say "building gateway-leader (release)"
 cargo build --release --quiet

@@ -11,27 +11,8 @@ cd "$(dirname "$0")/.."
 
 say() { printf '[test.sh] %s\n' "$*" >&2; }
 
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"
-  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
-  else say "need root to run: $*"; exit 1
-  fi
-}
-
-missing=()
-command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
-[ -e /usr/include/google/protobuf/timestamp.proto ] || missing+=(libprotobuf-dev)
-command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
-command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-if [ ${#missing[@]} -gt 0 ]; then
-  if ! command -v apt-get >/dev/null 2>&1; then
-    say "missing: ${missing[*]}; install them with your package manager and run again"
-    exit 1
-  fi
-  say "installing ${missing[*]}"
-  as_root apt-get update -q
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+. scripts/packages.sh
+ensure_packages
 
 if [ -z "${GATEWAY_LEADER_TEST_KUBECONFIG:-}" ] && [ -z "${GATEWAY_LEADER_KUBE_APISERVER:-}" ]; then
   say "making sure kube-apiserver v1.20.2 is built (first run: about 5 minutes)"

@@ -1,0 +1,25 @@
+# Sourced by scripts/test.sh and scripts/demo.sh: installs, with apt-get, what building
+# gateway-leader (etcd-client needs protoc) and running its real servers need, when missing.
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"
+  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+  else echo "need root to run: $*" >&2; exit 1
+  fi
+}
+
+ensure_packages() {
+  local missing=()
+  command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+  [ -e /usr/include/google/protobuf/timestamp.proto ] || missing+=(libprotobuf-dev)
+  command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+  command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "missing: ${missing[*]}; install them with your package manager and run again" >&2
+    exit 1
+  fi
+  echo "installing ${missing[*]}" >&2
+  as_root apt-get update -q
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
