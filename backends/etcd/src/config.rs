@@ -145,13 +145,9 @@ pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), Strin
     timing
         .require_whole_seconds(MIN_LEASE)
         .map_err(|e| format!("{e} (etcd lease TTLs are whole seconds, at least {MIN_LEASE:?})"))?;
-    if config.request_timeout.is_zero() || config.request_timeout >= timing.renew_deadline {
-        return Err(format!(
-            "the etcd request timeout ({:?}) must be above zero and below renew-deadline ({:?})",
-            config.request_timeout, timing.renew_deadline
-        ));
-    }
-    Ok(())
+    timing
+        .check_request_timeout("etcd", config.request_timeout)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

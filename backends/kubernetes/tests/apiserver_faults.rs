@@ -4,9 +4,8 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use leader_lock::conformance::{patience, wait_following, wait_leader};
+use leader_lock::conformance::{patience, wait_any_leader, wait_following, wait_leader};
 use leader_lock::{Elector, ElectorConfig, Identity};
 use testkit::kube::KubeApiServer;
 use testkit::SplitBrainChecker;
@@ -51,16 +50,12 @@ async fn restart_and_freeze_of_the_apiserver_never_split_the_brain() {
         "nobody may lead while the apiserver is down"
     );
     s.restart().await.expect("apiserver restarts");
-    let led = tokio::time::timeout(patience(&timing), async {
-        loop {
-            if a.leadership().is_leader() || b.leadership().is_leader() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
+    wait_any_leader(
+        &[a.leadership(), b.leadership()],
+        patience(&timing),
+        "a leader after the restart",
+    )
     .await;
-    assert!(led.is_ok(), "nobody led again after the restart");
 
     // Frozen (SIGSTOP) past the lease: connections hang instead of failing.
     s.pause().expect("pause");
@@ -70,16 +65,12 @@ async fn restart_and_freeze_of_the_apiserver_never_split_the_brain() {
         "nobody may lead while the apiserver is frozen"
     );
     s.resume().expect("resume");
-    let led = tokio::time::timeout(patience(&timing), async {
-        loop {
-            if a.leadership().is_leader() || b.leadership().is_leader() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
+    wait_any_leader(
+        &[a.leadership(), b.leadership()],
+        patience(&timing),
+        "a leader after the freeze",
+    )
     .await;
-    assert!(led.is_ok(), "nobody led again after the freeze");
 
     a.abort().await;
     b.abort().await;

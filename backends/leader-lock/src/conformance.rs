@@ -212,6 +212,28 @@ pub async fn wait_state(
     }
 }
 
+/// Waits until any of `contenders` passes `check()`; returns its index and term.
+pub async fn wait_any_leader(
+    contenders: &[Leadership],
+    limit: Duration,
+    what: &str,
+) -> (usize, Term) {
+    let found = tokio::time::timeout(limit, async {
+        loop {
+            if let Some(hit) = contenders
+                .iter()
+                .enumerate()
+                .find_map(|(i, l)| l.check().ok().map(|p| (i, p.term)))
+            {
+                return hit;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("{what}: nobody led within {limit:?}"))
+}
+
 /// Waits until the contender follows a known holder; returns the holder.
 pub async fn wait_following(l: &Leadership, limit: Duration, who: &str) -> String {
     let s = wait_state(l, limit, &format!("{who} to follow a known holder"), |s| {
@@ -277,20 +299,9 @@ pub async fn mutual_exclusion<H: Harness + ?Sized>(h: &H) {
     }
     let mut terms = Vec::new();
     for round in 0..8 {
-        let term = tokio::time::timeout(patience(&timing), async {
-            loop {
-                if let Some((i, p)) = pool
-                    .iter()
-                    .enumerate()
-                    .find_map(|(i, e)| e.leadership().check().ok().map(|p| (i, p)))
-                {
-                    return (i, p.term);
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("round {round}: nobody led within {:?}", patience(&timing)));
+        let leaderships: Vec<Leadership> = pool.iter().map(Elector::leadership).collect();
+        let term =
+            wait_any_leader(&leaderships, patience(&timing), &format!("round {round}")).await;
         terms.push(term.1);
         let leader = pool.remove(term.0);
         // Alternate graceful stops and crashes of the leader.
@@ -606,13 +617,12 @@ pub async fn same_identity_never_both_lead<H: Harness + ?Sized>(h: &H) {
     let (b, _) = contender(h, &name, "twin", timing).await;
     checker.watch(a.leadership());
     checker.watch(b.leadership());
-    tokio::time::timeout(patience(&timing), async {
-        while !(a.leadership().is_leader() || b.leadership().is_leader()) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("one twin leads");
+    wait_any_leader(
+        &[a.leadership(), b.leadership()],
+        patience(&timing),
+        "the twins",
+    )
+    .await;
     tokio::time::sleep(timing.lease_duration * 2).await;
     let (la, lb) = (a.leadership().is_leader(), b.leadership().is_leader());
     assert!(la != lb, "exactly one twin leads (a: {la}, b: {lb})");

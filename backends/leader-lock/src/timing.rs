@@ -44,6 +44,16 @@ pub enum TimingError {
         /// The value given.
         value: Duration,
     },
+    /// A backend's per-request timeout must end before the leader's validity could.
+    #[error("the {backend} request timeout ({value:?}) must be above zero and below renew-deadline ({renew:?})")]
+    RequestTimeout {
+        /// The backend whose timeout it is.
+        backend: &'static str,
+        /// The timeout given.
+        value: Duration,
+        /// The renew deadline given.
+        renew: Duration,
+    },
     /// A backend cannot express durations this small.
     #[error("{setting} ({value:?}) is below this backend's minimum of {min:?}")]
     BelowMinimum {
@@ -129,6 +139,23 @@ impl Timing {
         Ok(())
     }
 
+    /// Checks a backend's per-request timeout: above zero and below the renew deadline, so a
+    /// hanging request cannot outlast the leader's validity.
+    pub fn check_request_timeout(
+        &self,
+        backend: &'static str,
+        value: Duration,
+    ) -> Result<(), TimingError> {
+        if value.is_zero() || value >= self.renew_deadline {
+            return Err(TimingError::RequestTimeout {
+                backend,
+                value,
+                renew: self.renew_deadline,
+            });
+        }
+        Ok(())
+    }
+
     /// A random follower poll interval in `[retry_period, 1.2 × retry_period)`, so followers spread out.
     pub fn jittered_retry(&self) -> Duration {
         let factor = 1.0 + rand::random::<f64>() * (JITTER_FACTOR - 1.0);
@@ -179,6 +206,17 @@ mod tests {
         let t = Timing::default();
         assert!(t.require_whole_seconds(Duration::from_secs(1)).is_ok());
         assert!(t.require_whole_seconds(Duration::from_secs(20)).is_err());
+    }
+
+    #[test]
+    fn request_timeouts_end_before_the_renew_deadline() {
+        let t = Timing::default();
+        assert!(t.check_request_timeout("x", Duration::from_secs(5)).is_ok());
+        assert!(t.check_request_timeout("x", Duration::ZERO).is_err());
+        let e = t
+            .check_request_timeout("etcd", Duration::from_secs(10))
+            .unwrap_err();
+        assert!(e.to_string().contains("renew-deadline"), "{e}");
     }
 
     #[test]

@@ -160,13 +160,9 @@ pub(crate) fn check_timing(config: &RedisConfig, timing: &Timing) -> Result<(), 
             "lease-duration ({lease:?}) must be a whole number of milliseconds, at least 1ms, for redis"
         ));
     }
-    if config.request_timeout >= timing.renew_deadline {
-        return Err(format!(
-            "the redis request timeout ({:?}) must be shorter than renew-deadline ({:?})",
-            config.request_timeout, timing.renew_deadline
-        ));
-    }
-    Ok(())
+    timing
+        .check_request_timeout("redis", config.request_timeout)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
