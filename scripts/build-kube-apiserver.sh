@@ -8,8 +8,11 @@
 # The last line of stdout is the absolute path of the binary; everything else
 # (progress, build logs) goes to stderr.
 #
-# Cache:   ${GATEWAY_LEADER_CACHE_DIR:-$HOME/.cache/gateway-leader}/kube-apiserver-v1.20.2/kube-apiserver
-#          If it exists and `--version` prints v1.20.2 the script exits at once.
+# Cache:   ${GATEWAY_LEADER_CACHE_DIR:-$HOME/.cache/gateway-leader}/kube-apiserver-v1.20.2-<recipe>/kube-apiserver
+#          <recipe> is a hash of this script, so a binary built by an older recipe (say, one
+#          without the validator patch below) is never used again: the first run after a
+#          change rebuilds once. If the binary exists and `--version` prints v1.20.2 the
+#          script exits at once.
 #
 # On a machine whose apt sources have no Debian bookworm entry (Ubuntu, a newer
 # Debian), set GATEWAY_LEADER_DEBIAN_MIRROR to a Debian archive URI.
@@ -20,10 +23,16 @@
 # deb-src entry reuses the URI of the machine's own Debian source; the
 # machine's /etc/apt configuration is never modified.
 #
-# Go 1.19 note: kube-apiserver 1.20 vendors json-iterator v1.1.10 and
-# reflect2 v1.0.1, which crash (SIGSEGV) on Go >= 1.18 at the first CRD. Their
-# non-test .go files are replaced by Debian's json-iterator 1.1.12 and
-# reflect2 1.0.2 before building.
+# Two Go 1.19 fixes are applied to vendor/ before building:
+# - reflect2 v1.0.1 crashes (SIGSEGV) on Go >= 1.18 at the first CRD: its non-test .go
+#   files are replaced by Debian's reflect2 1.0.2 (json-iterator needs no swap).
+# - The vendored OpenAPI type validators decide that a value "is null" with
+#   reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data)), reflect.ValueOf(data)). Since
+#   Go 1.18 that is true for "" and false, so every empty string and false in a custom
+#   resource is refused with 422 "must be of type string: null": a ReferenceGrant to the
+#   core group (group: ""), a condition with message: "", the upstream CRDs' default: "".
+#   Real clusters accept all of them. The condition becomes `data == nil`, which is what
+#   it meant; null and wrong types are still refused.
 set -euo pipefail
 
 # All normal output goes to stderr; fd 3 is the real stdout for the final path.
@@ -36,15 +45,20 @@ readonly DEB_SRC_VERSION_GLOB="1.20.5+really1.20.2-*"
 readonly DEB_KEYRING="/usr/share/keyrings/debian-archive-keyring.gpg"
 readonly GO_DIR="/usr/lib/go-1.19/bin"
 readonly REFLECT2_PKG="golang-github-modern-go-reflect2-dev"
-readonly JSONITER_PKG="golang-github-json-iterator-go-dev"
+readonly -a NULL_CHECK_FILES=(
+  vendor/k8s.io/kube-openapi/pkg/validation/validate/type.go
+  vendor/github.com/go-openapi/validate/type.go
+)
+readonly NULL_CHECK_OLD='data == nil || reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data)), reflect.ValueOf(data))'
 
 log() { printf '[build-kube-apiserver] %s\n' "$*" >&2; }
 die() { printf '[build-kube-apiserver] ERROR: %s\n' "$*" >&2; exit 1; }
 
 CACHE_ROOT="${GATEWAY_LEADER_CACHE_DIR:-${HOME:?HOME is not set}/.cache/gateway-leader}"
-mkdir -p "$CACHE_ROOT/kube-apiserver-${K8S_VERSION}" \
-  || die "cannot create cache dir $CACHE_ROOT/kube-apiserver-${K8S_VERSION}"
-DEST_DIR="$(cd "$CACHE_ROOT/kube-apiserver-${K8S_VERSION}" && pwd -P)"
+RECIPE="$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)"
+CACHE_NAME="kube-apiserver-${K8S_VERSION}-${RECIPE}"
+mkdir -p "$CACHE_ROOT/$CACHE_NAME" || die "cannot create cache dir $CACHE_ROOT/$CACHE_NAME"
+DEST_DIR="$(cd "$CACHE_ROOT/$CACHE_NAME" && pwd -P)"
 BIN="$DEST_DIR/kube-apiserver"
 WORK="$DEST_DIR/work"
 
@@ -245,12 +259,12 @@ dpkg-source -x "${dsc[0]}" "$WORK/src" >&2
 SRC="$WORK/src"
 grep -q "tag: ${K8S_VERSION}" "$SRC/hack/lib/version.sh" \
   || die "unpacked source is not kubernetes ${K8S_VERSION} (hack/lib/version.sh has no 'tag: ${K8S_VERSION}')"
-[[ -d "$SRC/vendor/github.com/json-iterator/go" && -d "$SRC/vendor/github.com/modern-go/reflect2" ]] \
-  || die "unpacked source has no vendored json-iterator / reflect2"
+[[ -d "$SRC/vendor/github.com/modern-go/reflect2" ]] \
+  || die "unpacked source has no vendored reflect2"
 
-# ---- replace vendored json-iterator and reflect2 ----------------------------
-(cd "$WORK/debs" && apt-get download "$REFLECT2_PKG" "$JSONITER_PKG" >&2) \
-  || die "apt-get download $REFLECT2_PKG $JSONITER_PKG failed"
+# ---- replace vendored reflect2 ---------------------------------------------------
+(cd "$WORK/debs" && apt-get download "$REFLECT2_PKG" >&2) \
+  || die "apt-get download $REFLECT2_PKG failed"
 for deb in "$WORK"/debs/*.deb; do
   dpkg-deb -x "$deb" "$WORK/debs/root"
 done
@@ -271,7 +285,15 @@ replace_vendor() { # import path
   log "vendor/$imp: replaced $n_old .go files by $n_new from Debian"
 }
 replace_vendor github.com/modern-go/reflect2
-replace_vendor github.com/json-iterator/go
+
+# ---- the OpenAPI validators' null check (see the header) -------------------------
+for f in "${NULL_CHECK_FILES[@]}"; do
+  n=$(grep -cF "$NULL_CHECK_OLD" "$SRC/$f" || true)
+  [[ "$n" == 1 ]] || die "$f: expected the zero-value null check once, found it $n times"
+  PATTERN="$NULL_CHECK_OLD" perl -0pi -e 's/\Q$ENV{PATTERN}\E/data == nil/' "$SRC/$f"
+  ! grep -qF "$NULL_CHECK_OLD" "$SRC/$f" || die "$f: patching the null check failed"
+  log "$f: null check is now \`data == nil\`"
+done
 # The build runs in GOPATH mode (hack/lib/init.sh sets GO111MODULE=off), so
 # vendor/modules.txt and go.mod are not consulted and need no adjustment.
 
@@ -304,5 +326,11 @@ fi
 mv -f "$tmp" "$BIN"
 trap - ERR
 rm -rf "$WORK"
+# Binaries of older recipes are never used again; free their ~130 MB each.
+for old in "$CACHE_ROOT"/kube-apiserver-"${K8S_VERSION}" "$CACHE_ROOT"/kube-apiserver-"${K8S_VERSION}"-*; do
+  [[ -d "$old" && "$(cd "$old" && pwd -P)" != "$DEST_DIR" ]] || continue
+  log "removing the binary of an older recipe: $old"
+  rm -rf "$old"
+done
 log "done in $(($(date +%s) - start_ts)) s: $("$BIN" --version)"
 finish
