@@ -5,6 +5,7 @@ pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod run;
+pub mod status;
 pub mod telemetry;
 
 use std::process::ExitCode;

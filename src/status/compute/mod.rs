@@ -1,0 +1,31 @@
+//! Computing each kind's desired status from what the watches see; pure functions, no I/O.
+//!
+//! Every replica runs this, leader or not, so a new leader has the latest statuses at hand.
+
+use std::sync::Arc;
+
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use gateway_api::referencegrants::ReferenceGrant;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+
+/// Everything the computation reads: the watched objects as the reflectors hold them.
+#[derive(Debug, Clone, Default)]
+pub struct World {
+    /// All GatewayClasses (ours are picked by `spec.controllerName`).
+    pub gateway_classes: Vec<Arc<GatewayClass>>,
+    /// All Gateways.
+    pub gateways: Vec<Arc<Gateway>>,
+    /// All HTTPRoutes.
+    pub http_routes: Vec<Arc<HttpRoute>>,
+    /// All Services (backendRefs resolve against them).
+    pub services: Vec<Arc<Service>>,
+    /// All ReferenceGrants (cross-namespace backendRefs and certificateRefs need one).
+    pub reference_grants: Vec<Arc<ReferenceGrant>>,
+    /// All Namespaces (listeners' `allowedRoutes.namespaces.selector` matches their labels).
+    pub namespaces: Vec<Arc<Namespace>>,
+    /// The `gateway.networking.k8s.io/bundle-version` annotation of the installed GatewayClass
+    /// CRD, when it could be read.
+    pub bundle_version: Option<String>,
+}

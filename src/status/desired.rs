@@ -1,0 +1,75 @@
+//! The status this controller wants an object to have: its own part only.
+//!
+//! A desired status carries the generation it was computed from and our conditions with
+//! `observedGeneration` set to it. Its conditions' `lastTransitionTime` is a placeholder
+//! ([`placeholder_time`]): the merge keeps the object's time when a condition's status did not
+//! change and stamps the write time when it did, so two computations of the same spec compare
+//! equal.
+
+use gateway_api::gateways::GatewayStatusListeners;
+use gateway_api::httproutes::HttpRouteStatusParents;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+/// What we want one object's status to say.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Desired {
+    /// A GatewayClass whose `controllerName` is ours: Accepted and SupportedVersion.
+    GatewayClass {
+        /// `metadata.generation` the conditions were computed from.
+        generation: i64,
+        /// Our conditions, merged by type into `status.conditions`.
+        conditions: Vec<Condition>,
+    },
+    /// A Gateway of one of our classes.
+    Gateway {
+        /// `metadata.generation` the status was computed from.
+        generation: i64,
+        /// Accepted and Programmed, merged by type into `status.conditions`.
+        conditions: Vec<Condition>,
+        /// One entry per listener of the spec, in spec order; replaces `status.listeners`.
+        listeners: Vec<GatewayStatusListeners>,
+    },
+    /// An HTTPRoute that names one of our Gateways, or still carries an entry of ours.
+    HttpRoute {
+        /// `metadata.generation` the entries were computed from.
+        generation: i64,
+        /// Our `status.parents` entries (each with our `controllerName`), in spec order. Entries
+        /// of ours not listed here are removed; other controllers' entries are never touched.
+        parents: Vec<HttpRouteStatusParents>,
+    },
+}
+
+impl Desired {
+    /// The generation this status was computed from.
+    pub fn generation(&self) -> i64 {
+        match self {
+            Desired::GatewayClass { generation, .. }
+            | Desired::Gateway { generation, .. }
+            | Desired::HttpRoute { generation, .. } => *generation,
+        }
+    }
+}
+
+/// The `lastTransitionTime` of a computed condition before the merge sets the real one.
+pub fn placeholder_time() -> Time {
+    Time(Timestamp::UNIX_EPOCH)
+}
+
+/// A computed condition: `observedGeneration` set, time left to the merge.
+pub fn condition(
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: impl Into<String>,
+    generation: i64,
+) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: if status { "True" } else { "False" }.to_string(),
+        reason: reason.to_string(),
+        message: message.into(),
+        observed_generation: Some(generation),
+        last_transition_time: placeholder_time(),
+    }
+}

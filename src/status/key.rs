@@ -1,0 +1,71 @@
+//! Which object a status belongs to.
+
+use std::fmt;
+
+/// The Gateway API kinds whose status gateway-leader writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// `gateway.networking.k8s.io/v1` GatewayClass (cluster-scoped).
+    GatewayClass,
+    /// `gateway.networking.k8s.io/v1` Gateway.
+    Gateway,
+    /// `gateway.networking.k8s.io/v1` HTTPRoute.
+    HttpRoute,
+}
+
+impl Kind {
+    /// The Kubernetes kind, as in `kind:`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::GatewayClass => "GatewayClass",
+            Kind::Gateway => "Gateway",
+            Kind::HttpRoute => "HTTPRoute",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Kind, namespace and name: the identity of one status to write.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    /// The object's kind.
+    pub kind: Kind,
+    /// The namespace; `None` for cluster-scoped kinds.
+    pub namespace: Option<String>,
+    /// The object's name.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// A key for a cluster-scoped object.
+    pub fn cluster(kind: Kind, name: impl Into<String>) -> Self {
+        ObjectKey {
+            kind,
+            namespace: None,
+            name: name.into(),
+        }
+    }
+
+    /// A key for a namespaced object.
+    pub fn namespaced(kind: Kind, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ObjectKey {
+            kind,
+            namespace: Some(namespace.into()),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.kind, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}
