@@ -1,3 +1,4 @@
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,13 +67,19 @@ pub enum NotLeader {
 
 /// Permission for one write: the term to carry and the deadline the write must finish by.
 ///
-/// Holding it delays the graceful release until the write is done (or the permit dropped).
-#[derive(Debug)]
+/// Holding it delays the graceful release until the write is done (or the permit dropped). A
+/// permit is no promise about the future: it stays tied to the leadership it was taken under, and
+/// [`check`](Self::check) fails once that leadership ended or its validity passed, for instance
+/// after the process was frozen while holding it. Run writes with [`Leadership::run`] or
+/// [`WritePermit::run`], which enforce that.
+#[derive(Debug, Clone)]
+#[must_use = "a permit proves nothing once dropped; run the write with it"]
 pub struct WritePermit {
     /// The fencing term the write carries.
     pub term: Term,
-    /// The write must be finished by then; no write may start after it.
+    /// The validity deadline when the permit was taken; no write may be sent after it.
     pub valid_until: Instant,
+    rx: watch::Receiver<LeaderState>,
     _in_flight: TaskTrackerToken,
 }
 
@@ -81,6 +88,82 @@ impl WritePermit {
     pub fn remaining(&self) -> Option<Duration> {
         self.valid_until.checked_duration_since(Instant::now())
     }
+
+    /// Asks whether a request may be sent under this permit *now*: the leadership it was taken
+    /// under is still the published one and still valid. Call it right before sending.
+    ///
+    /// Unlike [`Leadership::check`] it passes during a graceful shutdown: a write that already
+    /// holds a permit may finish while the elector drains.
+    pub fn check(&self) -> Result<Term, NotLeader> {
+        let now = Instant::now();
+        let state = self.rx.borrow().clone();
+        match state {
+            LeaderState::Leader { term, valid_until } if term == self.term => {
+                // A renew moves the published deadline out; the permit's own never moves, so
+                // the earlier of the two is the one a request must beat.
+                let until = valid_until.min(self.valid_until);
+                if now < until {
+                    Ok(term)
+                } else {
+                    Err(NotLeader::Expired {
+                        term,
+                        ago: now - until,
+                    })
+                }
+            }
+            LeaderState::Follower { holder, .. } => Err(NotLeader::Follower { holder }),
+            // Another term of ours (a lost and retaken lock) is another leadership.
+            LeaderState::Leader { .. } | LeaderState::Starting => {
+                Err(NotLeader::Follower { holder: None })
+            }
+            LeaderState::Stopped => Err(NotLeader::ShuttingDown),
+        }
+    }
+
+    /// Runs one guarded write under this permit.
+    ///
+    /// The write starts only if [`check`](Self::check) passes now, and is abandoned (its future
+    /// dropped) when the permit's validity deadline arrives. `write` gets the permit and must
+    /// call [`check`](Self::check) again right before it sends its request: preparing a write
+    /// (reading the object, say) can take a while, and leadership can end meanwhile.
+    ///
+    /// # Errors
+    /// [`GuardedError::NotLeader`] when the write could not start, [`GuardedError::Deadline`]
+    /// when it did not finish in time, [`GuardedError::Write`] with the write's own error.
+    ///
+    /// # Cancel safety
+    /// Dropping the returned future drops the write and the permit with it.
+    pub async fn run<T, E, F, Fut>(self, write: F) -> Result<T, GuardedError<E>>
+    where
+        F: FnOnce(WritePermit) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let term = self.check().map_err(GuardedError::NotLeader)?;
+        let deadline = self.valid_until;
+        match tokio::time::timeout_at(deadline, write(self)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(GuardedError::Write(e)),
+            Err(_) => Err(GuardedError::Deadline { term }),
+        }
+    }
+}
+
+/// Why a guarded write did not complete.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GuardedError<E> {
+    /// The write did not start: this replica may not write now.
+    #[error(transparent)]
+    NotLeader(NotLeader),
+    /// The write was abandoned at the validity deadline of its term.
+    #[error("write abandoned at the validity deadline of term {term}")]
+    Deadline {
+        /// The term the write ran under.
+        term: Term,
+    },
+    /// The write itself failed.
+    #[error(transparent)]
+    Write(E),
 }
 
 /// A cheap, cloneable view of this replica's leadership, for any task.
@@ -129,6 +212,7 @@ impl Leadership {
                     Ok(WritePermit {
                         term,
                         valid_until,
+                        rx: self.rx.clone(),
                         _in_flight: token,
                     })
                 } else {
@@ -142,6 +226,41 @@ impl Leadership {
             LeaderState::Starting => Err(NotLeader::Follower { holder: None }),
             LeaderState::Stopped => Err(NotLeader::ShuttingDown),
         }
+    }
+
+    /// Runs one guarded write: takes a permit ([`check`](Self::check)) and runs `write` under it
+    /// ([`WritePermit::run`]), so the write starts only while leadership is valid, is abandoned
+    /// at the validity deadline, and can [`check`](WritePermit::check) again right before it
+    /// sends. This is the one way writes should go out.
+    ///
+    /// # Errors
+    /// As [`WritePermit::run`].
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use leader_lock::{GuardedError, Leadership, NotLeader};
+    ///
+    /// let (leadership, _keep) = Leadership::always_leader();
+    /// let written = leadership
+    ///     .run(|permit| async move {
+    ///         // ... read and prepare ...
+    ///         let term = permit.check()?; // right before the request goes out
+    ///         Ok::<_, NotLeader>(format!("written under term {term}"))
+    ///     })
+    ///     .await;
+    /// assert!(matches!(written, Ok(ref s) if s.contains("term")));
+    /// # let _: Option<GuardedError<NotLeader>> = written.err();
+    /// # }
+    /// ```
+    pub async fn run<T, E, F, Fut>(&self, write: F) -> Result<T, GuardedError<E>>
+    where
+        F: FnOnce(WritePermit) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let permit = self.check().map_err(GuardedError::NotLeader)?;
+        permit.run(write).await
     }
 
     /// True when a write could start now.
@@ -204,6 +323,117 @@ mod tests {
         let p = l.check().expect("valid");
         assert_eq!(p.term, Term(4));
         assert!(p.remaining().is_some());
+    }
+
+    fn leader(term: u64, valid_for: Duration) -> LeaderState {
+        LeaderState::Leader {
+            term: Term(term),
+            valid_until: Instant::now() + valid_for,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_permit_held_across_a_stall_longer_than_the_lease_writes_nothing() {
+        let (tx, rx) = watch::channel(leader(3, Duration::from_secs(10)));
+        let l = Leadership::new(rx);
+        let permit = l.check().expect("valid now");
+        // Frozen: nothing renews, the clock runs on past the lease.
+        tokio::time::advance(Duration::from_secs(16)).await;
+        assert!(matches!(
+            permit.check(),
+            Err(NotLeader::Expired { term: Term(3), .. })
+        ));
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        let r = permit
+            .run(|_| async move {
+                flag.store(true, Ordering::SeqCst);
+                Ok::<_, ()>(())
+            })
+            .await;
+        assert!(matches!(
+            r,
+            Err(GuardedError::NotLeader(NotLeader::Expired { .. }))
+        ));
+        assert!(!ran.load(Ordering::SeqCst), "the write never started");
+        // Even a renewal of the same term published after the thaw does not revive an old
+        // permit past its own deadline.
+        let permit = {
+            tx.send_replace(leader(3, Duration::from_secs(10)));
+            l.check().expect("renewed")
+        };
+        tokio::time::advance(Duration::from_secs(11)).await;
+        tx.send_replace(leader(3, Duration::from_secs(10)));
+        assert!(permit.check().is_err(), "the permit's own deadline holds");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_outlives_its_validity_is_abandoned_at_the_deadline() {
+        let (_tx, rx) = watch::channel(leader(5, Duration::from_secs(10)));
+        let l = Leadership::new(rx);
+        let started = Instant::now();
+        let r = l
+            .run(|_| async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                Ok::<_, ()>(())
+            })
+            .await;
+        assert!(matches!(r, Err(GuardedError::Deadline { term: Term(5) })));
+        assert_eq!(Instant::now() - started, Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_check_before_sending_sees_a_leadership_that_ended_meanwhile() {
+        let (tx, rx) = watch::channel(leader(7, Duration::from_secs(10)));
+        let l = Leadership::new(rx);
+        let r = l
+            .run(|permit| async move {
+                assert_eq!(permit.check(), Ok(Term(7)));
+                // The read before the request takes a while, and the record vanishes meanwhile.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                tx.send_replace(LeaderState::Follower {
+                    holder: None,
+                    term: None,
+                });
+                permit.check()?;
+                Ok::<_, NotLeader>("sent")
+            })
+            .await;
+        assert!(matches!(
+            r,
+            Err(GuardedError::Write(NotLeader::Follower { .. }))
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_term_of_ours_is_another_leadership() {
+        let (tx, rx) = watch::channel(leader(7, Duration::from_secs(10)));
+        let l = Leadership::new(rx);
+        let permit = l.check().expect("leader");
+        tx.send_replace(leader(8, Duration::from_secs(10)));
+        assert!(
+            permit.check().is_err(),
+            "a permit of term 7 is void under term 8"
+        );
+        assert_eq!(l.check().map(|p| p.term), Ok(Term(8)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_in_flight_may_finish_during_the_drain_but_none_starts() {
+        let (l, _tx) = Leadership::always_leader();
+        let permit = l.check().expect("leader");
+        let l2 = l.clone();
+        let drained = tokio::spawn(async move { l2.close_and_drain().await });
+        tokio::task::yield_now().await;
+        assert!(permit.check().is_ok(), "in flight: may still send");
+        let r = l.run(|_| async { Ok::<_, ()>(()) }).await;
+        assert!(matches!(
+            r,
+            Err(GuardedError::NotLeader(NotLeader::ShuttingDown))
+        ));
+        assert!(!drained.is_finished(), "the drain waits for the permit");
+        drop(permit);
+        drained.await.expect("drained");
     }
 
     #[tokio::test]

@@ -17,7 +17,7 @@ mod timing;
 pub mod conformance;
 
 pub use elector::{Elector, ElectorConfig};
-pub use leadership::{LeaderState, Leadership, NotLeader, WritePermit};
+pub use leadership::{GuardedError, LeaderState, Leadership, NotLeader, WritePermit};
 pub use lock::{Attempt, LeaderLock, LockError, LockEvent, LockEventStream};
 pub use memory::{MemoryLock, MemoryStore};
 pub use observe::ObservedRecord;
