@@ -4,6 +4,8 @@
 # Go 1.19, and cache the binary outside the repository.
 #
 # Usage:   bin=$(scripts/build-kube-apiserver.sh | tail -n1)
+#          scripts/build-kube-apiserver.sh --cached   # print the cached binary's path, or exit 1
+#                                                     # without building (testkit finds it so)
 #
 # The last line of stdout is the absolute path of the binary; everything else
 # (progress, build logs) goes to stderr.
@@ -78,6 +80,10 @@ finish() {
 if binary_ok "$BIN"; then
   log "cached binary is fine: $BIN"
   finish
+fi
+if [[ "${1:-}" == "--cached" ]]; then
+  log "no kube-apiserver ${K8S_VERSION} built by this recipe at $BIN; run scripts/build-kube-apiserver.sh"
+  exit 1
 fi
 
 # ---- lock: only one build at a time ----------------------------------------

@@ -37,7 +37,8 @@ const VERSION: &str = "v1.20.2";
 /// A fresh or restarted apiserver is ready in 1–6 s; a busy 2-core machine may need far more.
 const READY_LIMIT: Duration = Duration::from_secs(120);
 
-/// The apiserver binary: the env override, else the build script's cache.
+/// The apiserver binary: the env override, else the build script's cache for its current
+/// recipe (the script knows the cache key; a binary of an older recipe is never used).
 fn binary() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os(APISERVER_ENV).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
@@ -49,23 +50,26 @@ fn binary() -> Result<PathBuf> {
             p.display()
         );
     }
-    let cache = match std::env::var_os("GATEWAY_LEADER_CACHE_DIR").filter(|p| !p.is_empty()) {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache")
-            .join("gateway-leader"),
-    };
-    let p = cache
-        .join(format!("kube-apiserver-{VERSION}"))
-        .join("kube-apiserver");
-    if p.is_file() {
-        return Ok(p);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("scripts")
+        .join("build-kube-apiserver.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("--cached")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .with_context(|| format!("running {} --cached", script.display()))?;
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if out.status.success() && Path::new(&path).is_file() {
+        return Ok(PathBuf::from(path));
     }
     bail!(
-        "kube-apiserver {VERSION} not found at {}: run scripts/build-kube-apiserver.sh (builds it \
-         from Debian's source package, about 5 minutes) or set {APISERVER_ENV} to a kube-apiserver \
-         binary, or set {TEST_KUBECONFIG_ENV} to an existing cluster's kubeconfig",
-        p.display()
+        "kube-apiserver {VERSION} is not built: run scripts/build-kube-apiserver.sh (builds it \
+         from Debian's source package, about 5 minutes; scripts/test.sh does it for you) or set \
+         {APISERVER_ENV} to a kube-apiserver binary, or set {TEST_KUBECONFIG_ENV} to an existing \
+         cluster's kubeconfig ({})",
+        String::from_utf8_lossy(&out.stderr).trim()
     )
 }
 
@@ -240,6 +244,7 @@ pub struct KubeApiServer {
     mode: Mode,
     config: Config,
     kubeconfig: PathBuf,
+    gateway_api: OnceCell<()>,
 }
 
 static SHARED: OnceCell<KubeApiServer> = OnceCell::const_new();
@@ -299,6 +304,7 @@ impl KubeApiServer {
                 })),
                 config,
                 kubeconfig,
+                gateway_api: OnceCell::new(),
             };
             match server.wait_ready().await {
                 Ok(()) => return Ok(server),
@@ -331,6 +337,7 @@ impl KubeApiServer {
             mode: Mode::External,
             config,
             kubeconfig: path,
+            gateway_api: OnceCell::new(),
         };
         server.wait_ready().await?;
         Ok(server)
@@ -375,6 +382,14 @@ impl KubeApiServer {
             ..kube::config::AuthInfo::default()
         };
         Client::try_from(c).context("building a client for a token")
+    }
+
+    /// Installs the Gateway API CRDs once per server (see [`crate::gateway_api::install`]).
+    pub async fn install_gateway_api(&self) -> Result<()> {
+        self.gateway_api
+            .get_or_try_init(|| async { crate::gateway_api::install(&self.admin_client()).await })
+            .await
+            .map(|_| ())
     }
 
     /// Creates namespace `name` (fine if it exists).

@@ -2,6 +2,7 @@
 //! ports with temporary data dirs, and the split-brain checker.
 
 pub mod etcd;
+pub mod gateway_api;
 pub mod kube;
 pub mod process;
 pub mod redis;
