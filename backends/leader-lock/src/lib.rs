@@ -22,4 +22,4 @@ pub use lock::{Attempt, LeaderLock, LockError, LockEvent, LockEventStream};
 pub use memory::{MemoryLock, MemoryStore};
 pub use observe::ObservedRecord;
 pub use record::{Candidate, Identity, LockRecord, Term};
-pub use timing::{Timing, TimingError};
+pub use timing::{Timing, TimingError, MAX_LEASE_DURATION, MIN_RETRY_PERIOD};
