@@ -6,6 +6,7 @@
 //! `sent` is the monotonic instant noted *before* the last successful acquire or renew was sent.
 
 mod elector;
+pub mod input;
 mod leadership;
 mod lock;
 mod memory;
