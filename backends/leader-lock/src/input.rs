@@ -126,31 +126,23 @@ mod tests {
         assert_eq!(read_bounded(&big).map(|b| b.len()), Ok(limit));
         std::fs::write(&big, vec![b'a'; limit + 1]).expect("write");
         assert!(read_bounded(&big).unwrap_err().contains("1 MiB"));
-        let not_pem = dir.join("not.pem");
-        std::fs::write(&not_pem, "hello\n").expect("write");
-        assert!(read_pem(&not_pem, Pem::Certificates)
-            .unwrap_err()
-            .contains("no PEM certificate"));
-        assert!(read_pem(&not_pem, Pem::PrivateKey)
-            .unwrap_err()
-            .contains("no PEM private key"));
-        let broken = dir.join("broken.pem");
-        std::fs::write(
-            &broken,
-            "-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n",
-        )
-        .expect("write");
-        assert!(read_pem(&broken, Pem::Certificates)
-            .unwrap_err()
-            .contains("not a PEM certificate bundle"));
-        std::fs::write(
-            &broken,
-            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
-        )
-        .expect("write");
-        assert!(read_pem(&broken, Pem::Certificates)
-            .unwrap_err()
-            .contains("certificate 1 in"));
+        let pem = dir.join("x.pem");
+        let refused = |text: &str, kind: Pem| {
+            std::fs::write(&pem, text).expect("write");
+            read_pem(&pem, kind).unwrap_err()
+        };
+        let cert = |body: &str| {
+            format!("-----BEGIN CERTIFICATE-----\n{body}\n-----END CERTIFICATE-----\n")
+        };
+        let e = refused("hello\n", Pem::Certificates);
+        assert!(e.contains("no PEM certificate"), "{e}");
+        let e = refused("hello\n", Pem::PrivateKey);
+        assert!(e.contains("no PEM private key"), "{e}");
+        let e = refused(&cert("!!!"), Pem::Certificates);
+        assert!(e.contains("not a PEM certificate bundle"), "{e}");
+        // Valid base64 that is no X.509 certificate.
+        let e = refused(&cert("MIIB"), Pem::Certificates);
+        assert!(e.contains("certificate 1 in"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -123,7 +123,7 @@ pub(crate) fn read_ca(path: &Path) -> Result<Vec<u8>, String> {
 pub(crate) fn check_timing(config: &RedisConfig, timing: &Timing) -> Result<(), String> {
     timing.validate().map_err(|e| e.to_string())?;
     let lease = timing.lease_duration;
-    if lease.subsec_nanos() % 1_000_000 != 0 || lease < Duration::from_millis(1) {
+    if !lease.subsec_nanos().is_multiple_of(1_000_000) || lease < Duration::from_millis(1) {
         return Err(format!(
             "lease-duration ({lease:?}) must be a whole number of milliseconds, at least 1ms, for redis"
         ));
