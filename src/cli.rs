@@ -97,7 +97,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "PREFIX")]
     pub etcd_key_prefix: Option<String>,
 
-    /// redis:// or rediss:// URL [default: redis://127.0.0.1:6379].
+    /// redis:// or rediss:// URL, without user or password [default: redis://127.0.0.1:6379].
     #[arg(long, value_name = "URL")]
     pub redis_url: Option<String>,
     /// Redis ACL user.

@@ -3,12 +3,16 @@
 //! Precedence: flag > environment > file > default. Everything is validated here, before any
 //! backend is touched, and every error names the setting and what it accepts.
 
-use std::collections::BTreeSet;
+mod kubeconfig;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use leader_lock::Timing;
+use leader_lock::input::{check_name, read_bounded, redact_userinfo};
+use leader_lock::{Timing, TimingError};
 
 /// The environment prefix of every setting.
 pub const ENV_PREFIX: &str = "GATEWAY_LEADER";
@@ -18,6 +22,26 @@ pub const DEFAULT_LOCK_NAME: &str = "gateway-leader-leader-election-lock";
 
 /// The default Gateway API controller name.
 pub const DEFAULT_CONTROLLER_NAME: &str = "gateway-leader.dev/gateway-controller";
+
+/// The key of `--config` (`GATEWAY_LEADER_CONFIG`): a setting, though not one a file can hold.
+pub const CONFIG_KEY: &str = "config";
+
+/// The pod's name from the downward API: the identity when none is configured.
+pub const POD_NAME: &str = "POD_NAME";
+
+/// The pod's namespace from the downward API: the Lease's namespace when none is configured.
+pub const POD_NAMESPACE: &str = "POD_NAMESPACE";
+
+/// The characters an identity may hold besides ASCII letters and digits: what pod names and
+/// hostnames use, plus `_` and `:`. Nothing invisible, blank or non-ASCII, so that an identity in a
+/// lock record or a log line always reads as what it is.
+pub const IDENTITY_CHARS: &str = "-._:";
+
+/// The longest identity, in bytes: a pod name or a fully qualified hostname always fits.
+pub const MAX_IDENTITY_BYTES: usize = 253;
+
+/// The settings whose values are URLs: `--print-config` shows them without user info.
+const URL_SETTINGS: &[&str] = &["etcd_endpoints", "redis_url"];
 
 /// One setting: its key in files, its default, and whether it is a secret.
 #[derive(Debug)]
@@ -116,7 +140,7 @@ pub const SETTINGS: &[SettingSpec] = &[
         "log_level",
         Some("info"),
         false,
-        "log filter, e.g. info or gateway_leader=debug (RUST_LOG wins)"
+        "log filter: a level or target=level directives, e.g. info or gateway_leader=debug (a valid RUST_LOG wins)"
     ),
     spec!(
         "kubeconfig",
@@ -167,7 +191,7 @@ pub const SETTINGS: &[SettingSpec] = &[
         "redis_url",
         Some("redis://127.0.0.1:6379"),
         false,
-        "redis:// or rediss:// URL"
+        "redis:// or rediss:// URL, without user or password"
     ),
     spec!("redis_username", None, false, "Redis ACL user"),
     spec!(
@@ -217,7 +241,7 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if SETTINGS.iter().any(|s| s.key == self.key) {
+        if self.key == CONFIG_KEY || SETTINGS.iter().any(|s| s.key == self.key) {
             write!(
                 f,
                 "invalid {} ({}): {}",
@@ -237,6 +261,59 @@ fn err(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError {
         key: key.to_string(),
         message: message.into(),
+    }
+}
+
+fn empty(key: &str) -> ConfigError {
+    err(
+        key,
+        "an empty value is not accepted; leave the setting out to get its default",
+    )
+}
+
+/// The process environment as the settings see it.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    /// `GATEWAY_LEADER_*`, `POD_NAME` and `POD_NAMESPACE`.
+    vars: BTreeMap<String, String>,
+    /// `KUBECONFIG`, which holds paths and so need not be UTF-8.
+    kubeconfig: Option<OsString>,
+    /// `HOME`, for `~/.kube/config`.
+    home: Option<OsString>,
+}
+
+impl Env {
+    /// Keeps the variables the settings read. One of ours that is not UTF-8 is an error naming
+    /// it; any other variable is ignored whatever it holds, as it is none of our business.
+    pub fn from_os(
+        vars: impl IntoIterator<Item = (OsString, OsString)>,
+    ) -> Result<Self, ConfigError> {
+        let mut env = Env::default();
+        for (k, v) in vars {
+            match k.to_str() {
+                Some("KUBECONFIG") => env.kubeconfig = Some(v),
+                Some("HOME") => env.home = Some(v),
+                Some(name) if Self::is_ours(name) => {
+                    let v = v.into_string().map_err(|_| {
+                        err(
+                            &format!("environment variable {name}"),
+                            "the value is not valid UTF-8; accepted: UTF-8 text",
+                        )
+                    })?;
+                    env.vars.insert(name.to_string(), v);
+                }
+                _ => {}
+            }
+        }
+        Ok(env)
+    }
+
+    fn is_ours(name: &str) -> bool {
+        name.starts_with(&format!("{ENV_PREFIX}_")) || name == POD_NAME || name == POD_NAMESPACE
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.vars.get(name).map(String::as_str)
     }
 }
 
@@ -384,13 +461,14 @@ pub struct Settings {
 /// The raw, merged values before validation: key -> value.
 pub struct Layers {
     merged: config::Config,
+    env: Env,
 }
 
 impl Layers {
     /// Merges defaults, the config file, the environment and the flags given (key, value).
     pub fn load(
         file: Option<&Path>,
-        env: impl IntoIterator<Item = (String, String)>,
+        env: Env,
         flags: &[(&'static str, String)],
     ) -> Result<Self, ConfigError> {
         let mut b = config::Config::builder();
@@ -404,14 +482,16 @@ impl Layers {
         if let Some(path) = file {
             b = b.add_source(read_file(path)?);
         }
-        let env: config::Map<String, String> = env
-            .into_iter()
-            .filter(|(k, _)| SETTINGS.iter().any(|s| env_var(s.key) == *k))
+        let vars: config::Map<String, String> = env
+            .vars
+            .iter()
+            .filter(|(k, _)| SETTINGS.iter().any(|s| env_var(s.key) == **k))
+            .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         b = b.add_source(
             config::Environment::with_prefix(ENV_PREFIX)
                 .prefix_separator("_")
-                .source(Some(env)),
+                .source(Some(vars)),
         );
         for (k, v) in flags {
             b = b
@@ -419,13 +499,15 @@ impl Layers {
                 .map_err(|e| err(k, e.to_string()))?;
         }
         let merged = b.build().map_err(|e| err("configuration", e.to_string()))?;
-        Ok(Layers { merged })
+        Ok(Layers { merged, env })
     }
 
+    /// The value of `key`, if given anywhere (or defaulted). A value given empty is an error: it
+    /// is a mistake, never a way to ask for the default.
     fn get(&self, key: &str) -> Result<Option<String>, ConfigError> {
         match self.merged.get::<config::Value>(key) {
             Ok(v) => match v.kind {
-                config::ValueKind::Nil => Ok(None),
+                config::ValueKind::Nil => Err(empty(key)),
                 config::ValueKind::Table(_) | config::ValueKind::Array(_)
                     if key == "etcd_endpoints" =>
                 {
@@ -438,10 +520,13 @@ impl Layers {
                 config::ValueKind::Table(_) | config::ValueKind::Array(_) => {
                     Err(err(key, "expected a single value, found a table or list"))
                 }
-                _ => v
-                    .into_string()
-                    .map(|s| Some(s.trim().to_string()).filter(|s| !s.is_empty()))
-                    .map_err(|e| err(key, e.to_string())),
+                _ => {
+                    let v = v.into_string().map_err(|e| err(key, e.to_string()))?;
+                    match v.trim() {
+                        "" => Err(empty(key)),
+                        v => Ok(Some(v.to_string())),
+                    }
+                }
             },
             Err(config::ConfigError::NotFound(_)) => Ok(None),
             Err(e) => Err(err(key, e.to_string())),
@@ -452,7 +537,7 @@ impl Layers {
         let v = self.get(key)?.unwrap_or_default();
         match v.to_ascii_lowercase().as_str() {
             "true" | "1" | "yes" | "on" => Ok(true),
-            "false" | "0" | "no" | "off" | "" => Ok(false),
+            "false" | "0" | "no" | "off" => Ok(false),
             _ => Err(err(
                 key,
                 format!("{v:?} is not a boolean; accepted: true or false"),
@@ -465,27 +550,25 @@ impl Layers {
         parse_duration(&v).map_err(|m| err(key, m))
     }
 
-    fn path(&self, key: &str) -> Result<Option<PathBuf>, ConfigError> {
+    /// A file setting and the file's bytes: a regular file of at most 1 MiB, whatever reads it
+    /// later, so that a FIFO or `/dev/zero` is named at startup instead of hanging a reader.
+    fn file(&self, key: &str) -> Result<Option<(PathBuf, Vec<u8>)>, ConfigError> {
         let Some(p) = self.get(key)? else {
             return Ok(None);
         };
         let path = PathBuf::from(&p);
-        std::fs::metadata(&path)
-            .and_then(|m| {
-                if m.is_file() {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::other("not a regular file"))
-                }
-            })
-            .map_err(|e| err(key, format!("cannot read {p:?}: {e}")))?;
-        Ok(Some(path))
+        let bytes = read_bounded(&path).map_err(|e| err(key, e))?;
+        Ok(Some((path, bytes)))
+    }
+
+    fn path(&self, key: &str) -> Result<Option<PathBuf>, ConfigError> {
+        Ok(self.file(key)?.map(|(path, _)| path))
     }
 
     fn secret(&self, key: &str, file_key: &str) -> Result<Option<Secret>, ConfigError> {
-        if let Some(path) = self.path(file_key)? {
-            let s = std::fs::read_to_string(&path)
-                .map_err(|e| err(file_key, format!("cannot read {}: {e}", path.display())))?;
+        if let Some((path, bytes)) = self.file(file_key)? {
+            let s = String::from_utf8(bytes)
+                .map_err(|_| err(file_key, format!("{} is not UTF-8 text", path.display())))?;
             let s = s.trim_end_matches(['\r', '\n']).to_string();
             if s.is_empty() {
                 return Err(err(file_key, format!("{} is empty", path.display())));
@@ -495,25 +578,62 @@ impl Layers {
         Ok(self.get(key)?.map(Secret))
     }
 
-    /// Validates everything and builds the effective settings.
-    pub fn settings(
-        &self,
-        identity_fallback: impl FnOnce() -> String,
-    ) -> Result<Settings, ConfigError> {
+    /// This replica's name: the setting, else `POD_NAME`, else the hostname; checked wherever
+    /// it came from, and an error names that source.
+    fn identity(&self, hostname: impl FnOnce() -> String) -> Result<String, ConfigError> {
+        let key = "leader_election_identity";
+        if let Some(id) = self.get(key)? {
+            check_identity(&id).map_err(|m| err(key, m))?;
+            return Ok(id);
+        }
+        if let Some(pod) = self.env.get(POD_NAME) {
+            check_identity(pod).map_err(|m| {
+                err(
+                    POD_NAME,
+                    format!("{m} (or set {} to override it)", flag(key)),
+                )
+            })?;
+            return Ok(pod.to_string());
+        }
+        let host = hostname();
+        check_identity(&host).map_err(|m| {
+            err(
+                key,
+                format!("the hostname, the default when POD_NAME is not set: {m}"),
+            )
+        })?;
+        Ok(host)
+    }
+
+    /// The Lease's namespace: the setting, else `POD_NAMESPACE`, else none (the kubeconfig's).
+    fn namespace(&self) -> Result<Option<String>, ConfigError> {
+        let key = "leader_election_namespace";
+        if let Some(ns) = self.get(key)? {
+            validate_dns_label(&ns).map_err(|m| err(key, m))?;
+            return Ok(Some(ns));
+        }
+        match self.env.get(POD_NAMESPACE) {
+            Some(ns) => {
+                validate_dns_label(ns).map_err(|m| err(POD_NAMESPACE, m))?;
+                Ok(Some(ns.to_string()))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Validates everything and builds the effective settings; `hostname` gives the identity
+    /// when neither the setting nor `POD_NAME` does.
+    pub fn settings(&self, hostname: impl FnOnce() -> String) -> Result<Settings, ConfigError> {
         let backend = Backend::parse(&self.get("lock_backend")?.unwrap_or_default())?;
         let lock_name = self.get("leader_election_lock_name")?.unwrap_or_default();
         validate_dns_subdomain(&lock_name).map_err(|m| err("leader_election_lock_name", m))?;
-        let identity = match self.get("leader_election_identity")? {
-            Some(id) => id,
-            None => identity_fallback(),
-        };
-        validate_identity(&identity).map_err(|m| err("leader_election_identity", m))?;
+        let identity = self.identity(hostname)?;
         let timing = Timing::new(
             self.duration("lease_duration")?,
             self.duration("renew_deadline")?,
             self.duration("retry_period")?,
         )
-        .map_err(|e| err("timing", e.to_string()))?;
+        .map_err(|e| err(&timing_key(&e), e.to_string()))?;
         let controller_name = self.get("controller_name")?.unwrap_or_default();
         validate_controller_name(&controller_name).map_err(|m| err("controller_name", m))?;
         let log_format = match self.get("log_format")?.unwrap_or_default().as_str() {
@@ -526,10 +646,7 @@ impl Layers {
                 ))
             }
         };
-        let namespace = self.get("leader_election_namespace")?;
-        if let Some(ns) = &namespace {
-            validate_dns_label(ns).map_err(|m| err("leader_election_namespace", m))?;
-        }
+        let namespace = self.namespace()?;
         let endpoints: Vec<String> = self
             .get("etcd_endpoints")?
             .unwrap_or_default()
@@ -558,6 +675,7 @@ impl Layers {
             context: self.get("kube_context")?,
             namespace,
         };
+        kubeconfig::check(&kube, &self.env)?;
         Ok(Settings {
             backend,
             disabled: self.bool("leader_election_disable")?,
@@ -580,6 +698,10 @@ impl Layers {
         for s in SETTINGS {
             let v = match self.get(s.key) {
                 Ok(Some(_)) if s.secret => "\"<redacted>\"".to_string(),
+                Ok(Some(v)) if URL_SETTINGS.contains(&s.key) => {
+                    let urls: Vec<String> = v.split(',').map(redact_userinfo).collect();
+                    format!("{:?}", urls.join(","))
+                }
                 Ok(Some(v)) if v == "true" || v == "false" => v,
                 Ok(Some(v)) => format!("{v:?}"),
                 Ok(None) => continue,
@@ -591,38 +713,39 @@ impl Layers {
     }
 }
 
+/// Reads the `--config` file: a regular file of at most 1 MiB, UTF-8, in a format known by its
+/// extension, YAML without anchors or aliases, and only known keys. The bytes are read once, with
+/// the bound, and handed to `config` as a string, so that `config` never opens the file itself.
 fn read_file(
     path: &Path,
 ) -> Result<config::File<config::FileSourceString, config::FileFormat>, ConfigError> {
-    let key = "config";
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        err(
-            key,
-            format!("cannot read config file {}: {e}", path.display()),
-        )
-    })?;
+    let key = CONFIG_KEY;
+    let shown = path.display();
     let format = match path.extension().and_then(|e| e.to_str()) {
         Some("toml") => config::FileFormat::Toml,
         Some("yaml" | "yml") => config::FileFormat::Yaml,
         _ => {
             return Err(err(
                 key,
-                format!(
-                    "{}: unknown format; accepted: a .toml, .yaml or .yml file",
-                    path.display()
-                ),
+                format!("{shown}: unknown format; accepted: a .toml, .yaml or .yml file"),
             ))
         }
     };
+    let bytes = read_bounded(path).map_err(|e| err(key, e))?;
+    let text =
+        String::from_utf8(bytes).map_err(|_| err(key, format!("{shown} is not UTF-8 text")))?;
+    if format == config::FileFormat::Yaml {
+        check_yaml(&text).map_err(|e| err(key, format!("{shown}: {e}")))?;
+    }
     // Unknown keys in a file are typos: refuse them rather than silently ignore them.
     let parsed = config::Config::builder()
         .add_source(config::File::from_str(&text, format))
         .build()
-        .map_err(|e| err(key, format!("{}: {e}", path.display())))?;
+        .map_err(|e| err(key, format!("{shown}: {}", without_excerpt(&e.to_string()))))?;
     let table = parsed
         .cache
         .into_table()
-        .map_err(|e| err(key, format!("{}: {e}", path.display())))?;
+        .map_err(|e| err(key, format!("{shown}: {e}")))?;
     let known: BTreeSet<&str> = SETTINGS.iter().map(|s| s.key).collect();
     let unknown: Vec<String> = table
         .keys()
@@ -633,13 +756,86 @@ fn read_file(
         return Err(err(
             key,
             format!(
-                "{}: unknown setting(s) {}; see `gateway-leader run --help` for the accepted keys",
-                path.display(),
+                "{shown}: unknown setting(s) {}; see `gateway-leader run --help` for the accepted keys",
                 unknown.join(", ")
             ),
         ));
     }
     Ok(config::File::from_str(&text, format))
+}
+
+/// How deep a settings file may nest: settings are flat (a list of endpoints is the deepest), so
+/// this is generous, and it keeps the recursive conversion inside `config` far from the stack's end.
+const MAX_YAML_DEPTH: usize = 16;
+
+/// Checks a YAML settings file with the YAML event parser that `config` itself uses, before
+/// `config` loads it: no anchors or aliases, because `config` expands every alias into a copy (a
+/// "billion laughs" file of a few hundred bytes grows without bound) and flat settings have no use
+/// for them; and no nesting beyond [`MAX_YAML_DEPTH`].
+fn check_yaml(text: &str) -> Result<(), String> {
+    use yaml_rust2::parser::{Event, Parser};
+    let mut parser = Parser::new_from_str(text);
+    let mut depth = 0usize;
+    loop {
+        let (event, mark) = parser.next_token().map_err(|e| e.to_string())?;
+        let refused = match event {
+            Event::StreamEnd => return Ok(()),
+            Event::Alias(_) => true,
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                depth += 1;
+                if depth > MAX_YAML_DEPTH {
+                    return Err(format!(
+                        "nested deeper than {MAX_YAML_DEPTH} levels (at line {} column {})",
+                        mark.line(),
+                        mark.col() + 1
+                    ));
+                }
+                anchor != 0
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                depth = depth.saturating_sub(1);
+                false
+            }
+            Event::Scalar(_, _, anchor, _) => anchor != 0,
+            _ => false,
+        };
+        if refused {
+            return Err(format!(
+                "YAML anchors and aliases are not accepted (at line {} column {}); write the value out",
+                mark.line(),
+                mark.col() + 1
+            ));
+        }
+    }
+}
+
+/// A parser's message on one line, without the excerpt of the offending line that TOML and
+/// kubeconfig errors carry: that line may hold a password or a token.
+pub(crate) fn without_excerpt(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            let excerpt = l
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .trim_start()
+                .starts_with('|')
+                || l.starts_with("-->");
+            !l.is_empty() && !excerpt
+        })
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// The setting a timing error is about, so that the message names its flag; rules between
+/// settings are reported under "timing".
+fn timing_key(e: &TimingError) -> String {
+    match e {
+        TimingError::Zero { setting } | TimingError::OutOfRange { setting, .. } => {
+            setting.replace('-', "_")
+        }
+        _ => "timing".to_string(),
+    }
 }
 
 /// Parses `15s`, `1500ms`, `2m` or a bare number of seconds.
@@ -689,19 +885,15 @@ pub fn validate_dns_label(s: &str) -> Result<(), String> {
     }
 }
 
-fn validate_identity(s: &str) -> Result<(), String> {
-    if s.is_empty() || s.len() > 200 || s.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err(format!(
-            "{s:?}; accepted: 1 to 200 printable characters without spaces"
-        ));
-    }
-    Ok(())
+/// Checks an identity: see [`IDENTITY_CHARS`] and [`MAX_IDENTITY_BYTES`].
+pub fn check_identity(s: &str) -> Result<(), String> {
+    check_name(s, IDENTITY_CHARS, MAX_IDENTITY_BYTES)
 }
 
 /// Checks a Gateway API controllerName: `domain/path`.
 pub fn validate_controller_name(s: &str) -> Result<(), String> {
     let bad = || {
-        format!("{s:?} is not a controller name; accepted: a domain-prefixed path such as example.net/gateway-controller")
+        format!("{s:?} is not a controller name; accepted: at most 253 bytes, a domain-prefixed path such as example.net/gateway-controller")
     };
     let (domain, path) = s.split_once('/').ok_or_else(bad)?;
     if s.len() > 253 || validate_dns_subdomain(domain).is_err() || path.is_empty() {
@@ -720,11 +912,17 @@ pub fn validate_controller_name(s: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn load(env: &[(&str, &str)], flags: &[(&'static str, &str)]) -> Result<Settings, ConfigError> {
-        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+    fn env(vars: &[(&str, &str)]) -> Env {
+        Env::from_os(vars.iter().map(|(k, v)| (k.into(), v.into()))).expect("UTF-8")
+    }
+
+    fn load(
+        vars: &[(&str, &str)],
+        flags: &[(&'static str, &str)],
+    ) -> Result<Settings, ConfigError> {
         let flags: Vec<(&'static str, String)> =
             flags.iter().map(|(k, v)| (*k, v.to_string())).collect();
-        Layers::load(None, env, &flags)?.settings(|| "host-1".to_string())
+        Layers::load(None, env(vars), &flags)?.settings(|| "host-1".to_string())
     }
 
     #[test]
@@ -781,6 +979,44 @@ mod tests {
         assert!(s.disabled);
         assert_eq!(s.redis.password.as_ref().map(Secret::expose), Some("pw"));
         assert_eq!(format!("{:?}", s.redis.password), "Some(<redacted>)");
+    }
+
+    #[test]
+    fn environment() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad = || OsString::from_vec(b"\xff".to_vec());
+        let env = Env::from_os([
+            ("UNRELATED".into(), bad()),
+            ("KUBECONFIG".into(), bad()),
+            ("POD_NAME".into(), "pod-0".into()),
+        ])
+        .expect("only our variables must be UTF-8");
+        assert_eq!(env.get(POD_NAME), Some("pod-0"));
+        assert_eq!(env.get("UNRELATED"), None);
+        let e = Env::from_os([("GATEWAY_LEADER_X".into(), bad())]).unwrap_err();
+        assert!(e.to_string().contains("GATEWAY_LEADER_X"), "{e}");
+    }
+
+    #[test]
+    fn yaml_without_anchors_and_shallow() {
+        assert_eq!(check_yaml("a: 1\nb: [x, y]\n"), Ok(()));
+        let e = check_yaml("a: &x 1\nb: *x\n").unwrap_err();
+        assert!(
+            e.contains("anchors and aliases") && e.contains("line 1"),
+            "{e}"
+        );
+        let deep = format!("a: {}{}", "[".repeat(20), "]".repeat(20));
+        assert!(check_yaml(&deep).unwrap_err().contains("deeper than 16"));
+        assert!(check_yaml("a: [").is_err());
+    }
+
+    #[test]
+    fn parser_excerpts_are_dropped() {
+        let toml = "TOML parse error at line 1, column 17\n  |\n1 | redis_password = \"secret\n  |                 ^\ninvalid basic string\n";
+        assert_eq!(
+            without_excerpt(toml),
+            "TOML parse error at line 1, column 17: invalid basic string"
+        );
     }
 
     #[test]

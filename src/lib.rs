@@ -8,36 +8,35 @@ pub mod run;
 pub mod status;
 pub mod telemetry;
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::Parser;
 
 use crate::cli::{Cli, Command, RunArgs};
-use crate::config::{ConfigError, Layers, Settings};
+use crate::config::{ConfigError, Env, Layers, Settings};
 
-/// Exit code for bad input (flags, environment, config file), as clap uses.
+/// Exit code for bad input (flags, environment, config file), as clap uses: nothing was touched.
+/// A clean stop exits 0, a failure at run time 1.
 pub const EXIT_USAGE: u8 = 2;
 
-/// This replica's name when none is configured: `POD_NAME`, else the hostname.
-pub fn default_identity() -> String {
-    std::env::var("POD_NAME")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| {
-            gethostname::gethostname()
-                .to_string_lossy()
-                .trim()
-                .to_string()
-        })
+/// The hostname: this replica's name when neither the setting nor `POD_NAME` gives one.
+pub fn hostname() -> String {
+    gethostname::gethostname()
+        .to_string_lossy()
+        .trim()
+        .to_string()
 }
 
-/// Loads and validates the settings of `run` from flags, the environment and the config file.
+/// Loads and validates the settings of `run` from flags, the environment (as
+/// `std::env::vars_os` gives it) and the config file.
 pub fn load_settings(
     args: &RunArgs,
-    env: impl IntoIterator<Item = (String, String)>,
+    vars: impl IntoIterator<Item = (OsString, OsString)>,
 ) -> Result<(Layers, Settings), ConfigError> {
+    let env = Env::from_os(vars)?;
     let layers = Layers::load(args.config.as_deref(), env, &args.overrides())?;
-    let settings = layers.settings(default_identity)?;
+    let settings = layers.settings(hostname)?;
     telemetry::validate_filter(&settings.log_level).map_err(|message| ConfigError {
         key: "log_level".into(),
         message,
@@ -57,7 +56,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
     };
     match cli.command {
         Command::Run(args) => {
-            let (layers, settings) = match load_settings(&args, std::env::vars()) {
+            let (layers, settings) = match load_settings(&args, std::env::vars_os()) {
                 Ok(x) => x,
                 Err(e) => {
                     eprintln!("gateway-leader: {e}");

@@ -1,20 +1,86 @@
 //! The command line: bad input exits 2 with one clear message, before any backend is touched.
 
-use std::process::{Command, Output};
+mod common;
 
-fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary with `args` and a clean environment for settings: no `GATEWAY_LEADER_*`, pod or
+/// `RUST_LOG` variables, and no kubeconfig to find, unless the test sets them.
+fn command(args: &[&str], env: &[(&str, &OsStr)]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gateway-leader"));
     cmd.args(args);
-    // A clean environment for settings: only what the test sets.
-    for (k, _) in std::env::vars() {
-        if k.starts_with("GATEWAY_LEADER_") || k == "POD_NAME" || k == "POD_NAMESPACE" {
+    for (k, _) in std::env::vars_os() {
+        let ours = k.to_str().is_some_and(|k| {
+            k.starts_with("GATEWAY_LEADER_")
+                || ["POD_NAME", "POD_NAMESPACE", "KUBECONFIG", "RUST_LOG"].contains(&k)
+        });
+        if ours {
             cmd.env_remove(k);
         }
     }
+    cmd.env("HOME", "/nonexistent");
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().expect("the binary runs")
+    cmd
+}
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let env: Vec<(&str, &OsStr)> = env.iter().map(|(k, v)| (*k, OsStr::new(v))).collect();
+    run_os(args, &env)
+}
+
+fn run_os(args: &[&str], env: &[(&str, &OsStr)]) -> Output {
+    command(args, env).output().expect("the binary runs")
+}
+
+/// Runs the binary in an empty environment under a 1 GiB address-space limit and kills it after
+/// 20 s, so that a check that does not work fails the test instead of hanging it or exhausting
+/// the machine's memory.
+fn run_bounded(args: &[&str]) -> Output {
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", "ulimit -v 1048576 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_gateway-leader"))
+        .args(args)
+        .env_clear()
+        .env("HOME", "/nonexistent")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sh runs");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("gateway-leader {args:?} still ran after 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 temp path")
+}
+
+/// Writes `text` to the file `name` in `dir`; returns its path.
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).expect("write");
+    path_str(&path).to_string()
+}
+
+/// Runs `args` with `--print-config`, which must succeed; returns what it printed.
+fn print_config(args: &[&str], env: &[(&str, &str)]) -> String {
+    let o = run(&[args, &["--print-config"]].concat(), env);
+    assert!(o.status.success(), "{}", stderr(&o));
+    stdout(&o)
 }
 
 fn stderr(o: &Output) -> String {
@@ -135,44 +201,30 @@ fn malformed_endpoints_are_refused() {
 #[test]
 fn unknown_keys_in_the_config_file_are_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("c.yaml");
-    std::fs::write(&f, "lease_durration: 20s\n").expect("write");
-    let o = run(&["run", "--config", f.to_str().expect("utf-8")], &[]);
+    let f = write(&dir, "c.yaml", "lease_durration: 20s\n");
+    let o = run(&["run", "--config", &f], &[]);
     assert_usage_error(&o, &["lease_durration"]);
 }
 
 #[test]
 fn precedence_is_flag_then_env_then_file_then_default() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("c.toml");
-    std::fs::write(
-        &f,
+    let path = &write(
+        &dir,
+        "c.toml",
         "lock_backend = \"etcd\"\nlease_duration = \"20s\"\nrenew_deadline = 12\nleader_election_identity = \"from-file\"\n",
-    )
-    .expect("write");
-    let path = f.to_str().expect("utf-8");
-    let o = run(&["run", "--config", path, "--print-config"], &[]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let out = stdout(&o);
+    );
+    let out = print_config(&["run", "--config", path], &[]);
     assert!(out.contains("lock_backend = \"etcd\""), "{out}");
     assert!(out.contains("lease_duration = \"20s\""), "{out}");
     assert!(out.contains("retry_period = \"2s\""), "default kept: {out}");
-    let o = run(
-        &[
-            "run",
-            "--config",
-            path,
-            "--print-config",
-            "--lease-duration",
-            "30s",
-        ],
+    let out = print_config(
+        &["run", "--config", path, "--lease-duration", "30s"],
         &[
             ("GATEWAY_LEADER_LEASE_DURATION", "25s"),
             ("GATEWAY_LEADER_LEADER_ELECTION_IDENTITY", "from-env"),
         ],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let out = stdout(&o);
     assert!(out.contains("lease_duration = \"30s\""), "flag wins: {out}");
     assert!(
         out.contains("leader_election_identity = \"from-env\""),
@@ -182,15 +234,369 @@ fn precedence_is_flag_then_env_then_file_then_default() {
 
 #[test]
 fn print_config_redacts_secrets() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let pw = dir.path().join("pw");
-    std::fs::write(&pw, "hunter2\n").expect("write");
-    let o = run(
-        &["run", "--lock-backend", "redis", "--print-config"],
+    let out = print_config(
+        &["run", "--lock-backend", "redis"],
         &[("GATEWAY_LEADER_REDIS_PASSWORD", "s3cret")],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let out = stdout(&o);
     assert!(!out.contains("s3cret"), "{out}");
     assert!(out.contains("redis_password = \"<redacted>\""), "{out}");
+}
+
+#[test]
+fn non_utf8_environment_variables() {
+    let bad = OsStr::from_bytes(b"\xff\xfe");
+    // Not ours: ignored, whatever it holds.
+    let o = run_os(&["run", "--print-config"], &[("SOME_UNRELATED_VAR", bad)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for var in [
+        "GATEWAY_LEADER_LOCK_BACKEND",
+        "GATEWAY_LEADER_NOT_A_SETTING",
+        "POD_NAME",
+        "POD_NAMESPACE",
+    ] {
+        let o = run_os(&["run", "--print-config"], &[(var, bad)]);
+        assert_usage_error(&o, &[var, "not valid UTF-8"]);
+    }
+}
+
+#[test]
+fn credentials_in_urls_are_refused_and_never_echoed() {
+    let refused = |args: &[&str], env: &[(&str, &str)], needles: &[&str]| {
+        let o = run(args, env);
+        assert_usage_error(&o, needles);
+        assert!(!stderr(&o).contains("SECRET"), "{}", stderr(&o));
+    };
+    let redis = ["run", "--lock-backend", "redis"];
+    refused(
+        &[
+            &redis[..],
+            &["--redis-url", "redis://user:SECRET@127.0.0.1:6379"],
+        ]
+        .concat(),
+        &[],
+        &[
+            "redis-url",
+            "--redis-username",
+            "--redis-password-file",
+            "GATEWAY_LEADER_REDIS_PASSWORD",
+        ],
+    );
+    // Malformed, and still not echoed.
+    refused(
+        &redis,
+        &[("GATEWAY_LEADER_REDIS_URL", "redis:u:SECRET@127.0.0.1")],
+        &["redis-url"],
+    );
+    refused(
+        &[
+            "run",
+            "--lock-backend",
+            "etcd",
+            "--etcd-endpoints",
+            "http://127.0.0.1:2379,http://u:SECRET@127.0.0.1:2380",
+        ],
+        &[],
+        &[
+            "etcd-endpoints",
+            "--etcd-username",
+            "GATEWAY_LEADER_ETCD_PASSWORD",
+        ],
+    );
+    // A parse error in the file does not echo the offending line either.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = write(&dir, "c.toml", "redis_password = \"SECRET\n");
+    refused(&["run", "--config", &f], &[], &["--config", "line 1"]);
+    // A URL of a backend not in use is not checked, but never printed with its password.
+    let out = print_config(
+        &[
+            "run",
+            "--redis-url",
+            "redis://user:SECRET@127.0.0.1:6379",
+            "--etcd-endpoints",
+            "http://u:SECRET@127.0.0.1:2379,http://127.0.0.1:2380",
+        ],
+        &[],
+    );
+    assert!(!out.contains("SECRET"), "{out}");
+    assert!(
+        out.contains("redis_url = \"redis://***@127.0.0.1:6379\"")
+            && out.contains("etcd_endpoints = \"http://***@127.0.0.1:2379,http://127.0.0.1:2380\""),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_fifo_as_config_file_is_refused_not_waited_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("c.yaml");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let o = run_bounded(&["run", "--config", path_str(&fifo)]);
+    assert_usage_error(&o, &["--config", path_str(&fifo), "not a regular file"]);
+}
+
+#[test]
+fn endless_and_oversized_config_files_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A symlink is followed: what counts is what it points to.
+    let zero = dir.path().join("c.toml");
+    std::os::unix::fs::symlink("/dev/zero", &zero).expect("symlink");
+    let o = run_bounded(&["run", "--config", path_str(&zero)]);
+    assert_usage_error(&o, &["--config", "not a regular file"]);
+    let padding = "# padding\n".repeat(110_000);
+    let big = write(
+        &dir,
+        "big.toml",
+        &format!("lock_backend = \"etcd\"\n{padding}"),
+    );
+    let o = run_bounded(&["run", "--config", &big]);
+    assert_usage_error(&o, &["--config", "larger than 1 MiB"]);
+}
+
+#[test]
+fn a_yaml_alias_bomb_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // "Billion laughs": nine levels of nine aliases expand to 9^9 strings.
+    let mut text = format!("a0: &a0 [{}]\n", ["\"lol\""; 9].join(", "));
+    for i in 1..=9 {
+        let prev = format!("*a{}", i - 1);
+        text.push_str(&format!(
+            "a{i}: &a{i} [{}]\n",
+            [prev.as_str(); 9].join(", ")
+        ));
+    }
+    let bomb = write(&dir, "c.yaml", &text);
+    let o = run_bounded(&["run", "--config", &bomb]);
+    assert_usage_error(&o, &["--config", "anchors and aliases are not accepted"]);
+    // Deep nesting is refused too, before anything recurses over it.
+    let mut text = "etcd_endpoints:\n".to_string();
+    for depth in 1..=40 {
+        text.push_str(&format!("{}-\n", "  ".repeat(depth)));
+    }
+    let deep = write(&dir, "deep.yaml", &text);
+    let o = run_bounded(&["run", "--config", &deep]);
+    assert_usage_error(&o, &["--config", "nested deeper than 16"]);
+}
+
+#[test]
+fn log_filter_typos_are_refused() {
+    for bad in [
+        "debgu",
+        "gateway_leader=verbose",
+        "info,",
+        "gateway-leader=debug",
+    ] {
+        let o = run(&["run", "--log-level", bad], &[]);
+        assert_usage_error(
+            &o,
+            &[
+                "--log-level",
+                "GATEWAY_LEADER_LOG_LEVEL",
+                "error, warn, info, debug, trace, off",
+                "target=level",
+            ],
+        );
+    }
+    print_config(
+        &["run", "--log-level", "gateway_leader::run=DEBUG,warn"],
+        &[],
+    );
+}
+
+#[test]
+fn a_malformed_rust_log_falls_back_to_the_setting_with_a_warning() {
+    let mut r = common::Replica::start_with_env(
+        "rust-log",
+        &["--leader-election-disable"],
+        &[("RUST_LOG", "debgu")],
+    );
+    let warned = r.wait_for("ignoring RUST_LOG", Duration::from_secs(20));
+    assert_eq!(warned.json["rust_log"], "\"debgu\"", "{:?}", warned.json);
+    // The setting's default, info, is in force: info lines are not lost.
+    r.wait_for("leader election disabled", Duration::from_secs(20));
+}
+
+#[test]
+fn empty_values_are_errors_wherever_they_come_from() {
+    let empty = |args: &[&str], env: &[(&str, &str)], setting: &str| {
+        let o = run(&[args, &["--print-config"]].concat(), env);
+        assert_usage_error(&o, &[setting, "empty"]);
+    };
+    empty(
+        &["run"],
+        &[("GATEWAY_LEADER_RELEASE_ON_SHUTDOWN", "")],
+        "GATEWAY_LEADER_RELEASE_ON_SHUTDOWN",
+    );
+    empty(
+        &["run", "--leader-election-identity", ""],
+        &[],
+        "--leader-election-identity",
+    );
+    empty(
+        &["run"],
+        &[("GATEWAY_LEADER_LOCK_BACKEND", " ")],
+        "--lock-backend",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = write(&dir, "c.yaml", "leader_election_identity:\n");
+    empty(
+        &["run", "--config", &yaml],
+        &[],
+        "--leader-election-identity",
+    );
+    let toml = write(&dir, "c.toml", "release_on_shutdown = \"\"\n");
+    empty(&["run", "--config", &toml], &[], "--release-on-shutdown");
+    let o = run(&["run", "--print-config"], &[("POD_NAME", "")]);
+    assert_usage_error(&o, &["POD_NAME", "1 to 253 bytes"]);
+}
+
+#[test]
+fn tls_files_must_be_pem_of_the_right_kind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let junk = &write(&dir, "junk.pem", "not a certificate\n");
+    let etcd = [
+        "run",
+        "--lock-backend",
+        "etcd",
+        "--etcd-endpoints",
+        "https://127.0.0.1:2379",
+    ];
+    let o = run(&[&etcd[..], &["--etcd-ca-file", junk]].concat(), &[]);
+    assert_usage_error(&o, &["etcd-ca-file", junk, "no PEM certificate"]);
+    let o = run(
+        &[
+            &etcd[..],
+            &["--etcd-cert-file", junk, "--etcd-key-file", junk],
+        ]
+        .concat(),
+        &[],
+    );
+    assert_usage_error(&o, &["etcd-cert-file", junk]);
+    let o = run(
+        &[
+            "run",
+            "--lock-backend",
+            "redis",
+            "--redis-url",
+            "rediss://127.0.0.1:6380",
+            "--redis-ca-file",
+            junk,
+        ],
+        &[],
+    );
+    assert_usage_error(&o, &["redis-ca-file", junk, "no PEM certificate"]);
+    // Any file setting is a regular file, whatever the backend.
+    let o = run(&["run", "--etcd-ca-file", "/dev/zero"], &[]);
+    assert_usage_error(&o, &["--etcd-ca-file", "/dev/zero", "not a regular file"]);
+}
+
+#[test]
+fn the_kubeconfig_and_its_context_are_checked_at_startup() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broken = &write(&dir, "broken", "clusters: [\n");
+    let o = run(&["run", "--print-config", "--kubeconfig", broken], &[]);
+    assert_usage_error(&o, &["--kubeconfig", broken, "not a kubeconfig"]);
+    // Found through KUBECONFIG, with any backend: the status writer needs Kubernetes too.
+    let o = run(
+        &["run", "--print-config", "--lock-backend", "redis"],
+        &[("KUBECONFIG", broken)],
+    );
+    assert_usage_error(&o, &["KUBECONFIG", broken, "not a kubeconfig"]);
+    let good = &write(
+        &dir,
+        "good",
+        "apiVersion: v1\nkind: Config\n\
+         clusters: [{name: c, cluster: {server: \"https://127.0.0.1:6443\"}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: ctx, context: {cluster: c, user: u}}]\n\
+         current-context: ctx\n",
+    );
+    print_config(&["run", "--kubeconfig", good], &[]);
+    let o = run(
+        &["run", "--kubeconfig", good, "--kube-context", "nope"],
+        &[],
+    );
+    assert_usage_error(&o, &["--kube-context", "\"nope\"", "\"ctx\""]);
+    let o = run(&["run", "--kube-context", "ctx"], &[]);
+    assert_usage_error(&o, &["--kube-context", "no kubeconfig"]);
+}
+
+#[test]
+fn durations_are_bounded() {
+    let o = run(&["run", "--retry-period", "1ns"], &[]);
+    assert_usage_error(&o, &["--retry-period", "at least 100ms"]);
+    let o = run(
+        &[
+            "run",
+            "--lock-backend",
+            "redis",
+            "--lease-duration",
+            "500000000years",
+        ],
+        &[],
+    );
+    assert_usage_error(&o, &["--lease-duration", "at most 3600s"]);
+    // The tests' own short timings stay valid.
+    print_config(
+        &[
+            "run",
+            "--lock-backend",
+            "redis",
+            "--lease-duration",
+            "2s",
+            "--renew-deadline",
+            "1500ms",
+            "--retry-period",
+            "300ms",
+        ],
+        &[],
+    );
+}
+
+#[test]
+fn names_are_plain_ascii_and_bounded_in_bytes() {
+    let long = "a".repeat(254);
+    for id in ["pod\u{202e}evil", "pod\u{200b}a", "pod a", "pöd", &long] {
+        let o = run(&["run", "--leader-election-identity", id], &[]);
+        assert_usage_error(
+            &o,
+            &[
+                "--leader-election-identity",
+                "253 bytes",
+                "'-', '.', '_', ':'",
+            ],
+        );
+    }
+    // Invisible characters are shown escaped, so the message itself cannot spoof anything.
+    let o = run(
+        &["run", "--leader-election-identity", "pod\u{202e}evil"],
+        &[],
+    );
+    assert!(stderr(&o).contains("pod\\u{202e}evil"), "{}", stderr(&o));
+    let o = run(&["run", "--print-config"], &[("POD_NAME", "pod\u{202e}")]);
+    assert_usage_error(&o, &["POD_NAME", "\\u{202e}"]);
+    print_config(&["run", "--leader-election-identity", "pod-0.ns_1:a"], &[]);
+    let o = run(&["run", "--leader-election-lock-name", "lock\u{202e}"], &[]);
+    assert_usage_error(&o, &["--leader-election-lock-name"]);
+    let o = run(
+        &["run", "--print-config"],
+        &[("POD_NAMESPACE", "ns\u{200b}")],
+    );
+    assert_usage_error(&o, &["POD_NAMESPACE", "DNS-1123 label"]);
+    let o = run(&["run", "--controller-name", "example.net/\u{202e}x"], &[]);
+    assert_usage_error(&o, &["--controller-name", "253 bytes"]);
+    let o = run(
+        &[
+            "run",
+            "--lock-backend",
+            "redis",
+            "--redis-key-prefix",
+            "gl\u{200b}",
+        ],
+        &[],
+    );
+    assert_usage_error(&o, &["redis-key-prefix", "128 bytes"]);
 }

@@ -37,11 +37,16 @@ pub struct Replica {
 impl Replica {
     /// Starts `gateway-leader run` with `args` plus JSON logs and the identity `name`.
     pub fn start(name: &str, args: &[&str]) -> Replica {
+        Self::start_with_env(name, args, &[("RUST_LOG", "info")])
+    }
+
+    /// Like [`Replica::start`], with these environment variables set.
+    pub fn start_with_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> Replica {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gateway-leader"))
             .arg("run")
             .args(args)
             .args(["--log-format", "json", "--leader-election-identity", name])
-            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

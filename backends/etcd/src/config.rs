@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use leader_lock::input::{check_name, read_pem, redact_userinfo, Pem};
 use leader_lock::Timing;
 
 /// The smallest lease TTL a default etcd accepts (1.5 × its 1 s election timeout, rounded up).
@@ -53,11 +54,19 @@ impl EtcdConfig {
 
 /// Checks an endpoint is `http(s)://host:port` with nothing after the port but an optional `/`.
 pub(crate) fn check_endpoint(endpoint: &str) -> Result<(), String> {
+    // Built from the redacted form only, so that no message can echo a password.
+    let shown = redact_userinfo(endpoint);
     let bad = |why: &str| {
         Err(format!(
-            "etcd-endpoints: `{endpoint}` is not a client URL like http://127.0.0.1:2379 ({why})"
+            "etcd-endpoints: `{shown}` is not a client URL like http://127.0.0.1:2379 ({why})"
         ))
     };
+    if endpoint.contains('@') {
+        return Err(format!(
+            "etcd-endpoints: `{shown}` holds credentials; give the user with --etcd-username and \
+             the password with --etcd-password-file or GATEWAY_LEADER_ETCD_PASSWORD"
+        ));
+    }
     let rest = match endpoint
         .strip_prefix("http://")
         .or_else(|| endpoint.strip_prefix("https://"))
@@ -66,7 +75,7 @@ pub(crate) fn check_endpoint(endpoint: &str) -> Result<(), String> {
         None => return bad("the scheme must be http:// or https://"),
     };
     let authority = rest.strip_suffix('/').unwrap_or(rest);
-    if authority.contains('/') || authority.contains('@') || authority.contains('?') {
+    if authority.contains('/') || authority.contains('?') {
         return bad("only scheme, host and port are allowed");
     }
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
@@ -89,10 +98,16 @@ pub(crate) fn check_endpoint(endpoint: &str) -> Result<(), String> {
     }
 }
 
-fn check_file(setting: &str, path: &Path) -> Result<(), String> {
-    std::fs::File::open(path)
-        .map(|_| ())
-        .map_err(|e| format!("{setting}: cannot read {}: {e}", path.display()))
+/// The characters a key prefix may hold besides ASCII letters and digits: keys are paths such as
+/// `/gateway-leader/`, and nothing invisible or blank belongs in one.
+const KEY_PREFIX_CHARS: &str = "-._:/";
+
+/// The longest key prefix: keys stay short, and a longer prefix is a mistake.
+const MAX_KEY_PREFIX_BYTES: usize = 128;
+
+/// Reads one of the TLS files (bounded) and checks it holds what it should.
+pub(crate) fn read_tls_file(setting: &str, path: &Path, kind: Pem) -> Result<Vec<u8>, String> {
+    read_pem(path, kind).map_err(|e| format!("{setting}: {e}"))
 }
 
 /// The checks of [`EtcdLock::validate`](crate::EtcdLock::validate).
@@ -121,13 +136,13 @@ pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), Strin
         (None, Some(_)) => return Err("etcd-key-file is set without etcd-cert-file".into()),
         _ => {}
     }
-    for (setting, file) in [
-        ("etcd-ca-file", &config.ca_file),
-        ("etcd-cert-file", &config.cert_file),
-        ("etcd-key-file", &config.key_file),
+    for (setting, file, kind) in [
+        ("etcd-ca-file", &config.ca_file, Pem::Certificates),
+        ("etcd-cert-file", &config.cert_file, Pem::Certificates),
+        ("etcd-key-file", &config.key_file, Pem::PrivateKey),
     ] {
         if let Some(f) = file {
-            check_file(setting, f)?;
+            read_tls_file(setting, f, kind)?;
         }
     }
     match (&config.username, &config.password) {
@@ -138,9 +153,8 @@ pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), Strin
         (None, Some(_)) => return Err("an etcd password is set without etcd-username".into()),
         _ => {}
     }
-    if config.key_prefix.is_empty() {
-        return Err("etcd-key-prefix must not be empty".into());
-    }
+    check_name(&config.key_prefix, KEY_PREFIX_CHARS, MAX_KEY_PREFIX_BYTES)
+        .map_err(|e| format!("etcd-key-prefix: {e}"))?;
     timing.validate().map_err(|e| e.to_string())?;
     timing
         .require_whole_seconds(MIN_LEASE)
@@ -180,6 +194,39 @@ mod tests {
             let e = check_endpoint(bad).expect_err(bad);
             assert!(e.contains("etcd-endpoints"), "{e}");
         }
+        for with_password in [
+            "http://u:SECRET@127.0.0.1:2379",
+            "https://:SECRET@h:2379/",
+            "u:SECRET@h:2379",
+        ] {
+            let e = check_endpoint(with_password).expect_err(with_password);
+            assert!(
+                e.contains("--etcd-username")
+                    && e.contains("GATEWAY_LEADER_ETCD_PASSWORD")
+                    && !e.contains("SECRET"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn key_prefix() {
+        let mut c = EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]);
+        for bad in [
+            "",
+            "/gl\u{202e}/",
+            "/a b/",
+            &format!("/{}/", "a".repeat(127)),
+        ] {
+            c.key_prefix = bad.into();
+            let e = validate(&c, &timing()).unwrap_err();
+            assert!(
+                e.contains("etcd-key-prefix") && e.contains("128 bytes"),
+                "{e}"
+            );
+        }
+        c.key_prefix = "/team-a/gateway_leader:v1/".into();
+        assert_eq!(validate(&c, &timing()), Ok(()));
     }
 
     #[test]
@@ -200,11 +247,54 @@ mod tests {
             .unwrap_err()
             .contains("without etcd-key-file"));
 
-        let mut missing = half.clone();
-        missing.key_file = Some("/nonexistent/key.pem".into());
-        assert!(validate(&missing, &timing())
-            .unwrap_err()
-            .contains("/nonexistent/key.pem"));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let real = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])
+            .expect("a certificate");
+        let cert = dir.path().join("cert.pem");
+        let key = dir.path().join("key.pem");
+        std::fs::write(&cert, real.cert.pem()).expect("write");
+        std::fs::write(&key, real.signing_key.serialize_pem()).expect("write");
+        let mut tls = half.clone();
+        tls.ca_file = Some(cert.clone());
+        tls.cert_file = Some(cert.clone());
+        tls.key_file = Some(key.clone());
+        assert_eq!(validate(&tls, &timing()), Ok(()));
+
+        // Each file is named when it is missing, not PEM, of the wrong kind, or no regular file.
+        let not_pem = dir.path().join("not.pem");
+        std::fs::write(&not_pem, "hello\n").expect("write");
+        for (setting, bad, why) in [
+            ("etcd-ca-file", "/nonexistent/ca.pem", "/nonexistent/ca.pem"),
+            (
+                "etcd-ca-file",
+                not_pem.to_str().expect("utf-8"),
+                "no PEM certificate",
+            ),
+            (
+                "etcd-cert-file",
+                key.to_str().expect("utf-8"),
+                "no PEM certificate",
+            ),
+            (
+                "etcd-key-file",
+                cert.to_str().expect("utf-8"),
+                "no PEM private key",
+            ),
+            ("etcd-key-file", "/dev/zero", "not a regular file"),
+        ] {
+            let mut c = tls.clone();
+            let slot = match setting {
+                "etcd-ca-file" => &mut c.ca_file,
+                "etcd-cert-file" => &mut c.cert_file,
+                _ => &mut c.key_file,
+            };
+            *slot = Some(bad.into());
+            let e = validate(&c, &timing()).unwrap_err();
+            assert!(
+                e.starts_with(setting) && e.contains(why),
+                "{setting} {bad}: {e}"
+            );
+        }
 
         // Without a CA file the system's trusted roots verify the servers.
         let mut no_ca = ok.clone();

@@ -20,6 +20,7 @@ use etcd_client::{
     KeyValue, PutOptions, TlsOptions, Txn, TxnOp, WatchOptions, WatchStream,
 };
 use futures::StreamExt;
+use leader_lock::input::Pem;
 use leader_lock::{
     Attempt, Candidate, LeaderLock, LockError, LockEvent, LockEventStream, LockRecord, Term, Timing,
 };
@@ -123,8 +124,9 @@ impl EtcdLock {
         }
     }
 
-    /// Checks the settings without touching the network: well-formed endpoints, TLS files given
-    /// together and readable, credentials complete, lease duration whole seconds of at least 2 s.
+    /// Checks the settings without touching the network: well-formed endpoints without
+    /// credentials, TLS files given together and holding PEM of the right kind, credentials
+    /// complete, a plain key prefix, lease duration whole seconds of at least 2 s.
     pub fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), String> {
         config::validate(config, timing)
     }
@@ -490,29 +492,23 @@ fn whole_seconds(d: Duration) -> Result<i64, LockError> {
 }
 
 fn tls_options(config: &EtcdConfig) -> Result<TlsOptions, LockError> {
-    let read = |setting: &str, path: &std::path::Path| {
-        let pem = std::fs::read(path).map_err(|e| {
-            LockError::Refused(format!("{setting}: cannot read {}: {e}", path.display()))
-        })?;
-        // The TLS stack only says "transport error" about a bad file later; say which one now.
-        if !pem.windows(11).any(|w| w == b"-----BEGIN ") {
-            return Err(LockError::Refused(format!(
-                "{setting}: {} is not a PEM file",
-                path.display()
-            )));
-        }
-        Ok(pem)
+    // The TLS stack only says "transport error" about a bad file later; say which one now.
+    let read = |setting: &str, path: &std::path::Path, kind: Pem| {
+        config::read_tls_file(setting, path, kind).map_err(LockError::Refused)
     };
     let mut tls = TlsOptions::new();
     match &config.ca_file {
-        Some(ca) => tls = tls.ca_certificate(Certificate::from_pem(read("etcd-ca-file", ca)?)),
+        Some(ca) => {
+            let ca = read("etcd-ca-file", ca, Pem::Certificates)?;
+            tls = tls.ca_certificate(Certificate::from_pem(ca));
+        }
         // A server certificate from a public CA: the system's trusted roots verify it.
         None => tls = tls.with_native_roots(),
     }
     match (&config.cert_file, &config.key_file) {
         (Some(cert), Some(key)) => {
-            let cert = read("etcd-cert-file", cert)?;
-            let key = read("etcd-key-file", key)?;
+            let cert = read("etcd-cert-file", cert, Pem::Certificates)?;
+            let key = read("etcd-key-file", key, Pem::PrivateKey)?;
             tls = tls.identity(TlsIdentity::from_pem(cert, key));
         }
         (None, None) => {}

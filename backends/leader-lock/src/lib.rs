@@ -6,6 +6,7 @@
 //! `sent` is the monotonic instant noted *before* the last successful acquire or renew was sent.
 
 mod elector;
+pub mod input;
 mod leadership;
 mod lock;
 mod memory;
@@ -22,4 +23,4 @@ pub use lock::{Attempt, LeaderLock, LockError, LockEvent, LockEventStream};
 pub use memory::{MemoryLock, MemoryStore};
 pub use observe::ObservedRecord;
 pub use record::{Candidate, Identity, LockRecord, Term};
-pub use timing::{Timing, TimingError};
+pub use timing::{Timing, TimingError, MAX_LEASE_DURATION, MIN_RETRY_PERIOD};

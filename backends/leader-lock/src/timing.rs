@@ -54,6 +54,19 @@ pub enum TimingError {
         /// The renew deadline given.
         renew: Duration,
     },
+    /// A duration outside the range every backend supports ([`MIN_RETRY_PERIOD`],
+    /// [`MAX_LEASE_DURATION`]).
+    #[error("{setting} ({value:?}) must be {rule} {limit:?}")]
+    OutOfRange {
+        /// The setting's name.
+        setting: &'static str,
+        /// The value given.
+        value: Duration,
+        /// "at least" or "at most".
+        rule: &'static str,
+        /// The bound.
+        limit: Duration,
+    },
     /// A backend cannot express durations this small.
     #[error("{setting} ({value:?}) is below this backend's minimum of {min:?}")]
     BelowMinimum {
@@ -65,6 +78,16 @@ pub enum TimingError {
         min: Duration,
     },
 }
+
+/// The shortest retry period. A leader renews and a follower polls once per period, so this caps
+/// each replica at 10 requests a second; anything faster only loads the backend (`1ns` meant
+/// about 1,600 etcd calls a second) without making a takeover noticeably quicker.
+pub const MIN_RETRY_PERIOD: Duration = Duration::from_millis(100);
+
+/// The longest lease. A crashed leader blocks the election for up to a lease, so more than an hour
+/// is never wanted; the Kubernetes backend also counts any longer recorded lease as an hour, and
+/// the stored records of etcd and Redis stay far inside what they accept.
+pub const MAX_LEASE_DURATION: Duration = Duration::from_secs(3600);
 
 /// client-go's jitter factor: followers poll at a random point in `[retry, 1.2 × retry)`.
 pub const JITTER_FACTOR: f64 = 1.2;
@@ -95,7 +118,8 @@ impl Timing {
         Ok(t)
     }
 
-    /// Checks `lease_duration > renew_deadline > 1.2 × retry_period > 0`.
+    /// Checks `lease_duration > renew_deadline > 1.2 × retry_period > 0`, `retry_period` of at
+    /// least [`MIN_RETRY_PERIOD`] and `lease_duration` of at most [`MAX_LEASE_DURATION`].
     pub fn validate(&self) -> Result<(), TimingError> {
         for (setting, value) in [
             ("lease-duration", self.lease_duration),
@@ -105,6 +129,22 @@ impl Timing {
             if value.is_zero() {
                 return Err(TimingError::Zero { setting });
             }
+        }
+        if self.retry_period < MIN_RETRY_PERIOD {
+            return Err(TimingError::OutOfRange {
+                setting: "retry-period",
+                value: self.retry_period,
+                rule: "at least",
+                limit: MIN_RETRY_PERIOD,
+            });
+        }
+        if self.lease_duration > MAX_LEASE_DURATION {
+            return Err(TimingError::OutOfRange {
+                setting: "lease-duration",
+                value: self.lease_duration,
+                rule: "at most",
+                limit: MAX_LEASE_DURATION,
+            });
         }
         if self.lease_duration <= self.renew_deadline {
             return Err(TimingError::LeaseNotAboveRenew {
@@ -192,6 +232,21 @@ mod tests {
             Err(TimingError::Zero { .. })
         ));
         assert!(Timing::new(s(15), Duration::from_millis(2401), s(2)).is_ok());
+    }
+
+    #[test]
+    fn durations_are_bounded() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        let e = Timing::new(s(15), s(10), Duration::from_nanos(1)).unwrap_err();
+        assert_eq!(e.to_string(), "retry-period (1ns) must be at least 100ms");
+        assert!(Timing::new(ms(1000), ms(800), MIN_RETRY_PERIOD).is_ok());
+        let e = Timing::new(MAX_LEASE_DURATION + s(1), s(10), s(2)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "lease-duration (3601s) must be at most 3600s"
+        );
+        assert!(Timing::new(MAX_LEASE_DURATION, s(10), s(2)).is_ok());
     }
 
     #[test]

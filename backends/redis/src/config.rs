@@ -1,15 +1,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use leader_lock::input::{read_pem, Pem};
 use leader_lock::Timing;
 use redis::IntoConnectionInfo;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
 
 /// How to reach Redis and where to keep the lock.
 #[derive(Clone)]
 pub struct RedisConfig {
-    /// `redis://` or `rediss://` URL; may carry user and password too (the fields below win).
+    /// `redis://` or `rediss://` URL, without user or password (those are the fields below).
     pub url: String,
     /// ACL user name (`--redis-username`).
     pub username: Option<String>,
@@ -63,27 +62,26 @@ fn scheme(url: &str) -> Option<&str> {
     url.split_once("://").map(|(s, _)| s)
 }
 
-/// The URL with any password replaced, for messages.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (auth, host) = match rest.rsplit_once('@') {
-        Some((a, h)) => (Some(a), h),
-        None => (None, rest),
-    };
-    match auth {
-        Some(a) => match a.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-            None => format!("{scheme}://{a}@{host}"),
-        },
-        None => url.to_string(),
-    }
-}
+/// The URL without user and password, for messages and Debug output.
+pub(crate) use leader_lock::input::redact_userinfo as redact_url;
+
+/// The characters a key prefix may hold besides ASCII letters and digits: no braces (they would
+/// break the cluster hash tag), nothing invisible or blank.
+const KEY_PREFIX_CHARS: &str = "-._:/";
+
+/// The longest key prefix: keys stay short, and a longer prefix is a mistake.
+const MAX_KEY_PREFIX_BYTES: usize = 128;
 
 /// Checks the URL, the prefix and the CA file; no network.
 pub(crate) fn check_config(config: &RedisConfig) -> Result<(), String> {
     let shown = redact_url(&config.url);
+    // A password in the URL would show in `--print-config`, in process listings and in messages.
+    if config.url.contains('@') {
+        return Err(format!(
+            "redis-url `{shown}` holds credentials; give the user with --redis-username and the \
+             password with --redis-password-file or GATEWAY_LEADER_REDIS_PASSWORD"
+        ));
+    }
     match scheme(&config.url) {
         Some(s) if s.eq_ignore_ascii_case("redis") || s.eq_ignore_ascii_case("rediss") => {}
         Some(s) => {
@@ -100,20 +98,8 @@ pub(crate) fn check_config(config: &RedisConfig) -> Result<(), String> {
     if let Err(e) = config.url.as_str().into_connection_info() {
         return Err(format!("redis-url `{shown}` is invalid: {e}"));
     }
-    if config.key_prefix.is_empty() {
-        return Err("redis-key-prefix must not be empty".into());
-    }
-    if config
-        .key_prefix
-        .chars()
-        .any(|c| c == '{' || c == '}' || c.is_control() || c.is_whitespace())
-    {
-        return Err(format!(
-            "redis-key-prefix `{}` must not contain braces (they would break the cluster hash tag), \
-             whitespace or control characters",
-            config.key_prefix
-        ));
-    }
+    leader_lock::input::check_name(&config.key_prefix, KEY_PREFIX_CHARS, MAX_KEY_PREFIX_BYTES)
+        .map_err(|e| format!("redis-key-prefix: {e}"))?;
     if let Some(ca) = &config.ca_file {
         if !config.is_tls() {
             return Err(format!(
@@ -128,34 +114,16 @@ pub(crate) fn check_config(config: &RedisConfig) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads a CA bundle and checks that it holds at least one PEM certificate.
+/// Reads a CA bundle (bounded) and checks that it holds PEM certificates.
 pub(crate) fn read_ca(path: &Path) -> Result<Vec<u8>, String> {
-    let pem = std::fs::read(path)
-        .map_err(|e| format!("redis-ca-file {}: cannot read it: {e}", path.display()))?;
-    let mut count = 0;
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        cert.map_err(|e| {
-            format!(
-                "redis-ca-file {}: not a PEM certificate bundle: {e}",
-                path.display()
-            )
-        })?;
-        count += 1;
-    }
-    if count == 0 {
-        return Err(format!(
-            "redis-ca-file {}: no PEM certificate found in it",
-            path.display()
-        ));
-    }
-    Ok(pem)
+    read_pem(path, Pem::Certificates).map_err(|e| format!("redis-ca-file: {e}"))
 }
 
 /// Checks the timing against what Redis can express (PX takes whole milliseconds).
 pub(crate) fn check_timing(config: &RedisConfig, timing: &Timing) -> Result<(), String> {
     timing.validate().map_err(|e| e.to_string())?;
     let lease = timing.lease_duration;
-    if lease.subsec_nanos() % 1_000_000 != 0 || lease < Duration::from_millis(1) {
+    if !lease.subsec_nanos().is_multiple_of(1_000_000) || lease < Duration::from_millis(1) {
         return Err(format!(
             "lease-duration ({lease:?}) must be a whole number of milliseconds, at least 1ms, for redis"
         ));
@@ -187,14 +155,26 @@ mod tests {
     }
 
     #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(redact_url("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redact_url("redis://:secret@h:1"), "redis://:***@h:1");
-        let mut c = RedisConfig::new("redis://u:secret@h:1");
+    fn credentials_in_the_url_are_refused_unechoed() {
+        for url in [
+            "redis://u:SECRET@h:1/0",
+            "redis://:SECRET@h:1",
+            "redis:u:SECRET@h",
+            "http://u:SECRET@h:1",
+        ] {
+            let e = check_config(&RedisConfig::new(url)).unwrap_err();
+            assert!(
+                e.contains("--redis-username")
+                    && e.contains("GATEWAY_LEADER_REDIS_PASSWORD")
+                    && !e.contains("SECRET"),
+                "{e}"
+            );
+        }
+        let mut c = RedisConfig::new("redis://u:SECRET@h:1");
         c.password = Some("hunter2".into());
         let shown = format!("{c:?}");
         assert!(
-            !shown.contains("secret") && !shown.contains("hunter2"),
+            !shown.contains("SECRET") && !shown.contains("hunter2"),
             "{shown}"
         );
     }
@@ -202,9 +182,16 @@ mod tests {
     #[test]
     fn prefix_and_ca() {
         let mut c = RedisConfig::new("redis://127.0.0.1:6379");
-        c.key_prefix = "a{b}".into();
-        assert!(check_config(&c).unwrap_err().contains("redis-key-prefix"));
-        c.key_prefix = "gl".into();
+        for bad in ["a{b}", "", "gl\u{202e}x", "gl\u{200b}", "a b"] {
+            c.key_prefix = bad.into();
+            let e = check_config(&c).unwrap_err();
+            assert!(
+                e.contains("redis-key-prefix") && e.contains("128 bytes"),
+                "{e}"
+            );
+        }
+        c.key_prefix = "gl:test/1".into();
+        assert_eq!(check_config(&c), Ok(()));
         c.ca_file = Some("/nonexistent/ca.pem".into());
         assert!(check_config(&c).unwrap_err().contains("rediss://"));
         c.url = "rediss://127.0.0.1:6379".into();
@@ -213,6 +200,26 @@ mod tests {
             e.contains("redis-ca-file") && e.contains("/nonexistent/ca.pem"),
             "{e}"
         );
+        c.ca_file = Some("/dev/zero".into());
+        let e = check_config(&c).unwrap_err();
+        assert!(
+            e.contains("redis-ca-file") && e.contains("not a regular file"),
+            "{e}"
+        );
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "not a certificate\n").expect("write");
+        c.ca_file = Some(ca.clone());
+        let e = check_config(&c).unwrap_err();
+        assert!(
+            e.contains("redis-ca-file") && e.contains("no PEM certificate"),
+            "{e}"
+        );
+        let real = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])
+            .expect("a certificate");
+        std::fs::write(&ca, real.cert.pem()).expect("write");
+        assert_eq!(check_config(&c), Ok(()));
     }
 
     #[test]

@@ -92,13 +92,17 @@ async fn tls_with_custom_ca_and_passwords() {
     acl.password = Some("acl-secret".into());
     leads(acl.clone(), "tls-acl").await;
 
-    // Credentials in the URL work too.
+    // Credentials in the URL are refused before connecting, without echoing the password.
     let mut in_url = common::config(
         &url.replace("rediss://", "rediss://leader:acl-secret@"),
         &timing,
     );
     in_url.ca_file = Some(pki.ca_file());
-    leads(in_url, "tls-url").await;
+    let e = RedisLock::validate(&in_url, &timing).expect_err("credentials in the URL");
+    assert!(
+        e.contains("--redis-username") && !e.contains("acl-secret"),
+        "{e}"
+    );
 
     // A wrong ACL password is refused with a message that says what to fix.
     let mut wrong = acl.clone();
