@@ -1,7 +1,11 @@
 //! Computing each kind's desired status from what the watches see; pure functions, no I/O.
 //!
 //! Every replica runs this, leader or not, so a new leader has the latest statuses at hand.
+//!
+//! Objects without a name (or a namespace, where one is due) are skipped; a missing
+//! `metadata.generation` counts as 0. Nothing here panics on any input.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gateway_api::gatewayclasses::GatewayClass;
@@ -9,6 +13,16 @@ use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{Namespace, Service};
+
+use crate::status::desired::Desired;
+use crate::status::key::ObjectKey;
+
+mod gatewayclass;
+mod reason;
+mod verdict;
+
+#[cfg(test)]
+mod fixtures;
 
 /// Everything the computation reads: the watched objects as the reflectors hold them.
 #[derive(Debug, Clone, Default)]
@@ -28,4 +42,11 @@ pub struct World {
     /// The `gateway.networking.k8s.io/bundle-version` annotation of the installed GatewayClass
     /// CRD, when it could be read.
     pub bundle_version: Option<String>,
+}
+
+/// Every status this controller wants, keyed by object.
+pub fn compute(world: &World, controller_name: &str) -> BTreeMap<ObjectKey, Desired> {
+    let mut out = BTreeMap::new();
+    gatewayclass::compute(world, controller_name, &mut out);
+    out
 }
