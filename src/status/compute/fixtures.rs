@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::{Gateway, GatewayStatusListeners};
+use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::de::DeserializeOwned;
@@ -12,12 +14,14 @@ use serde_json::{json, Value};
 
 use super::World;
 use crate::status::desired::Desired;
-use crate::status::key::ObjectKey;
+use crate::status::key::{Kind, ObjectKey};
 
 /// Our controllerName.
 pub(crate) const CONTROLLER: &str = "example.com/gateway-leader";
 /// The name of our GatewayClass in [`world`].
 pub(crate) const CLASS: &str = "ours";
+/// Generation of every Gateway built here.
+pub(crate) const GATEWAY_GENERATION: i64 = 2;
 
 /// Everything computed, by key.
 pub(crate) type Out = BTreeMap<ObjectKey, Desired>;
@@ -50,12 +54,46 @@ pub(crate) fn class(name: &str, controller: &str) -> Arc<GatewayClass> {
     }))
 }
 
+/// A Gateway of class [`CLASS`] with these listeners.
+pub(crate) fn gateway(namespace: &str, name: &str, listeners: Value) -> Arc<Gateway> {
+    gateway_with(
+        namespace,
+        name,
+        json!({"gatewayClassName": CLASS, "listeners": listeners}),
+    )
+}
+
+/// A Gateway with this spec.
+pub(crate) fn gateway_with(namespace: &str, name: &str, spec: Value) -> Arc<Gateway> {
+    from(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"namespace": namespace, "name": name, "generation": GATEWAY_GENERATION},
+        "spec": spec,
+    }))
+}
+
+/// An HTTP listener without hostname; routes from the Gateway's namespace.
+pub(crate) fn http(name: &str, port: i32) -> Value {
+    json!({"name": name, "port": port, "protocol": "HTTP"})
+}
+
 /// A Namespace with these labels.
 pub(crate) fn namespace(name: &str, labels: Value) -> Arc<Namespace> {
     from(json!({
         "apiVersion": "v1",
         "kind": "Namespace",
         "metadata": {"name": name, "labels": labels},
+    }))
+}
+
+/// A ReferenceGrant with this spec.
+pub(crate) fn grant(namespace: &str, name: &str, spec: Value) -> Arc<ReferenceGrant> {
+    from(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1beta1",
+        "kind": "ReferenceGrant",
+        "metadata": {"namespace": namespace, "name": name},
+        "spec": spec,
     }))
 }
 
@@ -84,4 +122,62 @@ pub(crate) fn condition_of<'a>(out: &'a Out, key: &ObjectKey, type_: &str) -> &'
         .iter()
         .find(|c| c.type_ == type_)
         .unwrap_or_else(|| panic!("{key} has no {type_} condition"))
+}
+
+/// The Gateway's desired conditions and listeners.
+pub(crate) fn gateway_status<'a>(
+    out: &'a Out,
+    namespace: &str,
+    name: &str,
+) -> (&'a [Condition], &'a [GatewayStatusListeners]) {
+    match out.get(&ObjectKey::namespaced(Kind::Gateway, namespace, name)) {
+        Some(Desired::Gateway {
+            conditions,
+            listeners,
+            ..
+        }) => (conditions, listeners),
+        other => panic!("no Gateway status for {namespace}/{name}: {other:?}"),
+    }
+}
+
+/// The Gateway's (type, status, reason) of `type_`.
+pub(crate) fn gateway_condition(
+    out: &Out,
+    namespace: &str,
+    name: &str,
+    type_: &str,
+) -> (String, String, String) {
+    let (conditions, _) = gateway_status(out, namespace, name);
+    summary(conditions)
+        .into_iter()
+        .find(|c| c.0 == type_)
+        .unwrap_or_else(|| panic!("Gateway {namespace}/{name} has no {type_}"))
+}
+
+/// One listener's status entry.
+pub(crate) fn listener<'a>(
+    out: &'a Out,
+    namespace: &str,
+    gateway: &str,
+    name: &str,
+) -> &'a GatewayStatusListeners {
+    gateway_status(out, namespace, gateway)
+        .1
+        .iter()
+        .find(|l| l.name == name)
+        .unwrap_or_else(|| panic!("no listener {name} on {namespace}/{gateway}"))
+}
+
+/// A listener's (type, status, reason) of `type_`.
+pub(crate) fn listener_condition(
+    out: &Out,
+    namespace: &str,
+    gateway: &str,
+    name: &str,
+    type_: &str,
+) -> (String, String, String) {
+    summary(&listener(out, namespace, gateway, name).conditions)
+        .into_iter()
+        .find(|c| c.0 == type_)
+        .unwrap_or_else(|| panic!("listener {name} has no {type_}"))
 }

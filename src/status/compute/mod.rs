@@ -2,8 +2,14 @@
 //!
 //! Every replica runs this, leader or not, so a new leader has the latest statuses at hand.
 //!
-//! Objects without a name (or a namespace, where one is due) are skipped; a missing
-//! `metadata.generation` counts as 0. Nothing here panics on any input.
+//! One pass per kind, each building on the last: GatewayClasses decide which Gateways are ours,
+//! then each Gateway's listeners are judged. ReferenceGrants are looked up through an index
+//! built once, so a computation visits each object about once. Objects without a name (or a
+//! namespace, where one is due) are skipped; a missing `metadata.generation` counts as 0.
+//! Nothing here panics on any input.
+//!
+//! Deliberately not covered: ListenerSets, the Gateway-level `tls` block and its
+//! `ResolvedRefs` condition, and route kinds other than HTTPRoute.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,8 +23,13 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 use crate::status::desired::Desired;
 use crate::status::key::ObjectKey;
 
+mod gateway;
 mod gatewayclass;
+mod hostname;
+mod index;
+mod listener;
 mod reason;
+mod refs;
 mod verdict;
 
 #[cfg(test)]
@@ -47,6 +58,9 @@ pub struct World {
 /// Every status this controller wants, keyed by object.
 pub fn compute(world: &World, controller_name: &str) -> BTreeMap<ObjectKey, Desired> {
     let mut out = BTreeMap::new();
-    gatewayclass::compute(world, controller_name, &mut out);
+    let index = index::Index::new(world);
+    let classes = gatewayclass::compute(world, controller_name, &mut out);
+    let gateways = gateway::analyse(world, &classes, &index);
+    gateway::emit(gateways, &mut out);
     out
 }
