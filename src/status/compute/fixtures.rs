@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::{Gateway, GatewayStatusListeners};
+use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParents};
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -22,6 +23,8 @@ pub(crate) const CONTROLLER: &str = "example.com/gateway-leader";
 pub(crate) const CLASS: &str = "ours";
 /// Generation of every Gateway built here.
 pub(crate) const GATEWAY_GENERATION: i64 = 2;
+/// Generation of every HTTPRoute built here.
+pub(crate) const ROUTE_GENERATION: i64 = 4;
 
 /// Everything computed, by key.
 pub(crate) type Out = BTreeMap<ObjectKey, Desired>;
@@ -76,6 +79,49 @@ pub(crate) fn gateway_with(namespace: &str, name: &str, spec: Value) -> Arc<Gate
 /// An HTTP listener without hostname; routes from the Gateway's namespace.
 pub(crate) fn http(name: &str, port: i32) -> Value {
     json!({"name": name, "port": port, "protocol": "HTTP"})
+}
+
+/// An HTTP listener admitting routes from every namespace.
+pub(crate) fn http_from_all(name: &str, port: i32) -> Value {
+    json!({"name": name, "port": port, "protocol": "HTTP",
+           "allowedRoutes": {"namespaces": {"from": "All"}}})
+}
+
+/// An HTTPRoute with this spec.
+pub(crate) fn route(namespace: &str, name: &str, spec: Value) -> Arc<HttpRoute> {
+    route_with_status(namespace, name, spec, Value::Null)
+}
+
+/// An HTTPRoute with this spec and status.
+pub(crate) fn route_with_status(
+    namespace: &str,
+    name: &str,
+    spec: Value,
+    status: Value,
+) -> Arc<HttpRoute> {
+    from(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"namespace": namespace, "name": name, "generation": ROUTE_GENERATION},
+        "spec": spec,
+        "status": status,
+    }))
+}
+
+/// A route spec with these parentRefs and one rule forwarding to these backendRefs.
+pub(crate) fn route_spec(parent_refs: Value, backend_refs: Value) -> Value {
+    json!({"parentRefs": parent_refs, "rules": [{"backendRefs": backend_refs}]})
+}
+
+/// A Service with these ports.
+pub(crate) fn service(namespace: &str, name: &str, ports: &[i32]) -> Arc<Service> {
+    let ports: Vec<Value> = ports.iter().map(|p| json!({"port": p})).collect();
+    from(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"namespace": namespace, "name": name},
+        "spec": {"ports": ports},
+    }))
 }
 
 /// A Namespace with these labels.
@@ -180,4 +226,48 @@ pub(crate) fn listener_condition(
         .into_iter()
         .find(|c| c.0 == type_)
         .unwrap_or_else(|| panic!("listener {name} has no {type_}"))
+}
+
+/// The route's desired `status.parents` entries of ours.
+pub(crate) fn route_parents<'a>(
+    out: &'a Out,
+    namespace: &str,
+    name: &str,
+) -> &'a [HttpRouteStatusParents] {
+    match out.get(&ObjectKey::namespaced(Kind::HttpRoute, namespace, name)) {
+        Some(Desired::HttpRoute { parents, .. }) => parents,
+        other => panic!("no HTTPRoute status for {namespace}/{name}: {other:?}"),
+    }
+}
+
+/// (status, reason) of `type_` in the route's only parent entry.
+pub(crate) fn route_condition(
+    out: &Out,
+    namespace: &str,
+    name: &str,
+    type_: &str,
+) -> (String, String) {
+    let parents = route_parents(out, namespace, name);
+    assert_eq!(parents.len(), 1, "expected one parent entry: {parents:?}");
+    let c = parents[0]
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} on {namespace}/{name}"));
+    (c.status.clone(), c.reason.clone())
+}
+
+/// The message of `type_` in the route's only parent entry.
+pub(crate) fn route_message(out: &Out, namespace: &str, name: &str, type_: &str) -> String {
+    route_parents(out, namespace, name)[0]
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// An owned (status, reason).
+pub(crate) fn sr(status: &str, reason: &str) -> (String, String) {
+    (status.into(), reason.into())
 }

@@ -1,4 +1,5 @@
-//! Gateways of our classes: `Accepted`, `Programmed` and `status.listeners`.
+//! Gateways of our classes: `Accepted`, `Programmed` and `status.listeners`, whose
+//! `attachedRoutes` the route pass fills in.
 //!
 //! `Accepted` is decided in this order, first match wins:
 //! 1. the GatewayClass is not accepted → False/Invalid (the spec has no Gateway reason for an
@@ -34,6 +35,8 @@ pub(crate) struct GatewayView<'w> {
     pub accepted: Verdict,
     /// The listeners, in spec order.
     pub listeners: Vec<Listener<'w>>,
+    /// Routes attached to each listener, same order; counted by the route pass.
+    pub attached_routes: Vec<i32>,
 }
 
 /// Our Gateways by (namespace, name).
@@ -95,6 +98,7 @@ pub(crate) fn analyse<'w>(
             name,
             generation: gateway.metadata.generation.unwrap_or(0),
             accepted,
+            attached_routes: vec![0; listeners.len()],
             listeners,
         };
         gateways.entry((namespace, name)).or_insert(view);
@@ -145,8 +149,8 @@ pub(crate) fn emit(gateways: Gateways<'_>, out: &mut BTreeMap<ObjectKey, Desired
         let listeners = view
             .listeners
             .iter()
-            // No routes are counted yet.
-            .map(|l| l.status(view.accepted.ok, 0, generation))
+            .zip(&view.attached_routes)
+            .map(|(l, attached)| l.status(view.accepted.ok, *attached, generation))
             .collect();
         out.insert(
             ObjectKey::namespaced(Kind::Gateway, view.namespace, view.name),
@@ -222,13 +226,18 @@ mod tests {
     }
 
     #[test]
-    fn spec_addresses_make_the_gateway_unsupported_address() {
+    fn spec_addresses_make_the_gateway_unsupported_address_and_its_routes_unattached() {
         let mut w = world();
         w.gateways = vec![gateway_with(
             "infra",
             "gw",
             json!({"gatewayClassName": CLASS, "listeners": [http("web", 80)],
                    "addresses": [{"type": "IPAddress", "value": "10.0.0.1"}]}),
+        )];
+        w.http_routes = vec![route(
+            "infra",
+            "r",
+            route_spec(json!([{"name": "gw"}]), json!([])),
         )];
         let out = compute(&w, CONTROLLER);
         assert_eq!(
@@ -243,6 +252,11 @@ mod tests {
             listener_condition(&out, "infra", "gw", "web", "Programmed"),
             tsr("Programmed", "False", "Invalid")
         );
+        assert_eq!(
+            route_condition(&out, "infra", "r", "Accepted"),
+            sr("False", "NoMatchingParent")
+        );
+        assert_eq!(listener(&out, "infra", "gw", "web").attached_routes, 0);
     }
 
     #[test]
@@ -326,6 +340,89 @@ mod tests {
         .message;
         assert!(message.contains("udp (UnsupportedProtocol)"), "{message}");
         assert!(!message.contains("web"), "{message}");
+    }
+
+    #[test]
+    fn attached_routes_count_accepted_routes_per_listener() {
+        let mut w = world();
+        w.gateways = vec![
+            gateway("infra", "gw", json!([http("a", 80), http("b", 8080)])),
+            gateway("infra", "idle", json!([http("c", 80)])),
+        ];
+        w.http_routes = vec![
+            // The whole Gateway: both listeners.
+            route(
+                "infra",
+                "whole",
+                route_spec(json!([{"name": "gw"}]), json!([])),
+            ),
+            // One listener by sectionName.
+            route(
+                "infra",
+                "only-b",
+                route_spec(json!([{"name": "gw", "sectionName": "b"}]), json!([])),
+            ),
+            // One listener by port.
+            route(
+                "infra",
+                "port-80",
+                route_spec(json!([{"name": "gw", "port": 80}]), json!([])),
+            ),
+            // Two parentRefs to listener a count once.
+            route(
+                "infra",
+                "twice",
+                route_spec(
+                    json!([{"name": "gw", "sectionName": "a"}, {"name": "gw", "sectionName": "a", "port": 80}]),
+                    json!([]),
+                ),
+            ),
+            // Not accepted (namespace not allowed): not counted.
+            route(
+                "apps",
+                "foreign",
+                route_spec(json!([{"name": "gw", "namespace": "infra"}]), json!([])),
+            ),
+            // Broken backends do not undo attachment.
+            route(
+                "infra",
+                "broken",
+                route_spec(
+                    json!([{"name": "gw", "sectionName": "b"}]),
+                    json!([{"name": "missing", "port": 80}]),
+                ),
+            ),
+        ];
+        let out = compute(&w, CONTROLLER);
+        assert_eq!(listener(&out, "infra", "gw", "a").attached_routes, 3);
+        assert_eq!(listener(&out, "infra", "gw", "b").attached_routes, 3);
+        assert_eq!(listener(&out, "infra", "idle", "c").attached_routes, 0);
+    }
+
+    #[test]
+    fn a_route_attached_to_a_whole_gateway_with_two_listeners_counts_on_both() {
+        let mut w = world();
+        w.gateways = vec![gateway(
+            "infra",
+            "gw",
+            json!([http("a", 80), http("b", 8080)]),
+        )];
+        w.http_routes = vec![route(
+            "infra",
+            "r",
+            route_spec(json!([{"name": "gw"}]), json!([])),
+        )];
+        let out = compute(&w, CONTROLLER);
+        assert_eq!(listener(&out, "infra", "gw", "a").attached_routes, 1);
+        assert_eq!(listener(&out, "infra", "gw", "b").attached_routes, 1);
+        assert_eq!(
+            route_condition(&out, "infra", "r", "Accepted"),
+            sr("True", "Accepted")
+        );
+        assert_eq!(
+            route_message(&out, "infra", "r", "Accepted"),
+            "accepted by listeners: a, b"
+        );
     }
 
     #[test]

@@ -1,9 +1,18 @@
-//! Hostname matching between listeners.
+//! Hostname matching between listeners and routes.
 //!
 //! A hostname is precise (`foo.example.com`) or a wildcard (`*.example.com`), which matches any
 //! host with at least one more label in front of the suffix (`a.example.com`, `a.b.example.com`,
 //! but not `example.com`). Comparisons ignore ASCII case: the CRD only admits lower case, but a
 //! status must not depend on how strict the API server validated.
+
+/// Whether a listener (`None`: every hostname) admits a route with these hostnames (empty: every
+/// hostname): both unrestricted, or at least one pair that can match a common host.
+pub(crate) fn listener_admits(listener: Option<&str>, route: &[String]) -> bool {
+    match listener.filter(|l| !l.is_empty()) {
+        None => true,
+        Some(l) => route.is_empty() || route.iter().any(|r| intersects(l, r)),
+    }
+}
 
 /// Whether two listener hostnames (`None`: every hostname) can both match one host.
 pub(crate) fn listeners_overlap(a: Option<&str>, b: Option<&str>) -> bool {
@@ -64,6 +73,20 @@ mod tests {
         assert!(intersects("*.foo.example.com", "*.example.com"));
         assert!(!intersects("*.example.com", "*.example.net"));
         assert!(!intersects("*.example.com", "*.ample.com"));
+    }
+
+    #[test]
+    fn a_listener_without_hostname_or_a_route_without_hostnames_matches_everything() {
+        assert!(listener_admits(None, &["a.example.com".into()]));
+        assert!(listener_admits(Some("a.example.com"), &[]));
+        assert!(listener_admits(
+            Some("*.example.com"),
+            &["test.example.net".into(), "test.example.com".into()]
+        ));
+        assert!(!listener_admits(
+            Some("*.example.com"),
+            &["example.com".into(), "test.example.net".into()]
+        ));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! One Gateway's listeners: protocol, route kinds, TLS certificateRefs and conflicts between
-//! listeners.
+//! One Gateway's listeners: protocol, route kinds, TLS certificateRefs, conflicts between
+//! listeners, and which routes' namespaces a listener allows.
 //!
 //! Only HTTP and HTTPS are served, and only HTTPRoutes attach. A listener with a protocol this
 //! controller does not serve (or an unsupported TLS mode) is never accepted and takes no part
@@ -8,13 +8,14 @@
 //! HTTP listeners that share its port.
 
 use gateway_api::gateways::{
-    GatewayListeners, GatewayListenersTlsMode, GatewayStatusListeners,
-    GatewayStatusListenersSupportedKinds,
+    GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom, GatewayListenersTlsMode,
+    GatewayStatusListeners, GatewayStatusListenersSupportedKinds,
 };
 
 use super::index::Index;
 use super::reason;
 use super::refs::{self, Problem, GATEWAY_GROUP};
+use super::selector;
 use super::verdict::Verdict;
 
 /// The only route kind this controller attaches.
@@ -116,6 +117,43 @@ impl Listener<'_> {
             self.resolved_refs.reason
         } else {
             self.accepted.reason
+        }
+    }
+
+    /// Whether HTTPRoutes may attach here (by kind).
+    pub(crate) fn admits_http_routes(&self) -> bool {
+        self.supported_kinds
+            .iter()
+            .any(|k| k.kind == HTTP_ROUTE && k.group.as_deref() == Some(GATEWAY_GROUP))
+    }
+
+    /// Whether `allowedRoutes.namespaces` admits routes from `route_namespace`. A namespace not
+    /// (yet) seen has no known labels and matches no selector.
+    pub(crate) fn allows_namespace(
+        &self,
+        gateway_namespace: &str,
+        route_namespace: &str,
+        index: &Index<'_>,
+    ) -> bool {
+        let namespaces = self
+            .spec
+            .allowed_routes
+            .as_ref()
+            .and_then(|a| a.namespaces.as_ref());
+        match namespaces.and_then(|n| n.from.as_ref()) {
+            None | Some(GatewayListenersAllowedRoutesNamespacesFrom::Same) => {
+                route_namespace == gateway_namespace
+            }
+            Some(GatewayListenersAllowedRoutesNamespacesFrom::All) => true,
+            Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => {
+                match (
+                    namespaces.and_then(|n| n.selector.as_ref()),
+                    index.namespace_labels(route_namespace),
+                ) {
+                    (Some(s), Some(labels)) => selector::namespace_selector_matches(s, labels),
+                    _ => false,
+                }
+            }
         }
     }
 

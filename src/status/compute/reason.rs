@@ -46,6 +46,16 @@ pub(crate) const INVALID_CERTIFICATE_REF: &str = "InvalidCertificateRef";
 pub(crate) const REF_NOT_PERMITTED: &str = "RefNotPermitted";
 /// Listener: `OverlappingTLSConfig` is True because hostnames overlap.
 pub(crate) const OVERLAPPING_HOSTNAMES: &str = "OverlappingHostnames";
+/// Route: listeners exist but none allows the route's namespace or kind.
+pub(crate) const NOT_ALLOWED_BY_LISTENERS: &str = "NotAllowedByListeners";
+/// Route: no allowing listener's hostname intersects the route's hostnames.
+pub(crate) const NO_MATCHING_LISTENER_HOSTNAME: &str = "NoMatchingListenerHostname";
+/// Route: the parentRef's sectionName/port select no listener, or the Gateway is not accepted.
+pub(crate) const NO_MATCHING_PARENT: &str = "NoMatchingParent";
+/// Route: a backendRef to a group/kind other than core Service.
+pub(crate) const INVALID_KIND: &str = "InvalidKind";
+/// Route: a backendRef to a Service or Service port that does not exist.
+pub(crate) const BACKEND_NOT_FOUND: &str = "BackendNotFound";
 
 #[cfg(test)]
 mod tests {

@@ -1,5 +1,5 @@
-//! References from one object to another: ReferenceGrant permission and listener
-//! certificateRefs.
+//! References from one object to another: ReferenceGrant permission, route backendRefs and
+//! listener certificateRefs.
 //!
 //! Secrets are not watched (reading every Secret in the cluster is far more privilege than a
 //! status writer should hold), so a certificateRef is checked for kind and permission only, never
@@ -44,6 +44,20 @@ pub(crate) struct Problem {
     pub message: String,
 }
 
+/// A backendRef as written in a route rule or a RequestMirror filter.
+pub(crate) struct BackendRef<'a> {
+    /// `group`; absent means core.
+    pub group: Option<&'a str>,
+    /// `kind`; absent means Service.
+    pub kind: Option<&'a str>,
+    /// `name`.
+    pub name: &'a str,
+    /// `namespace`; absent means the route's.
+    pub namespace: Option<&'a str>,
+    /// `port`.
+    pub port: Option<i32>,
+}
+
 /// Whether a reference is allowed: same namespace, or a ReferenceGrant in the referent's
 /// namespace whose `from` and `to` both admit it.
 pub(crate) fn permitted(index: &Index<'_>, from: &Referrer<'_>, to: &Referent<'_>) -> bool {
@@ -59,6 +73,74 @@ pub(crate) fn permitted(index: &Index<'_>, from: &Referrer<'_>, to: &Referent<'_
                         .is_none_or(|n| n.is_empty() || n == to.name)
             })
         })
+}
+
+/// Checks one backendRef of an HTTPRoute in `route_namespace`.
+///
+/// Per reference the order is kind, then permission, then existence: for an unknown kind no
+/// grant could help, and checking permission before existence does not reveal whether a Service
+/// exists in a namespace that has not granted access.
+pub(crate) fn check_backend(
+    index: &Index<'_>,
+    route_namespace: &str,
+    r: &BackendRef<'_>,
+) -> Result<(), Problem> {
+    let group = r.group.unwrap_or("");
+    let kind = r.kind.unwrap_or("Service");
+    let namespace = non_empty(r.namespace).unwrap_or(route_namespace);
+    let problem = |reason, what: String| {
+        Err(Problem {
+            reason,
+            message: format!("backendRef {namespace}/{}: {what}", r.name),
+        })
+    };
+    if !group.is_empty() || kind != "Service" {
+        return problem(
+            reason::INVALID_KIND,
+            format!(
+                "{} is not supported, only core Service",
+                group_kind(group, kind)
+            ),
+        );
+    }
+    let from = Referrer {
+        group: GATEWAY_GROUP,
+        kind: "HTTPRoute",
+        namespace: route_namespace,
+    };
+    let to = Referent {
+        group: "",
+        kind: "Service",
+        namespace,
+        name: r.name,
+    };
+    if !permitted(index, &from, &to) {
+        return problem(
+            reason::REF_NOT_PERMITTED,
+            format!("no ReferenceGrant in {namespace} allows HTTPRoutes from {route_namespace}"),
+        );
+    }
+    let Some(service) = index.service(namespace, r.name) else {
+        return problem(reason::BACKEND_NOT_FOUND, "Service not found".into());
+    };
+    let Some(port) = r.port else {
+        return problem(
+            reason::BACKEND_NOT_FOUND,
+            "port is required for a Service".into(),
+        );
+    };
+    let has_port = service
+        .spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .any(|p| p.port == port);
+    if !has_port {
+        return problem(
+            reason::BACKEND_NOT_FOUND,
+            format!("Service has no port {port}"),
+        );
+    }
+    Ok(())
 }
 
 /// Checks one `tls.certificateRefs` entry of a listener of a Gateway in `gateway_namespace`.
