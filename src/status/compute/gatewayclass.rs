@@ -1,0 +1,213 @@
+//! GatewayClasses whose `spec.controllerName` is ours: `Accepted` and `SupportedVersion`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::reason;
+use super::verdict::Verdict;
+use super::World;
+use crate::status::desired::Desired;
+use crate::status::key::{Kind, ObjectKey};
+
+/// The Gateway API release line this controller implements.
+const SUPPORTED_VERSIONS: &str = "v1.5.x";
+
+/// Our GatewayClasses by name, each with its `Accepted` verdict (which its Gateways inherit).
+pub(crate) type Classes<'w> = HashMap<&'w str, Verdict>;
+
+/// Adds the status of each of our GatewayClasses to `out` and returns them by name.
+pub(crate) fn compute<'w>(
+    world: &'w World,
+    controller_name: &str,
+    out: &mut BTreeMap<ObjectKey, Desired>,
+) -> Classes<'w> {
+    let supported_version = supported_version(world.bundle_version.as_deref());
+    let mut classes = HashMap::new();
+    for class in &world.gateway_classes {
+        let Some(name) = class.metadata.name.as_deref() else {
+            continue;
+        };
+        if class.spec.controller_name != controller_name {
+            continue;
+        }
+        let generation = class.metadata.generation.unwrap_or(0);
+        // This controller has nothing to configure, so any parametersRef is one it cannot
+        // honour; accepting the class anyway would hide that the parameters are ignored.
+        let accepted = match &class.spec.parameters_ref {
+            Some(p) => Verdict::no(
+                reason::INVALID_PARAMETERS,
+                format!(
+                    "parametersRef {} {} is not supported: this controller takes no parameters",
+                    p.kind, p.name
+                ),
+            ),
+            None => Verdict::yes(reason::ACCEPTED, "GatewayClass is accepted"),
+        };
+        let conditions = vec![
+            accepted.condition(reason::ACCEPTED, generation),
+            supported_version.condition(reason::SUPPORTED_VERSION, generation),
+        ];
+        out.insert(
+            ObjectKey::cluster(Kind::GatewayClass, name),
+            Desired::GatewayClass {
+                generation,
+                conditions,
+            },
+        );
+        classes.entry(name).or_insert(accepted);
+    }
+    classes
+}
+
+/// `SupportedVersion` for the installed CRDs' bundle version. An unreadable version (`None`)
+/// is reported True: the controller cannot tell, and refusing every class because of a missing
+/// read permission would be worse than saying so in the message.
+fn supported_version(bundle_version: Option<&str>) -> Verdict {
+    match bundle_version {
+        None => Verdict::yes(
+            reason::SUPPORTED_VERSION,
+            format!(
+                "the CRDs' bundle version could not be read; assuming a supported one ({SUPPORTED_VERSIONS})"
+            ),
+        ),
+        Some(v) if is_supported(v) => Verdict::yes(
+            reason::SUPPORTED_VERSION,
+            format!("CRD bundle version {v} is supported"),
+        ),
+        Some(v) => Verdict::no(
+            reason::UNSUPPORTED_VERSION,
+            format!("CRD bundle version {v:?} is not supported; supported: {SUPPORTED_VERSIONS}"),
+        ),
+    }
+}
+
+/// Whether `v` is `v1.5.<patch>` (the `v` optional), with an optional pre-release or build
+/// suffix.
+fn is_supported(v: &str) -> bool {
+    let Some(patch) = v.strip_prefix('v').unwrap_or(v).strip_prefix("1.5.") else {
+        return false;
+    };
+    let digits = patch.bytes().take_while(u8::is_ascii_digit).count();
+    digits > 0 && matches!(patch.as_bytes().get(digits), None | Some(b'-' | b'+'))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::super::compute;
+    use super::super::fixtures::{class, condition_of, summary, tsr, world, CONTROLLER};
+    use super::*;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::cluster(Kind::GatewayClass, name)
+    }
+
+    fn class_conditions(world: &World, name: &str) -> (i64, Vec<(String, String, String)>) {
+        match compute(world, CONTROLLER).get(&key(name)) {
+            Some(Desired::GatewayClass {
+                conditions,
+                generation,
+            }) => {
+                assert!(conditions
+                    .iter()
+                    .all(|c| c.observed_generation == Some(*generation)));
+                (*generation, summary(conditions))
+            }
+            other => panic!("no GatewayClass status: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn our_class_is_accepted_with_a_supported_version() {
+        let w = world();
+        assert_eq!(
+            class_conditions(&w, "ours"),
+            (
+                3,
+                vec![
+                    tsr("Accepted", "True", "Accepted"),
+                    tsr("SupportedVersion", "True", "SupportedVersion"),
+                ]
+            )
+        );
+    }
+
+    #[test]
+    fn a_parameters_ref_makes_the_class_invalid_parameters() {
+        let mut w = world();
+        let mut c = (*class("ours", CONTROLLER)).clone();
+        c.spec.parameters_ref = Some(
+            serde_json::from_value(json!({"group": "example.com", "kind": "Config", "name": "x"}))
+                .expect("valid parametersRef"),
+        );
+        w.gateway_classes = vec![Arc::new(c)];
+        assert_eq!(
+            class_conditions(&w, "ours").1,
+            vec![
+                tsr("Accepted", "False", "InvalidParameters"),
+                tsr("SupportedVersion", "True", "SupportedVersion"),
+            ]
+        );
+    }
+
+    #[test]
+    fn another_bundle_version_is_unsupported_and_named_in_the_message() {
+        let mut w = world();
+        w.bundle_version = Some("v1.4.0".into());
+        assert_eq!(
+            class_conditions(&w, "ours").1,
+            vec![
+                tsr("Accepted", "True", "Accepted"),
+                tsr("SupportedVersion", "False", "UnsupportedVersion"),
+            ]
+        );
+        let out = compute(&w, CONTROLLER);
+        let c = condition_of(&out, &key("ours"), "SupportedVersion");
+        assert!(
+            c.message.contains("v1.4.0") && c.message.contains("v1.5.x"),
+            "{}",
+            c.message
+        );
+    }
+
+    #[test]
+    fn an_unreadable_bundle_version_is_assumed_supported_and_says_so() {
+        let mut w = world();
+        w.bundle_version = None;
+        let out = compute(&w, CONTROLLER);
+        let c = condition_of(&out, &key("ours"), "SupportedVersion");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "SupportedVersion")
+        );
+        assert!(c.message.contains("could not be read"), "{}", c.message);
+    }
+
+    #[test]
+    fn version_parsing_accepts_only_v1_5_patches() {
+        for v in [
+            "v1.5.0",
+            "v1.5.1",
+            "1.5.1",
+            "v1.5.12",
+            "v1.5.0-rc.1",
+            "v1.5.1+build",
+        ] {
+            assert!(is_supported(v), "{v}");
+        }
+        for v in [
+            "v1.5", "v1.5.", "v1.50.0", "v1.4.1", "v1.6.0", "v1.5.x", "", "v1.5.1a",
+        ] {
+            assert!(!is_supported(v), "{v}");
+        }
+    }
+
+    #[test]
+    fn another_controllers_class_gets_nothing() {
+        let mut w = world();
+        w.gateway_classes = vec![class("theirs", "example.com/other")];
+        assert!(compute(&w, CONTROLLER).is_empty());
+    }
+}

@@ -1,0 +1,628 @@
+//! One Gateway's listeners: protocol, route kinds, TLS certificateRefs, conflicts between
+//! listeners, and which routes' namespaces a listener allows.
+//!
+//! Only HTTP and HTTPS are served, and only HTTPRoutes attach. A listener with a protocol this
+//! controller does not serve (or an unsupported TLS mode) is never accepted and takes no part
+//! in conflict detection: the spec's rule for unsupported TCP listeners ("the previous rule does
+//! not apply, and the TCP Listeners SHOULD NOT be accepted") keeps it from knocking out the
+//! HTTP listeners that share its port.
+
+use gateway_api::gateways::{
+    GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom, GatewayListenersTlsMode,
+    GatewayStatusListeners, GatewayStatusListenersSupportedKinds,
+};
+
+use super::index::Index;
+use super::reason;
+use super::refs::{self, Problem, GATEWAY_GROUP};
+use super::selector;
+use super::verdict::Verdict;
+
+/// The only route kind this controller attaches.
+pub(crate) const HTTP_ROUTE: &str = "HTTPRoute";
+
+/// Which problem a listener's ResolvedRefs reports when it has several: a reference the
+/// listener may not use at all, then a certificate it cannot use (both leave HTTPS unservable),
+/// then route kinds it cannot attach (the listener still serves the valid ones).
+const RESOLVED_REFS_PRECEDENCE: [&str; 3] = [
+    reason::REF_NOT_PERMITTED,
+    reason::INVALID_CERTIFICATE_REF,
+    reason::INVALID_ROUTE_KINDS,
+];
+
+/// A listener as this controller judges it.
+pub(crate) struct Listener<'w> {
+    /// The listener's spec.
+    pub spec: &'w GatewayListeners,
+    /// The `Accepted` condition.
+    pub accepted: Verdict,
+    /// The `ResolvedRefs` condition.
+    pub resolved_refs: Verdict,
+    /// `Conflicted` True with this reason and message; `None`: no conflicts.
+    pub conflicted: Option<(&'static str, String)>,
+    /// `OverlappingTLSConfig` True with this message; `None`: the condition is not set (the
+    /// spec forbids setting it False).
+    pub overlapping_tls: Option<String>,
+    /// `status.listeners[].supportedKinds`.
+    pub supported_kinds: Vec<GatewayStatusListenersSupportedKinds>,
+}
+
+/// Judges every listener of a Gateway in `gateway_namespace`, in spec order.
+pub(crate) fn analyse<'w>(
+    gateway_namespace: &str,
+    listeners: &'w [GatewayListeners],
+    index: &Index<'_>,
+) -> Vec<Listener<'w>> {
+    // 1. Each listener on its own.
+    let unsupported: Vec<Option<Verdict>> = listeners.iter().map(unsupported).collect();
+    let mut out: Vec<Listener<'w>> = listeners
+        .iter()
+        .map(|spec| {
+            let (supported_kinds, kind_problem) = route_kinds(spec);
+            let mut problems: Vec<Problem> = certificate_problems(spec, gateway_namespace, index);
+            problems.extend(kind_problem);
+            let resolved_refs = match refs::most_important(&problems, &RESOLVED_REFS_PRECEDENCE) {
+                Some(p) => Verdict::no(p.reason, p.message),
+                None => Verdict::yes(reason::RESOLVED_REFS, "all references resolved"),
+            };
+            Listener {
+                spec,
+                accepted: Verdict::yes(reason::ACCEPTED, "listener is accepted"),
+                resolved_refs,
+                conflicted: None,
+                overlapping_tls: None,
+                supported_kinds,
+            }
+        })
+        .collect();
+
+    // 2. Conflicts among the listeners this controller would serve.
+    let eligible: Vec<bool> = unsupported.iter().map(Option::is_none).collect();
+    for i in 0..out.len() {
+        if eligible[i] {
+            out[i].conflicted = conflict(listeners, &eligible, i);
+        }
+    }
+
+    // 3. Overlapping hostnames among the remaining HTTPS listeners of a port.
+    let distinct: Vec<bool> = (0..out.len())
+        .map(|i| eligible[i] && out[i].conflicted.is_none())
+        .collect();
+    for i in 0..out.len() {
+        if distinct[i] && listeners[i].protocol == "HTTPS" {
+            out[i].overlapping_tls = overlap(listeners, &distinct, i);
+        }
+    }
+
+    // 4. Acceptance: unsupported first, then conflicts.
+    for (listener, unsupported) in out.iter_mut().zip(unsupported) {
+        if let Some(verdict) = unsupported {
+            listener.accepted = verdict;
+        } else if let Some((reason, message)) = &listener.conflicted {
+            listener.accepted = Verdict::no(reason, message.clone());
+        }
+    }
+    out
+}
+
+impl Listener<'_> {
+    /// Accepted with all references resolved: the listener can be configured.
+    pub(crate) fn is_valid(&self) -> bool {
+        self.accepted.ok && self.resolved_refs.ok
+    }
+
+    /// The reason that makes the listener not valid.
+    pub(crate) fn invalid_reason(&self) -> &'static str {
+        if self.accepted.ok {
+            self.resolved_refs.reason
+        } else {
+            self.accepted.reason
+        }
+    }
+
+    /// Whether HTTPRoutes may attach here (by kind).
+    pub(crate) fn admits_http_routes(&self) -> bool {
+        self.supported_kinds
+            .iter()
+            .any(|k| k.kind == HTTP_ROUTE && k.group.as_deref() == Some(GATEWAY_GROUP))
+    }
+
+    /// Whether `allowedRoutes.namespaces` admits routes from `route_namespace`. A namespace not
+    /// (yet) seen has no known labels and matches no selector.
+    pub(crate) fn allows_namespace(
+        &self,
+        gateway_namespace: &str,
+        route_namespace: &str,
+        index: &Index<'_>,
+    ) -> bool {
+        let namespaces = self
+            .spec
+            .allowed_routes
+            .as_ref()
+            .and_then(|a| a.namespaces.as_ref());
+        match namespaces.and_then(|n| n.from.as_ref()) {
+            None | Some(GatewayListenersAllowedRoutesNamespacesFrom::Same) => {
+                route_namespace == gateway_namespace
+            }
+            Some(GatewayListenersAllowedRoutesNamespacesFrom::All) => true,
+            Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => {
+                match (
+                    namespaces.and_then(|n| n.selector.as_ref()),
+                    index.namespace_labels(route_namespace),
+                ) {
+                    (Some(s), Some(labels)) => selector::namespace_selector_matches(s, labels),
+                    _ => false,
+                }
+            }
+        }
+    }
+
+    /// The `Programmed` condition: a valid listener of an accepted Gateway is in effect at once,
+    /// as there is no data plane to wait for.
+    pub(crate) fn programmed(&self, gateway_accepted: bool) -> Verdict {
+        if !gateway_accepted {
+            Verdict::no(reason::INVALID, "the Gateway is not accepted")
+        } else if !self.accepted.ok {
+            Verdict::no(reason::INVALID, "the listener is not accepted")
+        } else if !self.resolved_refs.ok {
+            Verdict::no(reason::INVALID, "the listener has unresolved references")
+        } else {
+            Verdict::yes(reason::PROGRAMMED, "the listener is valid and in effect")
+        }
+    }
+
+    /// This listener's `status.listeners` entry.
+    pub(crate) fn status(
+        &self,
+        gateway_accepted: bool,
+        attached_routes: i32,
+        generation: i64,
+    ) -> GatewayStatusListeners {
+        let conflicted = match &self.conflicted {
+            Some((reason, message)) => Verdict::yes(reason, message.clone()),
+            None => Verdict::no(reason::NO_CONFLICTS, "no conflicts with other listeners"),
+        };
+        let mut conditions = vec![
+            self.accepted.condition(reason::ACCEPTED, generation),
+            self.programmed(gateway_accepted)
+                .condition(reason::PROGRAMMED, generation),
+            self.resolved_refs
+                .condition(reason::RESOLVED_REFS, generation),
+            conflicted.condition(reason::CONFLICTED, generation),
+        ];
+        if let Some(message) = &self.overlapping_tls {
+            conditions.push(
+                Verdict::yes(reason::OVERLAPPING_HOSTNAMES, message.clone())
+                    .condition(reason::OVERLAPPING_TLS_CONFIG, generation),
+            );
+        }
+        GatewayStatusListeners {
+            attached_routes,
+            conditions,
+            name: self.spec.name.clone(),
+            supported_kinds: Some(self.supported_kinds.clone()),
+        }
+    }
+}
+
+/// Why a listener cannot be served at all, whatever the other listeners are.
+fn unsupported(spec: &GatewayListeners) -> Option<Verdict> {
+    match spec.protocol.as_str() {
+        "HTTP" => None,
+        "HTTPS" if is_passthrough(spec) => Some(Verdict::no(
+            reason::UNSUPPORTED_VALUE,
+            "tls.mode Passthrough is not supported on an HTTPS listener",
+        )),
+        "HTTPS" => None,
+        other => Some(Verdict::no(
+            reason::UNSUPPORTED_PROTOCOL,
+            format!("protocol {other} is not supported (only HTTP and HTTPS)"),
+        )),
+    }
+}
+
+fn is_passthrough(spec: &GatewayListeners) -> bool {
+    matches!(
+        spec.tls.as_ref().and_then(|t| t.mode.as_ref()),
+        Some(GatewayListenersTlsMode::Passthrough)
+    )
+}
+
+fn serves_http_routes(spec: &GatewayListeners) -> bool {
+    matches!(spec.protocol.as_str(), "HTTP" | "HTTPS")
+}
+
+/// The supported kinds, and the problem when `allowedRoutes.kinds` names others. Without
+/// `kinds`, the protocol decides: HTTPRoute for HTTP and HTTPS, nothing otherwise.
+fn route_kinds(
+    spec: &GatewayListeners,
+) -> (Vec<GatewayStatusListenersSupportedKinds>, Option<Problem>) {
+    let http_route = || GatewayStatusListenersSupportedKinds {
+        group: Some(GATEWAY_GROUP.to_string()),
+        kind: HTTP_ROUTE.to_string(),
+    };
+    let listed = spec
+        .allowed_routes
+        .as_ref()
+        .and_then(|a| a.kinds.as_deref())
+        .filter(|k| !k.is_empty());
+    let Some(listed) = listed else {
+        let kinds = if serves_http_routes(spec) {
+            vec![http_route()]
+        } else {
+            vec![]
+        };
+        return (kinds, None);
+    };
+    let mut supported = vec![];
+    let mut invalid = vec![];
+    for k in listed {
+        let group = k.group.as_deref().unwrap_or(GATEWAY_GROUP);
+        if serves_http_routes(spec) && group == GATEWAY_GROUP && k.kind == HTTP_ROUTE {
+            if supported.is_empty() {
+                supported.push(http_route());
+            }
+        } else {
+            invalid.push(refs::group_kind(group, &k.kind));
+        }
+    }
+    let problem = (!invalid.is_empty()).then(|| Problem {
+        reason: reason::INVALID_ROUTE_KINDS,
+        message: format!(
+            "route kinds not supported on {}: {}",
+            spec.protocol,
+            invalid.join(", ")
+        ),
+    });
+    (supported, problem)
+}
+
+/// The certificateRef problems of a terminating HTTPS listener, in spec order.
+fn certificate_problems(
+    spec: &GatewayListeners,
+    gateway_namespace: &str,
+    index: &Index<'_>,
+) -> Vec<Problem> {
+    if spec.protocol != "HTTPS" || is_passthrough(spec) {
+        return vec![];
+    }
+    let certificate_refs = spec
+        .tls
+        .as_ref()
+        .and_then(|t| t.certificate_refs.as_deref())
+        .unwrap_or_default();
+    if certificate_refs.is_empty() {
+        return vec![Problem {
+            reason: reason::INVALID_CERTIFICATE_REF,
+            message: "an HTTPS listener needs tls.certificateRefs".into(),
+        }];
+    }
+    certificate_refs
+        .iter()
+        .filter_map(|r| refs::check_certificate(index, gateway_namespace, r).err())
+        .collect()
+}
+
+/// Listener `i`'s conflict with the other eligible listeners: a different protocol on its port
+/// first (it cannot be told apart at all), then the same port, protocol and hostname.
+fn conflict(
+    listeners: &[GatewayListeners],
+    eligible: &[bool],
+    i: usize,
+) -> Option<(&'static str, String)> {
+    let me = &listeners[i];
+    let others = || {
+        listeners
+            .iter()
+            .enumerate()
+            .filter(move |(j, l)| *j != i && eligible[*j] && l.port == me.port)
+            .map(|(_, l)| l)
+    };
+    if let Some(other) = others().find(|l| l.protocol != me.protocol) {
+        return Some((
+            reason::PROTOCOL_CONFLICT,
+            format!(
+                "port {} is also used by listener {} with protocol {}",
+                me.port, other.name, other.protocol
+            ),
+        ));
+    }
+    fn hostname(l: &GatewayListeners) -> Option<&str> {
+        refs::non_empty(l.hostname.as_deref())
+    }
+    others()
+        .find(|l| l.protocol == me.protocol && hostname(l) == hostname(me))
+        .map(|other| {
+            (
+                reason::HOSTNAME_CONFLICT,
+                format!(
+                    "listener {} has the same port, protocol and hostname",
+                    other.name
+                ),
+            )
+        })
+}
+
+/// Whether HTTPS listener `i` shares its port with another distinct HTTPS listener whose
+/// hostname can match the same host, so that a client may reuse one's TLS connection for the
+/// other.
+fn overlap(listeners: &[GatewayListeners], distinct: &[bool], i: usize) -> Option<String> {
+    let me = &listeners[i];
+    listeners
+        .iter()
+        .enumerate()
+        .find(|(j, l)| {
+            *j != i
+                && distinct[*j]
+                && l.protocol == "HTTPS"
+                && l.port == me.port
+                && super::hostname::listeners_overlap(me.hostname.as_deref(), l.hostname.as_deref())
+        })
+        .map(|(_, other)| {
+            format!(
+                "hostname overlaps listener {} on port {}",
+                other.name, me.port
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::super::compute;
+    use super::super::fixtures::*;
+
+    fn out_for(listeners: Value) -> Out {
+        let mut w = world();
+        w.gateways = vec![gateway("infra", "gw", listeners)];
+        compute(&w, CONTROLLER)
+    }
+
+    fn https(name: &str, port: i32, hostname: Option<&str>, certificate_refs: Value) -> Value {
+        let mut l = json!({"name": name, "port": port, "protocol": "HTTPS",
+                           "tls": {"certificateRefs": certificate_refs}});
+        if let Some(h) = hostname {
+            l["hostname"] = json!(h);
+        }
+        l
+    }
+
+    fn cert() -> Value {
+        json!([{"name": "cert"}])
+    }
+
+    fn kinds(out: &Out, name: &str) -> Vec<(Option<String>, String)> {
+        listener(out, "infra", "gw", name)
+            .supported_kinds
+            .iter()
+            .flatten()
+            .map(|k| (k.group.clone(), k.kind.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn an_unsupported_protocol_is_not_accepted_and_supports_no_kinds() {
+        let out =
+            out_for(json!([http("web", 80), {"name": "tcp", "port": 9000, "protocol": "TCP"}]));
+        let tcp = listener(&out, "infra", "gw", "tcp");
+        assert_eq!(
+            summary(&tcp.conditions),
+            vec![
+                tsr("Accepted", "False", "UnsupportedProtocol"),
+                tsr("Programmed", "False", "Invalid"),
+                tsr("ResolvedRefs", "True", "ResolvedRefs"),
+                tsr("Conflicted", "False", "NoConflicts"),
+            ]
+        );
+        assert_eq!(tcp.supported_kinds, Some(vec![]));
+    }
+
+    #[test]
+    fn unsupported_route_kinds_are_left_out_of_supported_kinds_and_fail_resolved_refs() {
+        let out = out_for(json!([
+            {"name": "mixed", "port": 80, "protocol": "HTTP", "allowedRoutes": {"kinds": [
+                {"kind": "HTTPRoute"}, {"group": "gateway.networking.k8s.io", "kind": "TCPRoute"}]}},
+            {"name": "only-bad", "port": 81, "protocol": "HTTP", "allowedRoutes": {"kinds": [
+                {"group": "example.com", "kind": "HTTPRoute"}]}},
+        ]));
+        assert_eq!(
+            kinds(&out, "mixed"),
+            vec![(Some("gateway.networking.k8s.io".into()), "HTTPRoute".into())]
+        );
+        assert_eq!(kinds(&out, "only-bad"), vec![]);
+        for name in ["mixed", "only-bad"] {
+            assert_eq!(
+                listener_condition(&out, "infra", "gw", name, "ResolvedRefs"),
+                tsr("ResolvedRefs", "False", "InvalidRouteKinds")
+            );
+            assert_eq!(
+                listener_condition(&out, "infra", "gw", name, "Accepted"),
+                tsr("Accepted", "True", "Accepted")
+            );
+            assert_eq!(
+                listener_condition(&out, "infra", "gw", name, "Programmed"),
+                tsr("Programmed", "False", "Invalid")
+            );
+        }
+    }
+
+    #[test]
+    fn different_protocols_on_one_port_conflict_and_neither_is_accepted() {
+        let out = out_for(json!([
+            http("plain", 443),
+            https("secure", 443, None, cert()),
+            http("other", 80),
+        ]));
+        for name in ["plain", "secure"] {
+            assert_eq!(
+                listener_condition(&out, "infra", "gw", name, "Conflicted"),
+                tsr("Conflicted", "True", "ProtocolConflict")
+            );
+            assert_eq!(
+                listener_condition(&out, "infra", "gw", name, "Accepted"),
+                tsr("Accepted", "False", "ProtocolConflict")
+            );
+        }
+        assert_eq!(
+            listener_condition(&out, "infra", "gw", "other", "Conflicted"),
+            tsr("Conflicted", "False", "NoConflicts")
+        );
+        assert_eq!(
+            gateway_condition(&out, "infra", "gw", "Accepted"),
+            tsr("Accepted", "True", "ListenersNotValid")
+        );
+    }
+
+    #[test]
+    fn the_same_port_protocol_and_hostname_conflict_on_hostname() {
+        let out = out_for(json!([
+            {"name": "a", "port": 80, "protocol": "HTTP", "hostname": "a.example.com"},
+            {"name": "b", "port": 80, "protocol": "HTTP", "hostname": "a.example.com"},
+            {"name": "c", "port": 80, "protocol": "HTTP", "hostname": "c.example.com"},
+            {"name": "d", "port": 80, "protocol": "HTTP"},
+        ]));
+        for name in ["a", "b"] {
+            assert_eq!(
+                listener_condition(&out, "infra", "gw", name, "Conflicted"),
+                tsr("Conflicted", "True", "HostnameConflict")
+            );
+            assert_eq!(
+                listener_condition(&out, "infra", "gw", name, "Accepted"),
+                tsr("Accepted", "False", "HostnameConflict")
+            );
+        }
+        for name in ["c", "d"] {
+            assert_eq!(
+                listener_condition(&out, "infra", "gw", name, "Accepted"),
+                tsr("Accepted", "True", "Accepted")
+            );
+        }
+    }
+
+    #[test]
+    fn an_unsupported_listener_does_not_conflict_with_the_http_listener_on_its_port() {
+        let out = out_for(json!([http("web", 80), {"name": "tcp", "port": 80, "protocol": "TCP"}]));
+        assert_eq!(
+            listener_condition(&out, "infra", "gw", "web", "Accepted"),
+            tsr("Accepted", "True", "Accepted")
+        );
+        assert_eq!(
+            listener_condition(&out, "infra", "gw", "tcp", "Accepted"),
+            tsr("Accepted", "False", "UnsupportedProtocol")
+        );
+    }
+
+    #[test]
+    fn a_certificate_ref_to_another_kind_is_an_invalid_certificate_ref() {
+        let out = out_for(json!([
+            https(
+                "cm",
+                443,
+                Some("a.example.com"),
+                json!([{"kind": "ConfigMap", "name": "c"}])
+            ),
+            https("none", 8443, None, json!([])),
+        ]));
+        for name in ["cm", "none"] {
+            assert_eq!(
+                listener_condition(&out, "infra", "gw", name, "ResolvedRefs"),
+                tsr("ResolvedRefs", "False", "InvalidCertificateRef")
+            );
+            assert_eq!(
+                listener_condition(&out, "infra", "gw", name, "Programmed"),
+                tsr("Programmed", "False", "Invalid")
+            );
+        }
+    }
+
+    #[test]
+    fn a_cross_namespace_certificate_ref_needs_a_reference_grant_to_secrets() {
+        let listeners = json!([https(
+            "s",
+            443,
+            None,
+            json!([{"name": "cert", "namespace": "certs"}])
+        )]);
+        let mut w = world();
+        w.gateways = vec![gateway("infra", "gw", listeners)];
+        let out = compute(&w, CONTROLLER);
+        assert_eq!(
+            listener_condition(&out, "infra", "gw", "s", "ResolvedRefs"),
+            tsr("ResolvedRefs", "False", "RefNotPermitted")
+        );
+
+        // A grant to Services does not cover Secrets.
+        w.reference_grants = vec![grant(
+            "certs",
+            "to-services",
+            json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "infra"}],
+                   "to": [{"group": "", "kind": "Service"}]}),
+        )];
+        let out = compute(&w, CONTROLLER);
+        assert_eq!(
+            listener_condition(&out, "infra", "gw", "s", "ResolvedRefs"),
+            tsr("ResolvedRefs", "False", "RefNotPermitted")
+        );
+
+        w.reference_grants.push(grant(
+            "certs",
+            "to-secrets",
+            json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "infra"}],
+                   "to": [{"group": "", "kind": "Secret", "name": "cert"}]}),
+        ));
+        let out = compute(&w, CONTROLLER);
+        assert_eq!(
+            listener_condition(&out, "infra", "gw", "s", "ResolvedRefs"),
+            tsr("ResolvedRefs", "True", "ResolvedRefs")
+        );
+        assert_eq!(
+            listener_condition(&out, "infra", "gw", "s", "Programmed"),
+            tsr("Programmed", "True", "Programmed")
+        );
+    }
+
+    #[test]
+    fn https_listeners_whose_hostnames_overlap_on_one_port_are_flagged() {
+        let out = out_for(json!([
+            https("wild", 443, Some("*.example.com"), cert()),
+            https("foo", 443, Some("foo.example.com"), cert()),
+            https("other", 443, Some("foo.example.org"), cert()),
+            https("elsewhere", 8443, Some("foo.example.com"), cert()),
+        ]));
+        for name in ["wild", "foo"] {
+            assert_eq!(
+                listener_condition(&out, "infra", "gw", name, "OverlappingTLSConfig"),
+                tsr("OverlappingTLSConfig", "True", "OverlappingHostnames")
+            );
+            assert_eq!(
+                listener_condition(&out, "infra", "gw", name, "Accepted"),
+                tsr("Accepted", "True", "Accepted")
+            );
+        }
+        for name in ["other", "elsewhere"] {
+            let l = listener(&out, "infra", "gw", name);
+            assert!(
+                l.conditions
+                    .iter()
+                    .all(|c| c.type_ != "OverlappingTLSConfig"),
+                "{name}: {:?}",
+                l.conditions
+            );
+        }
+    }
+
+    #[test]
+    fn passthrough_on_an_https_listener_is_an_unsupported_value() {
+        let out = out_for(json!([{"name": "pt", "port": 443, "protocol": "HTTPS",
+                                  "tls": {"mode": "Passthrough"}}]));
+        assert_eq!(
+            listener_condition(&out, "infra", "gw", "pt", "Accepted"),
+            tsr("Accepted", "False", "UnsupportedValue")
+        );
+        assert_eq!(
+            listener_condition(&out, "infra", "gw", "pt", "ResolvedRefs"),
+            tsr("ResolvedRefs", "True", "ResolvedRefs")
+        );
+    }
+}
