@@ -55,38 +55,38 @@ pub fn validate(s: &Settings) -> Result<(), ConfigError> {
     })
 }
 
-/// What `connect` made: the lock, and for Kubernetes the client and Lease coordinates for Events.
+/// What `connect` made: the lock, and for Kubernetes the namespace of the Lease (for Events).
 pub struct Connected {
     /// The lock.
     pub lock: Arc<dyn LeaderLock>,
-    /// Kubernetes client, namespace and Lease name, when the backend is Kubernetes.
-    pub kube: Option<(kube::Client, String)>,
+    /// The Lease's namespace, when the backend is Kubernetes.
+    pub lease_namespace: Option<String>,
 }
 
-/// Connects to the configured backend.
-pub async fn connect(s: &Settings) -> anyhow::Result<Connected> {
+/// The namespace of the Lease: the setting, else `POD_NAMESPACE`, else the client's default.
+pub fn lease_namespace(s: &Settings, client_default: &str) -> String {
+    s.kube
+        .namespace
+        .clone()
+        .or_else(|| {
+            std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|n| !n.is_empty())
+        })
+        .unwrap_or_else(|| client_default.to_string())
+}
+
+/// Connects to the configured backend; the Kubernetes lock uses `kube`, the client the status
+/// writer uses too, with its default namespace.
+pub async fn connect(s: &Settings, kube: (&kube::Client, &str)) -> anyhow::Result<Connected> {
     match s.backend {
         Backend::Kubernetes => {
-            let (client, default_ns) = leader_lock_kubernetes::client(
-                s.kube.kubeconfig.as_deref(),
-                s.kube.context.as_deref(),
-            )
-            .await
-            .context("connecting to Kubernetes")?;
-            let ns = s
-                .kube
-                .namespace
-                .clone()
-                .or_else(|| {
-                    std::env::var("POD_NAMESPACE")
-                        .ok()
-                        .filter(|n| !n.is_empty())
-                })
-                .unwrap_or(default_ns);
+            let (client, default_ns) = kube;
+            let ns = lease_namespace(s, default_ns);
             let lock = LeaseLock::new(client.clone(), &ns, &s.lock_name);
             Ok(Connected {
                 lock: Arc::new(lock),
-                kube: Some((client, ns)),
+                lease_namespace: Some(ns),
             })
         }
         Backend::Etcd => {
@@ -95,7 +95,7 @@ pub async fn connect(s: &Settings) -> anyhow::Result<Connected> {
                 .context("connecting to etcd")?;
             Ok(Connected {
                 lock: Arc::new(lock),
-                kube: None,
+                lease_namespace: None,
             })
         }
         Backend::Redis => {
@@ -104,7 +104,7 @@ pub async fn connect(s: &Settings) -> anyhow::Result<Connected> {
                 .context("connecting to Redis")?;
             Ok(Connected {
                 lock: Arc::new(lock),
-                kube: None,
+                lease_namespace: None,
             })
         }
     }

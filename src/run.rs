@@ -1,4 +1,6 @@
-//! `gateway-leader run`: the elector beside the controller, until SIGTERM or Ctrl-C.
+//! `gateway-leader run`: the status writer guarded by the elector, until SIGTERM or Ctrl-C.
+
+use std::time::Duration;
 
 use anyhow::Context;
 use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership};
@@ -7,6 +9,7 @@ use tracing::{info, warn};
 
 use crate::backend;
 use crate::config::Settings;
+use crate::status::{StatusController, WriterConfig};
 
 /// Waits for SIGTERM or SIGINT.
 async fn shutdown_signal() -> anyhow::Result<&'static str> {
@@ -61,15 +64,57 @@ fn log_changes(leadership: &Leadership) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// Runs until a shutdown signal; releases the lock on the way out when configured to.
+/// Status writes in flight at once: the test apiserver's throughput flattens out at 16–64.
+const WRITE_CONCURRENCY: usize = 16;
+/// How long a status write that kept failing on the server waits before it is tried again.
+const REQUEUE_AFTER: Duration = Duration::from_secs(5);
+/// The longest field manager name the apiserver accepts.
+const FIELD_MANAGER_MAX: usize = 128;
+
+/// The field manager of this replica's status writes: it names the replica in `managedFields`,
+/// so an object shows which replica wrote which of its fields.
+pub fn field_manager(identity: &Identity) -> String {
+    let mut m = format!("gateway-leader/{}", identity.name());
+    if m.len() > FIELD_MANAGER_MAX {
+        let mut end = FIELD_MANAGER_MAX;
+        while !m.is_char_boundary(end) {
+            end -= 1;
+        }
+        m.truncate(end);
+    }
+    m
+}
+
+/// Runs until a shutdown signal: watches and computes statuses on every replica, writes them
+/// while leading, and on the way out stops writing, lets writes in flight finish, then releases
+/// the lock (when configured to).
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let identity = Identity::new(&settings.identity);
+    let user_agent = format!("gateway-leader/{} ({identity})", env!("CARGO_PKG_VERSION"));
+    let (client, default_ns) = leader_lock_kubernetes::client(
+        settings.kube.kubeconfig.as_deref(),
+        settings.kube.context.as_deref(),
+        &user_agent,
+    )
+    .await
+    .context("connecting to Kubernetes")?;
+    let writer = WriterConfig {
+        controller_name: settings.controller_name.clone(),
+        field_manager: field_manager(&identity),
+        identity: identity.to_string(),
+        concurrency: WRITE_CONCURRENCY,
+        requeue_after: REQUEUE_AFTER,
+        shutdown_grace: settings.timing.renew_deadline,
+    };
     if settings.disabled {
         let (leadership, _keep) = Leadership::always_leader();
-        info!(identity = %identity, term = 0, "leader election disabled: this replica always writes");
+        info!(identity = %identity, term = 0, controller = %settings.controller_name,
+            "leader election disabled: this replica always writes");
         let logger = log_changes(&leadership);
+        let status = StatusController::start(client, leadership, writer);
         let sig = shutdown_signal().await?;
-        info!(signal = sig, "shutting down");
+        info!(signal = sig, "shutting down: no new writes");
+        status.stop().await;
         logger.abort();
         return Ok(());
     }
@@ -77,12 +122,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         backend = %settings.backend,
         lock = %settings.lock_name,
         identity = %identity,
+        controller = %settings.controller_name,
         lease_duration = ?settings.timing.lease_duration,
         renew_deadline = ?settings.timing.renew_deadline,
         retry_period = ?settings.timing.retry_period,
         "starting leader election"
     );
-    let connected = backend::connect(&settings).await?;
+    let connected = backend::connect(&settings, (&client, &default_ns)).await?;
     let elector = Elector::spawn(
         connected.lock,
         ElectorConfig {
@@ -93,28 +139,32 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     );
     let leadership = elector.leadership();
     let logger = log_changes(&leadership);
-    let events = connected.kube.map(|(client, ns)| {
+    let events = connected.lease_namespace.map(|ns| {
         leader_lock_kubernetes::spawn_leader_events(
-            client,
+            client.clone(),
             &ns,
             &settings.lock_name,
             &identity,
             leadership.clone(),
         )
     });
+    let status = StatusController::start(client, leadership, writer);
     let sig = shutdown_signal().await?;
     info!(
         signal = sig,
         "shutting down: no new writes, draining, then releasing"
     );
-    match elector.shutdown().await {
+    // The writer stops scheduling while the elector refuses new permits, waits for the writes
+    // in flight (each bounded by its validity deadline), and only then releases the lock.
+    let ((), stopped) = tokio::join!(status.stop(), elector.shutdown());
+    match stopped {
         Ok(released) => info!(released, "elector stopped"),
         Err(e) => warn!(error = %e, "elector stopped without a clean release"),
     }
     let _ = logger.await;
     if let Some(ev) = events {
         // Give the "stopped leading" event a moment to be posted, but never hang the exit.
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), ev).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), ev).await;
     }
     Ok(())
 }

@@ -1,15 +1,119 @@
 //! The status writer: every replica watches Gateway API objects and computes their statuses;
 //! only the valid leader writes them.
 //!
+//! - [`watch`]: one reflector per kind the computation reads.
 //! - [`compute`]: each kind's desired status from the watched objects (pure).
-//! - [`desired`], [`key`]: what a desired status is and which object it belongs to.
+//! - [`cache`]: the latest desired status per object and which still need writing.
+//! - [`merge`]: the Gateway API's rules for folding our part into an object's status.
+//! - [`writer`]: the guarded writer, which sends only under a valid leadership.
 //!
 //! See `docs/architecture.md` for the flow from watch to write.
 
+pub mod cache;
 pub mod compute;
 pub mod desired;
 pub mod key;
+pub mod merge;
+pub mod watch;
+pub mod writer;
 
+use std::sync::Arc;
+
+use kube::Client;
+use leader_lock::Leadership;
+use tokio::sync::Notify;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+pub use cache::StatusCache;
 pub use compute::World;
 pub use desired::Desired;
 pub use key::{Kind, ObjectKey};
+pub use writer::{StatusWriter, WriterConfig};
+
+/// The running status writer: watches, the computation and the guarded writer.
+pub struct StatusController {
+    cache: Arc<StatusCache>,
+    cancel: CancellationToken,
+    background: JoinSet<()>,
+    writer: JoinHandle<()>,
+}
+
+impl StatusController {
+    /// Starts watching, computing and (while `leadership` is valid) writing.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime.
+    pub fn start(client: Client, leadership: Leadership, config: WriterConfig) -> Self {
+        let cache = Arc::new(StatusCache::new());
+        let cancel = CancellationToken::new();
+        let changed = Arc::new(Notify::new());
+        let mut background = JoinSet::new();
+        let stores = watch::spawn(&client, changed.clone(), &mut background);
+        background.spawn(compute_loop(
+            client.clone(),
+            stores,
+            changed,
+            cache.clone(),
+            config.controller_name.clone(),
+            cancel.child_token(),
+        ));
+        let writer = StatusWriter::new(client, cache.clone(), leadership, config);
+        let writer = tokio::spawn(writer.run(cancel.child_token()));
+        StatusController {
+            cache,
+            cancel,
+            background,
+            writer,
+        }
+    }
+
+    /// The desired statuses as this replica computes them.
+    pub fn cache(&self) -> &Arc<StatusCache> {
+        &self.cache
+    }
+
+    /// Stops: no new writes; writes in flight finish within the writer's shutdown grace.
+    pub async fn stop(mut self) {
+        self.cancel.cancel();
+        let _ = self.writer.await;
+        self.background.shutdown().await;
+    }
+}
+
+/// Recomputes every status whenever a watch saw a change; changes arriving meanwhile fold
+/// into the next run, so a burst costs one computation, not one per event.
+async fn compute_loop(
+    client: Client,
+    stores: watch::Stores,
+    changed: Arc<Notify>,
+    cache: Arc<StatusCache>,
+    controller_name: String,
+    cancel: CancellationToken,
+) {
+    tokio::select! {
+        _ = cancel.cancelled() => return,
+        _ = stores.wait_synced() => {}
+    }
+    let bundle_version = watch::bundle_version(&client).await;
+    info!(
+        bundle_version = bundle_version.as_deref().unwrap_or("unknown"),
+        "watches synced; computing statuses"
+    );
+    let mut first = true;
+    loop {
+        let desired = compute::compute(&stores.world(bundle_version.clone()), &controller_name);
+        let marked = cache.replace_all(desired);
+        if first {
+            info!(objects = cache.len(), "first statuses computed");
+            first = false;
+        } else {
+            debug!(changed = marked, objects = cache.len(), "statuses computed");
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = changed.notified() => {}
+        }
+    }
+}

@@ -28,9 +28,14 @@ fn default_kubeconfig() -> Option<PathBuf> {
 
 /// Builds a client: kubeconfig path (else KUBECONFIG, else ~/.kube/config) and context, or in-cluster
 /// when no kubeconfig is given/found and the service-account env is present. Returns the client and its default namespace.
+///
+/// Every request carries `user_agent`: the apiserver names an update's field manager after it
+/// when none is given (a Lease written by a client without one shows manager `unknown`), and
+/// audit logs name the caller by it.
 pub async fn client(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
+    user_agent: &str,
 ) -> Result<(Client, String), LockError> {
     install_crypto_provider();
     let opts = KubeConfigOptions {
@@ -82,6 +87,13 @@ pub async fn client(
                 .to_string(),
         ));
     };
+    let mut config = config;
+    let agent = http::HeaderValue::from_str(user_agent).map_err(|e| {
+        LockError::Refused(format!(
+            "user agent {user_agent:?} is not a header value: {e}"
+        ))
+    })?;
+    config.headers.push((http::header::USER_AGENT, agent));
     let namespace = config.default_namespace.clone();
     let url = config.cluster_url.to_string();
     let client = Client::try_from(config).map_err(|e| {

@@ -295,7 +295,7 @@ async fn documented_role_is_enough_and_no_rbac_is_refused_clearly() {
 async fn client_is_built_from_a_kubeconfig_and_errors_name_the_setting() {
     common::init_tracing();
     let s = common::server().await;
-    let (c, ns) = client(Some(s.kubeconfig_path()), None)
+    let (c, ns) = client(Some(s.kubeconfig_path()), None, "gateway-leader-test")
         .await
         .expect("client from the kubeconfig");
     assert!(!ns.is_empty());
@@ -303,7 +303,7 @@ async fn client_is_built_from_a_kubeconfig_and_errors_name_the_setting() {
     lock.get().await.expect("a read through that client");
 
     let missing = std::path::Path::new("/nonexistent/kubeconfig");
-    match client(Some(missing), None).await {
+    match client(Some(missing), None, "gateway-leader-test").await {
         Err(LockError::Refused(m)) => {
             assert!(
                 m.contains("/nonexistent/kubeconfig") && m.contains("--kubeconfig"),
@@ -312,7 +312,13 @@ async fn client_is_built_from_a_kubeconfig_and_errors_name_the_setting() {
         }
         other => panic!("expected a refusal, got {:?}", other.map(|(_, ns)| ns)),
     }
-    match client(Some(s.kubeconfig_path()), Some("no-such-context")).await {
+    match client(
+        Some(s.kubeconfig_path()),
+        Some("no-such-context"),
+        "gateway-leader-test",
+    )
+    .await
+    {
         Err(LockError::Refused(m)) => assert!(m.contains("no-such-context"), "{m}"),
         other => panic!("expected a refusal, got {:?}", other.map(|(_, ns)| ns)),
     }

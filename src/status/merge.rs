@@ -1,0 +1,513 @@
+//! Merging a desired status into the object's current one, by the Gateway API's rules.
+//!
+//! - Conditions merge by type: ours replace theirs of the same type, other types stay, and
+//!   `lastTransitionTime` is kept when a condition's status did not change.
+//! - In an HTTPRoute's `status.parents`, only entries whose `controllerName` is ours are touched;
+//!   ours that are no longer wanted are removed, the rest keep their place.
+//! - A desired status computed from an older generation than the one our conditions already
+//!   observed is stale and not written: `observedGeneration` never goes backwards.
+//! - When the merge changes nothing, there is nothing to send.
+
+use gateway_api::gatewayclasses::{GatewayClass, GatewayClassStatus};
+use gateway_api::gateways::{Gateway, GatewayStatus, GatewayStatusListeners};
+use gateway_api::httproutes::{HttpRoute, HttpRouteStatus, HttpRouteStatusParents};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::status::desired::Desired;
+
+/// The most `status.parents` entries an HTTPRoute may hold (the CRD's `maxItems`).
+pub const MAX_PARENTS: usize = 32;
+
+/// What the merge decided for one object.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Merge<K> {
+    /// The object already says what we want: send nothing.
+    Unchanged,
+    /// Our conditions already observed a newer generation than the desired status was computed
+    /// from; a newer computation is on its way.
+    Stale {
+        /// The newest `observedGeneration` among our conditions on the object.
+        observed: i64,
+    },
+    /// The desired status is for another kind than the object (never written).
+    WrongKind,
+    /// Send this object (its status merged) to `/status`.
+    Write(Box<K>),
+}
+
+/// An object whose status this controller writes.
+pub trait StatusObject: Sized + Clone {
+    /// Merges `desired` into a copy of `self`; `now` stamps conditions whose status changed.
+    fn merge(&self, desired: &Desired, controller_name: &str, now: &Time) -> Merge<Self>;
+}
+
+/// Merges `desired` into `current` by type; returns the list to store.
+pub fn merge_conditions(
+    current: &[Condition],
+    desired: &[Condition],
+    now: &Time,
+) -> Vec<Condition> {
+    let mut out: Vec<Condition> = current.to_vec();
+    for want in desired {
+        let mut c = want.clone();
+        match out.iter_mut().find(|have| have.type_ == want.type_) {
+            Some(have) => {
+                c.last_transition_time = if have.status == want.status {
+                    have.last_transition_time.clone()
+                } else {
+                    now.clone()
+                };
+                *have = c;
+            }
+            None => {
+                c.last_transition_time = now.clone();
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// The newest `observedGeneration` among `current` conditions whose type is one of `ours`.
+fn observed<'a>(current: impl IntoIterator<Item = &'a Condition>, ours: &[Condition]) -> i64 {
+    current
+        .into_iter()
+        .filter(|c| ours.iter().any(|o| o.type_ == c.type_))
+        .filter_map(|c| c.observed_generation)
+        .max()
+        .unwrap_or(i64::MIN)
+}
+
+fn decide<K: Clone>(
+    current: &K,
+    generation: i64,
+    observed: i64,
+    update: impl FnOnce(&mut K),
+    same: impl FnOnce(&K, &K) -> bool,
+) -> Merge<K> {
+    if observed > generation {
+        return Merge::Stale { observed };
+    }
+    let mut next = current.clone();
+    update(&mut next);
+    if same(current, &next) {
+        Merge::Unchanged
+    } else {
+        Merge::Write(Box::new(next))
+    }
+}
+
+// === impl GatewayClass ===
+
+impl StatusObject for GatewayClass {
+    fn merge(&self, desired: &Desired, _controller_name: &str, now: &Time) -> Merge<Self> {
+        let Desired::GatewayClass {
+            generation,
+            conditions,
+        } = desired
+        else {
+            return Merge::WrongKind;
+        };
+        let status = self.status.clone().unwrap_or_default();
+        let have = status.conditions.clone().unwrap_or_default();
+        decide(
+            self,
+            *generation,
+            observed(&have, conditions),
+            |next| {
+                next.status = Some(GatewayClassStatus {
+                    conditions: Some(merge_conditions(&have, conditions, now)),
+                    ..status
+                });
+            },
+            |a, b| a.status.clone().unwrap_or_default() == b.status.clone().unwrap_or_default(),
+        )
+    }
+}
+
+// === impl Gateway ===
+
+impl StatusObject for Gateway {
+    fn merge(&self, desired: &Desired, _controller_name: &str, now: &Time) -> Merge<Self> {
+        let Desired::Gateway {
+            generation,
+            conditions,
+            listeners,
+        } = desired
+        else {
+            return Merge::WrongKind;
+        };
+        let status = self.status.clone().unwrap_or_default();
+        let have = status.conditions.clone().unwrap_or_default();
+        let have_listeners = status.listeners.clone().unwrap_or_default();
+        let listener_conditions = have_listeners.iter().flat_map(|l| l.conditions.iter());
+        let observed = observed(&have, conditions).max(observed(
+            listener_conditions,
+            &listeners
+                .iter()
+                .flat_map(|l| l.conditions.clone())
+                .collect::<Vec<_>>(),
+        ));
+        decide(
+            self,
+            *generation,
+            observed,
+            |next| {
+                let merged: Vec<GatewayStatusListeners> = listeners
+                    .iter()
+                    .map(|want| {
+                        let before = have_listeners
+                            .iter()
+                            .find(|l| l.name == want.name)
+                            .map(|l| l.conditions.as_slice())
+                            .unwrap_or_default();
+                        GatewayStatusListeners {
+                            conditions: merge_conditions(before, &want.conditions, now),
+                            ..want.clone()
+                        }
+                    })
+                    .collect();
+                next.status = Some(GatewayStatus {
+                    conditions: Some(merge_conditions(&have, conditions, now)),
+                    listeners: Some(merged),
+                    ..status
+                });
+            },
+            |a, b| a.status.clone().unwrap_or_default() == b.status.clone().unwrap_or_default(),
+        )
+    }
+}
+
+// === impl HttpRoute ===
+
+impl StatusObject for HttpRoute {
+    fn merge(&self, desired: &Desired, controller_name: &str, now: &Time) -> Merge<Self> {
+        let Desired::HttpRoute {
+            generation,
+            parents,
+        } = desired
+        else {
+            return Merge::WrongKind;
+        };
+        let have = self.status.clone().unwrap_or_default().parents;
+        let ours = |p: &HttpRouteStatusParents| p.controller_name == controller_name;
+        let wanted: Vec<Condition> = parents.iter().flat_map(|p| p.conditions.clone()).collect();
+        let observed = observed(
+            have.iter()
+                .filter(|p| ours(p))
+                .flat_map(|p| p.conditions.iter()),
+            &wanted,
+        );
+        decide(
+            self,
+            *generation,
+            observed,
+            |next| {
+                let others = have.iter().filter(|p| !ours(p)).count();
+                let room = MAX_PARENTS.saturating_sub(others);
+                let wanted = &parents[..parents.len().min(room)];
+                let mut placed = vec![false; wanted.len()];
+                let mut merged = Vec::with_capacity(have.len().max(others + wanted.len()));
+                // Keep every entry where it stands: theirs untouched, ours updated or dropped.
+                for p in &have {
+                    if !ours(p) {
+                        merged.push(p.clone());
+                        continue;
+                    }
+                    let Some(i) = wanted
+                        .iter()
+                        .enumerate()
+                        .position(|(i, w)| !placed[i] && w.parent_ref == p.parent_ref)
+                    else {
+                        continue;
+                    };
+                    placed[i] = true;
+                    merged.push(merge_parent(Some(p), &wanted[i], controller_name, now));
+                }
+                for (w, _) in wanted.iter().zip(&placed).filter(|(_, done)| !**done) {
+                    merged.push(merge_parent(None, w, controller_name, now));
+                }
+                next.status = Some(HttpRouteStatus { parents: merged });
+            },
+            |a, b| {
+                a.status.as_ref().map_or(&[][..], |s| &s.parents[..])
+                    == b.status.as_ref().map_or(&[][..], |s| &s.parents[..])
+            },
+        )
+    }
+}
+
+fn merge_parent(
+    before: Option<&HttpRouteStatusParents>,
+    want: &HttpRouteStatusParents,
+    controller_name: &str,
+    now: &Time,
+) -> HttpRouteStatusParents {
+    HttpRouteStatusParents {
+        conditions: merge_conditions(
+            before.map(|b| b.conditions.as_slice()).unwrap_or_default(),
+            &want.conditions,
+            now,
+        ),
+        controller_name: controller_name.to_string(),
+        parent_ref: want.parent_ref.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gateway_api::httproutes::HttpRouteStatusParentsParentRef;
+    use k8s_openapi::jiff::Timestamp;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+    use crate::status::desired::condition;
+
+    const US: &str = "example.net/us";
+    const THEM: &str = "example.net/them";
+
+    fn t(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).expect("in range"))
+    }
+
+    fn stamped(mut c: Condition, at: i64) -> Condition {
+        c.last_transition_time = t(at);
+        c
+    }
+
+    fn class(conditions: Option<Vec<Condition>>) -> GatewayClass {
+        let mut gc = GatewayClass::new("gc", Default::default());
+        gc.metadata.generation = Some(2);
+        gc.status = Some(GatewayClassStatus {
+            conditions,
+            supported_features: None,
+        });
+        gc
+    }
+
+    fn written<K>(m: Merge<K>) -> K {
+        match m {
+            Merge::Write(k) => *k,
+            _ => panic!("a write was expected"),
+        }
+    }
+
+    #[test]
+    fn a_condition_whose_status_did_not_change_keeps_its_transition_time() {
+        let have = vec![stamped(
+            condition("Accepted", true, "Accepted", "old", 1),
+            100,
+        )];
+        let want = vec![condition("Accepted", true, "Accepted", "new message", 2)];
+        let out = merge_conditions(&have, &want, &t(500));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].last_transition_time, t(100));
+        assert_eq!(out[0].message, "new message");
+        assert_eq!(out[0].observed_generation, Some(2));
+    }
+
+    #[test]
+    fn a_condition_whose_status_changed_gets_the_write_time() {
+        let have = vec![stamped(condition("Accepted", true, "Accepted", "", 1), 100)];
+        let want = vec![condition("Accepted", false, "Invalid", "", 2)];
+        let out = merge_conditions(&have, &want, &t(500));
+        assert_eq!(out[0].last_transition_time, t(500));
+        assert_eq!(out[0].status, "False");
+    }
+
+    #[test]
+    fn conditions_of_other_types_stay_where_they_are() {
+        let have = vec![
+            stamped(condition("Ready", true, "Ready", "someone else's", 1), 50),
+            stamped(condition("Accepted", true, "Accepted", "", 1), 100),
+        ];
+        let want = vec![
+            condition("Accepted", true, "Accepted", "", 1),
+            condition("SupportedVersion", true, "SupportedVersion", "", 1),
+        ];
+        let out = merge_conditions(&have, &want, &t(500));
+        let types: Vec<_> = out.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["Ready", "Accepted", "SupportedVersion"]);
+        assert_eq!(out[0], have[0]);
+        assert_eq!(out[2].last_transition_time, t(500));
+    }
+
+    #[test]
+    fn no_write_when_the_status_is_already_right() {
+        let want = Desired::GatewayClass {
+            generation: 2,
+            conditions: vec![condition("Accepted", true, "Accepted", "ok", 2)],
+        };
+        let gc = class(None);
+        let once = written(gc.merge(&want, US, &t(10)));
+        assert_eq!(once.merge(&want, US, &t(99)), Merge::Unchanged);
+    }
+
+    #[test]
+    fn a_stale_computation_never_moves_observed_generation_back() {
+        let gc = class(Some(vec![stamped(
+            condition("Accepted", true, "Accepted", "", 5),
+            1,
+        )]));
+        let want = Desired::GatewayClass {
+            generation: 4,
+            conditions: vec![condition("Accepted", false, "Invalid", "", 4)],
+        };
+        assert_eq!(gc.merge(&want, US, &t(10)), Merge::Stale { observed: 5 });
+        // Another controller's newer generation on a type we do not set is no reason to stop.
+        let gc = class(Some(vec![stamped(condition("Other", true, "X", "", 9), 1)]));
+        assert!(matches!(gc.merge(&want, US, &t(10)), Merge::Write(_)));
+    }
+
+    #[test]
+    fn the_desired_status_of_another_kind_is_never_written() {
+        let want = Desired::HttpRoute {
+            generation: 1,
+            parents: vec![],
+        };
+        assert_eq!(class(None).merge(&want, US, &t(1)), Merge::WrongKind);
+    }
+
+    fn parent(controller: &str, gateway: &str, accepted: bool, gen: i64) -> HttpRouteStatusParents {
+        HttpRouteStatusParents {
+            conditions: vec![condition(
+                "Accepted",
+                accepted,
+                if accepted {
+                    "Accepted"
+                } else {
+                    "NotAllowedByListeners"
+                },
+                "",
+                gen,
+            )],
+            controller_name: controller.to_string(),
+            parent_ref: HttpRouteStatusParentsParentRef {
+                name: gateway.to_string(),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn route(parents: Vec<HttpRouteStatusParents>) -> HttpRoute {
+        HttpRoute {
+            metadata: ObjectMeta {
+                name: Some("r".into()),
+                namespace: Some("ns".into()),
+                generation: Some(3),
+                ..Default::default()
+            },
+            spec: Default::default(),
+            status: Some(HttpRouteStatus { parents }),
+        }
+    }
+
+    #[test]
+    fn only_our_route_parents_are_touched_and_our_stale_ones_removed() {
+        let theirs_a = parent(THEM, "a", true, 1);
+        let theirs_b = parent(THEM, "b", false, 7);
+        let r = route(vec![
+            theirs_a.clone(),
+            parent(US, "gone", true, 2),
+            parent(US, "kept", true, 2),
+            theirs_b.clone(),
+        ]);
+        let want = Desired::HttpRoute {
+            generation: 3,
+            parents: vec![parent(US, "new", true, 3), parent(US, "kept", false, 3)],
+        };
+        let out = written(r.merge(&want, US, &t(500)));
+        let parents = out.status.expect("status").parents;
+        let names: Vec<_> = parents
+            .iter()
+            .map(|p| (p.controller_name.as_str(), p.parent_ref.name.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [(THEM, "a"), (US, "kept"), (THEM, "b"), (US, "new")],
+            "ours updated in place, the stale one gone, the new one appended, theirs untouched"
+        );
+        assert_eq!(parents[0], theirs_a);
+        assert_eq!(parents[2], theirs_b);
+        assert_eq!(parents[1].conditions[0].status, "False");
+        assert_eq!(parents[1].conditions[0].last_transition_time, t(500));
+    }
+
+    #[test]
+    fn a_route_that_left_us_loses_only_our_entries() {
+        let r = route(vec![parent(US, "g", true, 2), parent(THEM, "x", true, 2)]);
+        let want = Desired::HttpRoute {
+            generation: 3,
+            parents: vec![],
+        };
+        let out = written(r.merge(&want, US, &t(1)));
+        assert_eq!(
+            out.status.expect("status").parents,
+            vec![parent(THEM, "x", true, 2)]
+        );
+    }
+
+    #[test]
+    fn another_controllers_newer_generation_does_not_make_ours_stale() {
+        let r = route(vec![parent(THEM, "x", true, 99)]);
+        let want = Desired::HttpRoute {
+            generation: 3,
+            parents: vec![parent(US, "g", true, 3)],
+        };
+        assert!(matches!(r.merge(&want, US, &t(1)), Merge::Write(_)));
+    }
+
+    #[test]
+    fn route_parents_never_exceed_the_crd_limit() {
+        let theirs: Vec<_> = (0..30)
+            .map(|i| parent(THEM, &format!("t{i}"), true, 1))
+            .collect();
+        let r = route(theirs);
+        let want = Desired::HttpRoute {
+            generation: 3,
+            parents: (0..5)
+                .map(|i| parent(US, &format!("u{i}"), true, 3))
+                .collect(),
+        };
+        let out = written(r.merge(&want, US, &t(1)));
+        assert_eq!(out.status.expect("status").parents.len(), MAX_PARENTS);
+    }
+
+    #[test]
+    fn gateway_listeners_keep_their_transition_times_by_name() {
+        let listener = |name: &str, at: Option<i64>, routes: i32| GatewayStatusListeners {
+            attached_routes: routes,
+            conditions: vec![{
+                let c = condition("Accepted", true, "Accepted", "", 1);
+                match at {
+                    Some(at) => stamped(c, at),
+                    None => c,
+                }
+            }],
+            name: name.to_string(),
+            supported_kinds: None,
+        };
+        let mut gw = Gateway::new("gw", Default::default());
+        gw.metadata.generation = Some(1);
+        gw.status = Some(GatewayStatus {
+            listeners: Some(vec![listener("http", Some(100), 0)]),
+            ..Default::default()
+        });
+        let want = Desired::Gateway {
+            generation: 1,
+            conditions: vec![condition("Accepted", true, "Accepted", "", 1)],
+            listeners: vec![listener("http", None, 4), listener("https", None, 0)],
+        };
+        let out = written(gw.merge(&want, US, &t(500)));
+        let ls = out
+            .status
+            .clone()
+            .expect("status")
+            .listeners
+            .expect("listeners");
+        assert_eq!(ls[0].attached_routes, 4);
+        assert_eq!(ls[0].conditions[0].last_transition_time, t(100));
+        assert_eq!(ls[1].conditions[0].last_transition_time, t(500));
+        assert_eq!(out.merge(&want, US, &t(900)), Merge::Unchanged);
+    }
+}

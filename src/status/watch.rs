@@ -1,0 +1,116 @@
+//! Watching what the statuses are computed from: one kube-runtime reflector per kind.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use gateway_api::referencegrants::ReferenceGrant;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tracing::{debug, warn};
+
+use crate::status::compute::World;
+
+/// The annotation on Gateway API CRDs that names their bundle version.
+pub const BUNDLE_VERSION_ANNOTATION: &str = "gateway.networking.k8s.io/bundle-version";
+/// The CRD whose bundle version decides `SupportedVersion`.
+pub const GATEWAY_CLASS_CRD: &str = "gatewayclasses.gateway.networking.k8s.io";
+
+/// The reflectors' stores: a consistent-enough view of everything the computation reads.
+#[derive(Clone)]
+pub struct Stores {
+    gateway_classes: Store<GatewayClass>,
+    gateways: Store<Gateway>,
+    http_routes: Store<HttpRoute>,
+    services: Store<Service>,
+    reference_grants: Store<ReferenceGrant>,
+    namespaces: Store<Namespace>,
+}
+
+impl Stores {
+    /// Waits until every store has its initial list.
+    pub async fn wait_synced(&self) {
+        // Only fails when a writer is dropped, which ends the watches anyway.
+        let _ = self.gateway_classes.wait_until_ready().await;
+        let _ = self.gateways.wait_until_ready().await;
+        let _ = self.http_routes.wait_until_ready().await;
+        let _ = self.services.wait_until_ready().await;
+        let _ = self.reference_grants.wait_until_ready().await;
+        let _ = self.namespaces.wait_until_ready().await;
+    }
+
+    /// A snapshot for one computation.
+    pub fn world(&self, bundle_version: Option<String>) -> World {
+        World {
+            gateway_classes: self.gateway_classes.state(),
+            gateways: self.gateways.state(),
+            http_routes: self.http_routes.state(),
+            services: self.services.state(),
+            reference_grants: self.reference_grants.state(),
+            namespaces: self.namespaces.state(),
+            bundle_version,
+        }
+    }
+}
+
+/// Starts one reflector per kind on `tasks`; `changed` is notified on every change seen.
+pub fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<()>) -> Stores {
+    Stores {
+        gateway_classes: reflect(Api::all(client.clone()), &changed, tasks),
+        gateways: reflect(Api::all(client.clone()), &changed, tasks),
+        http_routes: reflect(Api::all(client.clone()), &changed, tasks),
+        services: reflect(Api::all(client.clone()), &changed, tasks),
+        reference_grants: reflect(Api::all(client.clone()), &changed, tasks),
+        namespaces: reflect(Api::all(client.clone()), &changed, tasks),
+    }
+}
+
+fn reflect<K>(api: Api<K>, changed: &Arc<Notify>, tasks: &mut JoinSet<()>) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let (reader, writer) = reflector::store();
+    let stream =
+        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    let changed = changed.clone();
+    tasks.spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => changed.notify_one(),
+                // The watcher relists with backoff by itself; an RBAC gap shows here.
+                Err(e) => warn!(%kind, error = %e, "watch failed; retrying with backoff"),
+            }
+        }
+        debug!(%kind, "watch ended");
+    });
+    reader
+}
+
+/// Reads the installed Gateway API bundle version from the GatewayClass CRD, if allowed.
+pub async fn bundle_version(client: &Client) -> Option<String> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    match api.get_metadata(GATEWAY_CLASS_CRD).await {
+        Ok(crd) => crd
+            .metadata
+            .annotations
+            .and_then(|a| a.get(BUNDLE_VERSION_ANNOTATION).cloned()),
+        Err(e) => {
+            warn!(crd = GATEWAY_CLASS_CRD, error = %e,
+                "cannot read the Gateway API bundle version; SupportedVersion will say so");
+            None
+        }
+    }
+}

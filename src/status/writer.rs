@@ -1,0 +1,406 @@
+//! The guarded writer: writes dirty statuses while, and only while, this replica validly leads.
+//!
+//! Invariants:
+//! - Every request goes out inside [`Leadership::run`]: it starts only while leadership is valid,
+//!   is abandoned at the validity deadline, and checks leadership again right before it is sent.
+//! - Every write is a read-modify-write of `/status` carrying the object's `resourceVersion`, so
+//!   a concurrent change makes it fail with a conflict instead of overwriting; conflicts and
+//!   server errors re-read and retry with backoff.
+//! - A new leadership (a new term) re-checks every cached status at once.
+//! - Nothing is dropped: a write that could not be made is requeued (at once when leadership
+//!   ended, after a delay when the server kept failing) and reported in the log.
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::PostParams;
+use kube::{Api, Client, Resource};
+use leader_lock::{GuardedError, Leadership, NotLeader, Term};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::status::cache::StatusCache;
+use crate::status::desired::Desired;
+use crate::status::key::{Kind, ObjectKey};
+use crate::status::merge::{Merge, StatusObject};
+
+/// How the writer runs.
+#[derive(Debug, Clone)]
+pub struct WriterConfig {
+    /// Our Gateway API `controllerName`: only `status.parents` entries with it are touched.
+    pub controller_name: String,
+    /// The field manager of every write (it names the replica in `managedFields`).
+    pub field_manager: String,
+    /// This replica's identity, for the log lines of writes.
+    pub identity: String,
+    /// How many writes may be in flight at once.
+    pub concurrency: usize,
+    /// Delay before a write that kept failing on the server is tried again.
+    pub requeue_after: Duration,
+    /// On shutdown, how long writes in flight may take to finish before they are abandoned.
+    pub shutdown_grace: Duration,
+}
+
+/// What one write found or did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Written {
+    /// The status was written under `term`.
+    Written {
+        /// The term the write carried.
+        term: Term,
+    },
+    /// The object already said what we want: nothing sent.
+    Unchanged,
+    /// Our conditions already observed a newer generation: nothing sent.
+    Stale,
+    /// The object is gone: nothing to write.
+    Gone,
+}
+
+/// Why one write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// This replica may not write (any more): the next leader writes it.
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
+    /// The write was abandoned at the validity deadline of its term.
+    #[error("abandoned at the validity deadline of term {0}")]
+    Deadline(Term),
+    /// The apiserver refused or failed the request.
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+    /// The desired status does not fit the object's kind (a bug, never sent).
+    #[error("the desired status is for another kind")]
+    WrongKind,
+}
+
+impl WriteError {
+    /// Worth retrying at once with backoff: conflicts, throttling, server and transport errors.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            WriteError::Kube(kube::Error::Api(s)) => {
+                s.code == 409 || s.code == 429 || s.code >= 500
+            }
+            WriteError::Kube(_) => true,
+            _ => false,
+        }
+    }
+
+    /// Leadership ended: not the write's fault, and not for this replica to retry.
+    pub fn is_leadership(&self) -> bool {
+        matches!(self, WriteError::NotLeader(_) | WriteError::Deadline(_))
+    }
+}
+
+impl From<GuardedError<WriteError>> for WriteError {
+    fn from(e: GuardedError<WriteError>) -> Self {
+        match e {
+            GuardedError::NotLeader(n) => WriteError::NotLeader(n),
+            GuardedError::Deadline { term } => WriteError::Deadline(term),
+            GuardedError::Write(w) => w,
+            // A variant added to leader-lock later: treat it as a leadership stop, the safe side.
+            _ => WriteError::NotLeader(NotLeader::ShuttingDown),
+        }
+    }
+}
+
+/// Writes dirty statuses from the cache while this replica leads.
+pub struct StatusWriter {
+    client: Client,
+    cache: Arc<StatusCache>,
+    leadership: Leadership,
+    config: Arc<WriterConfig>,
+}
+
+impl StatusWriter {
+    /// A writer over `cache`, guarded by `leadership`.
+    pub fn new(
+        client: Client,
+        cache: Arc<StatusCache>,
+        leadership: Leadership,
+        config: WriterConfig,
+    ) -> Self {
+        StatusWriter {
+            client,
+            cache,
+            leadership,
+            config: Arc::new(config),
+        }
+    }
+
+    /// Runs until `cancel`; then lets writes in flight finish within the shutdown grace.
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut states = self.leadership.subscribe();
+        let mut leading: Option<Term> = None;
+        let mut sweep = Sweep::default();
+        let mut tasks: JoinSet<(ObjectKey, Result<Written, WriteError>)> = JoinSet::new();
+        let mut busy: HashSet<ObjectKey> = HashSet::new();
+        let limit = self.config.concurrency.max(1);
+        loop {
+            // 1. Who are we now? A permit is only a question here; it is dropped at once.
+            let now_leading = self.leadership.check().ok().map(|p| p.term);
+            if now_leading != leading {
+                match now_leading {
+                    Some(term) => {
+                        sweep = Sweep::start(term, self.cache.mark_all_dirty());
+                        info!(%term, identity = %self.config.identity, statuses = sweep.left.len(),
+                            "leading: writing every cached status");
+                    }
+                    None => {
+                        info!(identity = %self.config.identity, "not leading: no status writes")
+                    }
+                }
+                leading = now_leading;
+            }
+            // 2. Start what is dirty, within the concurrency limit.
+            if leading.is_some() && tasks.len() < limit {
+                for (key, desired) in self.cache.take_dirty(limit - tasks.len(), &busy) {
+                    busy.insert(key.clone());
+                    let job = Job {
+                        client: self.client.clone(),
+                        leadership: self.leadership.clone(),
+                        config: self.config.clone(),
+                    };
+                    tasks.spawn(async move {
+                        let r = job.write(&key, &desired).await;
+                        (key, r)
+                    });
+                }
+            }
+            // 3. Wait for anything that can change the picture.
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                Some(done) = tasks.join_next() => {
+                    if let Ok((key, result)) = done {
+                        busy.remove(&key);
+                        self.settle(&key, result, &mut sweep);
+                    }
+                }
+                r = states.changed() => {
+                    if r.is_err() {
+                        // The elector is gone; nothing can be written any more.
+                        break;
+                    }
+                }
+                _ = self.cache.changed() => {}
+            }
+        }
+        self.finish(tasks, &mut sweep).await;
+    }
+
+    /// Lets writes in flight finish (their leadership may still be valid), then abandons them.
+    async fn finish(
+        &self,
+        mut tasks: JoinSet<(ObjectKey, Result<Written, WriteError>)>,
+        sweep: &mut Sweep,
+    ) {
+        let drained = tokio::time::timeout(self.config.shutdown_grace, async {
+            while let Some(done) = tasks.join_next().await {
+                if let Ok((key, result)) = done {
+                    self.settle(&key, result, sweep);
+                }
+            }
+        })
+        .await;
+        if drained.is_err() {
+            warn!(
+                abandoned = tasks.len(),
+                "status writes still in flight at shutdown; abandoning them"
+            );
+            tasks.shutdown().await;
+        }
+    }
+
+    /// Logs one finished write and requeues what did not happen.
+    fn settle(&self, key: &ObjectKey, result: Result<Written, WriteError>, sweep: &mut Sweep) {
+        let identity = &self.config.identity;
+        sweep.settled(key, &result, identity);
+        match result {
+            Ok(Written::Written { term }) => {
+                info!(%term, %identity, kind = %key.kind, namespace = key.namespace.as_deref().unwrap_or(""),
+                    name = %key.name, "status written");
+            }
+            Ok(Written::Unchanged) => debug!(object = %key, "status already right; nothing sent"),
+            Ok(Written::Stale) => {
+                debug!(object = %key, "computed from an older generation; a newer one follows")
+            }
+            Ok(Written::Gone) => debug!(object = %key, "object gone; nothing to write"),
+            Err(e) if e.is_leadership() => {
+                debug!(object = %key, error = %e, "write not made: leadership ended; left to the next leader");
+                self.cache.requeue(key);
+            }
+            Err(e) => {
+                if e.is_transient() {
+                    warn!(object = %key, error = %e, retry_in = ?self.config.requeue_after,
+                        "status write kept failing; trying again later");
+                } else {
+                    error!(object = %key, error = %e, retry_in = ?self.config.requeue_after,
+                        "status write refused by the apiserver; trying again later");
+                }
+                let cache = self.cache.clone();
+                let key = key.clone();
+                let delay = self.config.requeue_after;
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    cache.requeue(&key);
+                });
+            }
+        }
+    }
+}
+
+/// The first pass of a leadership over every cached status: when it began, what is left, and
+/// what it found, so that the log tells when a new leader has caught up and how fast.
+#[derive(Debug, Default)]
+struct Sweep {
+    term: Option<Term>,
+    began: Option<Instant>,
+    first_write: bool,
+    left: HashSet<ObjectKey>,
+    written: usize,
+    unchanged: usize,
+    other: usize,
+}
+
+impl Sweep {
+    fn start(term: Term, keys: HashSet<ObjectKey>) -> Self {
+        Sweep {
+            term: Some(term),
+            began: Some(Instant::now()),
+            left: keys,
+            ..Sweep::default()
+        }
+    }
+
+    fn settled(&mut self, key: &ObjectKey, result: &Result<Written, WriteError>, identity: &str) {
+        let (Some(term), Some(began)) = (self.term, self.began) else {
+            return;
+        };
+        if let Ok(Written::Written { term: t }) = result {
+            if !self.first_write && *t == term {
+                self.first_write = true;
+                info!(%term, %identity, object = %key, after_ms = began.elapsed().as_secs_f64() * 1e3,
+                    "first status write of this leadership");
+            }
+        }
+        if !self.left.remove(key) {
+            return;
+        }
+        match result {
+            Ok(Written::Written { .. }) => self.written += 1,
+            Ok(Written::Unchanged) => self.unchanged += 1,
+            _ => self.other += 1,
+        }
+        if self.left.is_empty() {
+            info!(%term, %identity, written = self.written, unchanged = self.unchanged,
+                other = self.other, took_ms = began.elapsed().as_secs_f64() * 1e3,
+                "every cached status checked");
+            self.term = None;
+        }
+    }
+}
+
+/// What one write task needs.
+struct Job {
+    client: Client,
+    leadership: Leadership,
+    config: Arc<WriterConfig>,
+}
+
+impl Job {
+    /// Writes one status, retrying conflicts and server errors with backoff (backon).
+    async fn write(&self, key: &ObjectKey, desired: &Desired) -> Result<Written, WriteError> {
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(20))
+            .with_max_delay(Duration::from_secs(1))
+            .with_max_times(6)
+            .with_jitter();
+        (|| async { self.write_once(key, desired).await })
+            .retry(backoff)
+            .when(WriteError::is_transient)
+            .notify(|e, after| debug!(object = %key, error = %e, ?after, "status write failed; retrying"))
+            .await
+    }
+
+    async fn write_once(&self, key: &ObjectKey, desired: &Desired) -> Result<Written, WriteError> {
+        let ns = key.namespace.as_deref().unwrap_or_default();
+        match key.kind {
+            Kind::GatewayClass => {
+                self.guarded(Api::<GatewayClass>::all(self.client.clone()), key, desired)
+                    .await
+            }
+            Kind::Gateway => {
+                self.guarded(
+                    Api::<Gateway>::namespaced(self.client.clone(), ns),
+                    key,
+                    desired,
+                )
+                .await
+            }
+            Kind::HttpRoute => {
+                self.guarded(
+                    Api::<HttpRoute>::namespaced(self.client.clone(), ns),
+                    key,
+                    desired,
+                )
+                .await
+            }
+        }
+    }
+
+    /// Read, merge, and (only if something changes) write back under a valid leadership.
+    async fn guarded<K>(
+        &self,
+        api: Api<K>,
+        key: &ObjectKey,
+        desired: &Desired,
+    ) -> Result<Written, WriteError>
+    where
+        K: StatusObject + Resource + Serialize + DeserializeOwned + Debug + Clone,
+    {
+        let config = &self.config;
+        self.leadership
+            .run(|permit| async move {
+                let current = match api.get_status(&key.name).await {
+                    Ok(o) => o,
+                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Written::Gone),
+                    Err(e) => return Err(WriteError::Kube(e)),
+                };
+                let now = Time(Timestamp::now());
+                let mut next = match current.merge(desired, &config.controller_name, &now) {
+                    Merge::Unchanged => return Ok(Written::Unchanged),
+                    Merge::Stale { .. } => return Ok(Written::Stale),
+                    Merge::WrongKind => return Err(WriteError::WrongKind),
+                    Merge::Write(next) => next,
+                };
+                // Sent back, managedFields would be taken as the caller's wish: leave them out.
+                next.meta_mut().managed_fields = None;
+                let params = PostParams {
+                    dry_run: false,
+                    field_manager: Some(config.field_manager.clone()),
+                };
+                // The last moment before the request leaves: leadership must still hold.
+                let term = permit.check()?;
+                match api.replace_status(&key.name, &params, &*next).await {
+                    Ok(_) => Ok(Written::Written { term }),
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(Written::Gone),
+                    Err(e) => Err(WriteError::Kube(e)),
+                }
+            })
+            .await
+            .map_err(WriteError::from)
+    }
+}
