@@ -46,11 +46,16 @@ async fn manifests_pass_the_apiservers_validation() {
         let kind = v["kind"].as_str().expect("kind");
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         let gvk = GroupVersionKind::gvk(group, version, kind);
-        let (resource, _) = pinned_kind(&client, &gvk)
+        let (resource, caps) = pinned_kind(&client, &gvk)
             .await
             .unwrap_or_else(|e| panic!("{file}: {api_version} {kind} unknown: {e}"));
         let obj: DynamicObject = serde_json::from_value(v.clone()).expect("an object");
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+        let api: Api<DynamicObject> = match caps.scope {
+            kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
+            kube::discovery::Scope::Namespaced => {
+                Api::namespaced_with(client.clone(), ns, &resource)
+            }
+        };
         let pp = PostParams {
             dry_run: true,
             ..PostParams::default()

@@ -84,12 +84,13 @@ async fn redis_frozen_leader_steps_down() {
     let server = testkit::redis::RedisServer::start()
         .await
         .expect("redis-server starts");
-    let args = vec![
+    let mut args = common::gateway::kubeconfig_args().await;
+    args.extend([
         "--lock-backend".into(),
         "redis".into(),
         "--redis-url".into(),
         server.url(),
-    ];
+    ]);
     tokio::task::spawn_blocking(move || frozen_leader(args))
         .await
         .expect("scenario");
@@ -100,12 +101,13 @@ async fn etcd_frozen_leader_steps_down() {
     let server = testkit::etcd::EtcdServer::start()
         .await
         .expect("etcd starts");
-    let args = vec![
+    let mut args = common::gateway::kubeconfig_args().await;
+    args.extend([
         "--lock-backend".into(),
         "etcd".into(),
         "--etcd-endpoints".into(),
         server.endpoint(),
-    ];
+    ]);
     tokio::task::spawn_blocking(move || frozen_leader(args))
         .await
         .expect("scenario");
@@ -116,6 +118,10 @@ async fn kubernetes_frozen_leader_steps_down() {
     let server = testkit::kube::KubeApiServer::start()
         .await
         .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
+    server
+        .install_gateway_api()
+        .await
+        .expect("Gateway API CRDs");
     server.create_namespace("frozen").await.expect("namespace");
     let args = vec![
         "--lock-backend".into(),

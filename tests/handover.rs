@@ -15,9 +15,15 @@ async fn redis_graceful_handover_between_processes() {
     let server = testkit::redis::RedisServer::start()
         .await
         .expect("redis-server starts");
-    let url = server.url();
+    let mut args = common::gateway::kubeconfig_args().await;
+    args.extend([
+        "--lock-backend".into(),
+        "redis".into(),
+        "--redis-url".into(),
+        server.url(),
+    ]);
     let took = tokio::task::spawn_blocking(move || {
-        graceful_handover(&["--lock-backend", "redis", "--redis-url", &url])
+        graceful_handover(&args.iter().map(String::as_str).collect::<Vec<_>>())
     })
     .await
     .expect("handover");
@@ -30,9 +36,15 @@ async fn etcd_graceful_handover_between_processes() {
     let server = testkit::etcd::EtcdServer::start()
         .await
         .expect("etcd starts");
-    let endpoint = server.endpoint();
+    let mut args = common::gateway::kubeconfig_args().await;
+    args.extend([
+        "--lock-backend".into(),
+        "etcd".into(),
+        "--etcd-endpoints".into(),
+        server.endpoint(),
+    ]);
     let took = tokio::task::spawn_blocking(move || {
-        graceful_handover(&["--lock-backend", "etcd", "--etcd-endpoints", &endpoint])
+        graceful_handover(&args.iter().map(String::as_str).collect::<Vec<_>>())
     })
     .await
     .expect("handover");
@@ -45,6 +57,10 @@ async fn kubernetes_graceful_handover_between_processes() {
     let server = testkit::kube::KubeApiServer::start()
         .await
         .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
+    server
+        .install_gateway_api()
+        .await
+        .expect("Gateway API CRDs");
     let ns = "handover";
     server.create_namespace(ns).await.expect("namespace");
     let kubeconfig = server.kubeconfig_path().display().to_string();

@@ -348,6 +348,14 @@ impl KubeApiServer {
         matches!(self.mode, Mode::External)
     }
 
+    /// The apiserver's process id (`None` for an existing cluster).
+    pub fn pid(&self) -> Option<u32> {
+        match &self.mode {
+            Mode::Local(l) => l.process.pid(),
+            Mode::External => None,
+        }
+    }
+
     /// The apiserver URL.
     pub fn url(&self) -> String {
         self.config.cluster_url.to_string()
@@ -372,6 +380,29 @@ impl KubeApiServer {
     /// A kubeconfig file for subprocesses (admin user, namespace `default`).
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// Writes a kubeconfig at `path` for the same cluster as [`kubeconfig_path`](Self::kubeconfig_path)
+    /// whose user authenticates with the bearer `token` only, for subprocesses that must run
+    /// with exactly a service account's rights.
+    pub fn write_token_kubeconfig(&self, token: &str, path: &Path) -> Result<()> {
+        let mut kc = Kubeconfig::read_from(&self.kubeconfig)
+            .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
+        for user in &mut kc.auth_infos {
+            user.auth_info = Some(kube::config::AuthInfo {
+                token: Some(token.to_string().into()),
+                ..kube::config::AuthInfo::default()
+            });
+        }
+        // Kubeconfig serialises the token redacted; write it out in the clear for the child.
+        let mut v = serde_json::to_value(&kc).context("encoding the kubeconfig")?;
+        if let Some(users) = v.get_mut("users").and_then(|u| u.as_array_mut()) {
+            for u in users {
+                u["user"] = serde_json::json!({ "token": token });
+            }
+        }
+        std::fs::write(path, serde_json::to_vec_pretty(&v)?)
+            .with_context(|| format!("writing {}", path.display()))
     }
 
     /// A client that authenticates with a bearer `token` only.

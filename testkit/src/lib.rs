@@ -5,6 +5,7 @@ pub mod etcd;
 pub mod gateway_api;
 pub mod kube;
 pub mod process;
+pub mod rbac;
 pub mod redis;
 
 pub use leader_lock::conformance::SplitBrainChecker;

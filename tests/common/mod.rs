@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod gateway;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
@@ -123,6 +125,16 @@ impl Replica {
     fn signal(&self, sig: Signal) {
         let pid = i32::try_from(self.child.id()).expect("pid fits");
         kill(Pid::from_raw(pid), sig).unwrap_or_else(|e| panic!("{sig} to {}: {e}", self.name));
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGKILL (a crash: nothing is released).
+    pub fn kill(&self) {
+        self.signal(Signal::SIGKILL)
     }
 
     /// Sends SIGTERM.

@@ -1,0 +1,223 @@
+//! Gateway API objects for the status writer's tests, and waits on what the replicas write.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParents};
+use gateway_api::referencegrants::ReferenceGrant;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use testkit::kube::KubeApiServer;
+
+/// Generous: replicas, watches and a busy 2-core machine.
+pub const PATIENCE: Duration = Duration::from_secs(90);
+
+/// The shared test apiserver with the Gateway API CRDs installed.
+pub async fn apiserver() -> &'static KubeApiServer {
+    let s = KubeApiServer::shared()
+        .await
+        .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
+    s.install_gateway_api()
+        .await
+        .expect("the Gateway API CRDs are installed");
+    s
+}
+
+/// The settings every replica of a test runs with: the Kubernetes lock, short timing.
+pub fn replica_args(kubeconfig: &Path, ns: &str, controller: &str) -> Vec<String> {
+    [
+        "--lock-backend",
+        "kubernetes",
+        "--kubeconfig",
+        &kubeconfig.display().to_string(),
+        "--leader-election-namespace",
+        ns,
+        "--leader-election-lock-name",
+        &format!("{ns}-lock"),
+        "--controller-name",
+        controller,
+        "--lease-duration",
+        "3s",
+        "--renew-deadline",
+        "2s",
+        "--retry-period",
+        "1s",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn from_json<T: DeserializeOwned>(v: serde_json::Value) -> T {
+    serde_json::from_value(v).expect("a valid object")
+}
+
+/// A GatewayClass for `controller`.
+pub fn gateway_class(name: &str, controller: &str) -> GatewayClass {
+    from_json(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+        "metadata": {"name": name},
+        "spec": {"controllerName": controller}
+    }))
+}
+
+/// A Gateway of `class` with one HTTP listener `http` on port 80 (routes from its namespace).
+pub fn gateway(ns: &str, name: &str, class: &str) -> Gateway {
+    from_json(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"gatewayClassName": class,
+                 "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}
+    }))
+}
+
+/// An HTTPRoute in `ns` attached to Gateway `gw` (same namespace), one rule to `backends`
+/// given as `(namespace, name, port)`.
+pub fn route(ns: &str, name: &str, gw: &str, backends: &[(&str, &str, i32)]) -> HttpRoute {
+    let refs: Vec<_> = backends
+        .iter()
+        .map(|(bns, bname, port)| json!({"name": bname, "namespace": bns, "port": port}))
+        .collect();
+    from_json(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"parentRefs": [{"name": gw}], "rules": [{"backendRefs": refs}]}
+    }))
+}
+
+/// A ClusterIP Service with one port.
+pub fn service(ns: &str, name: &str, port: i32) -> Service {
+    from_json(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"ports": [{"name": "http", "port": port}]}
+    }))
+}
+
+/// A ReferenceGrant in `ns` letting HTTPRoutes of `from_ns` reference its Services.
+pub fn grant_services(ns: &str, name: &str, from_ns: &str) -> ReferenceGrant {
+    from_json(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1beta1", "kind": "ReferenceGrant",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": from_ns}],
+                 "to": [{"group": "", "kind": "Service"}]}
+    }))
+}
+
+/// Creates `obj` (or replaces its spec when it exists) through `api`.
+pub async fn put<K>(api: &Api<K>, obj: &K)
+where
+    K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let name = obj.meta().name.clone().expect("named");
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let mut body = serde_json::to_value(obj).expect("json");
+            if let Some(m) = body.as_object_mut() {
+                m.remove("status");
+                m.remove("metadata");
+            }
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(body))
+                .await
+                .unwrap_or_else(|e| panic!("updating {name}: {e}"));
+        }
+        Err(e) => panic!("creating {name}: {e}"),
+    }
+}
+
+/// A condition of `conditions` by type.
+pub fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Our `status.parents` entry of a route, if any.
+pub fn our_parent<'a>(r: &'a HttpRoute, controller: &str) -> Option<&'a HttpRouteStatusParents> {
+    r.status
+        .as_ref()?
+        .parents
+        .iter()
+        .find(|p| p.controller_name == controller)
+}
+
+/// True when our entry on `r` has condition `type_` with `status` and `reason`.
+pub fn route_says(
+    r: &HttpRoute,
+    controller: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> bool {
+    our_parent(r, controller)
+        .and_then(|p| condition(&p.conditions, type_))
+        .is_some_and(|c| c.status == status && c.reason == reason)
+}
+
+/// Waits (on a watch) until `name` satisfies `cond`; panics after [`PATIENCE`].
+pub async fn wait_for<K>(api: &Api<K>, name: &str, what: &str, cond: impl Fn(&K) -> bool)
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let waited = tokio::time::timeout(
+        PATIENCE,
+        await_condition(api.clone(), name, move |o: Option<&K>| o.is_some_and(&cond)),
+    )
+    .await;
+    match waited {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => panic!("watching {name} for {what}: {e}"),
+        Err(_) => {
+            let now = api.get(name).await.ok();
+            panic!("{name}: not {what} within {PATIENCE:?}; now: {now:#?}")
+        }
+    }
+}
+
+/// The field managers that own fields of the object's status (v1.20 records no `subresource`
+/// in managedFields, so this looks at the fields themselves).
+pub fn status_managers<K: Resource>(o: &K) -> BTreeSet<String> {
+    o.meta()
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.get("f:status").is_some())
+        })
+        .filter_map(|m| m.manager.clone())
+        .collect()
+}
+
+/// The field manager a replica named `name` writes statuses as.
+pub fn manager_of(name: &str) -> String {
+    format!("gateway-leader/{name}")
+}
+
+/// An admin client on the shared apiserver.
+pub fn admin(s: &KubeApiServer) -> Client {
+    s.admin_client()
+}
+
+/// The resourceVersion of `o`.
+pub fn version<K: Resource>(o: &K) -> String {
+    o.resource_version().unwrap_or_default()
+}
+
+/// `--kubeconfig` of the shared apiserver (with the CRDs): every replica writes statuses to
+/// Kubernetes, whichever backend holds its lock.
+pub async fn kubeconfig_args() -> Vec<String> {
+    let s = apiserver().await;
+    vec![
+        "--kubeconfig".into(),
+        s.kubeconfig_path().display().to_string(),
+    ]
+}

@@ -1,0 +1,417 @@
+//! The status writer across real `gateway-leader run` processes on a real kube-apiserver: only
+//! the valid leader writes, a new leader writes what changed meanwhile, a frozen leader writes
+//! nothing after it thaws, other controllers' entries are never touched, and nothing is sent
+//! when nothing changed. Proof comes from the objects themselves (managedFields managers,
+//! resourceVersions) and from the replicas' own logs.
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use common::gateway::*;
+use common::Replica;
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParents, HttpRouteStatusParentsParentRef};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::PostParams;
+use kube::Api;
+use serde_json::json;
+
+/// Runs a blocking wait on a replica's log without stalling the runtime.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+fn start(name: &str, args: &[String]) -> Replica {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Replica::start(name, &args)
+}
+
+/// Starts `names[0]` and waits for it to lead, then the others and waits for them to follow.
+fn start_led_by(names: &[&str], args: &[String]) -> Vec<Replica> {
+    let mut out = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let mut r = start(n, args);
+        let wanted = if i == 0 {
+            "leadership: leading"
+        } else {
+            "leadership: following"
+        };
+        blocking(|| r.wait_for(wanted, PATIENCE));
+        out.push(r);
+    }
+    out
+}
+
+fn writes(r: &mut Replica) -> usize {
+    r.lines()
+        .iter()
+        .filter(|l| l.message() == "status written")
+        .count()
+}
+
+/// One namespace, class, Gateway, Service and HTTPRoute of a test, all valid.
+struct Scene {
+    server: &'static testkit::kube::KubeApiServer,
+    ns: String,
+    controller: String,
+    classes: Api<GatewayClass>,
+    gateways: Api<Gateway>,
+    routes: Api<HttpRoute>,
+    services: Api<Service>,
+}
+
+impl Scene {
+    /// A namespace, class, Gateway, Service and route for `test`.
+    async fn new(test: &str) -> Scene {
+        let scene = Scene::empty(test).await;
+        scene.populate().await;
+        scene
+    }
+
+    /// Only the namespace: objects come later ([`populate`](Self::populate)).
+    async fn empty(test: &str) -> Scene {
+        let s = apiserver().await;
+        let ns = format!("sw-{test}");
+        s.create_namespace(&ns).await.expect("namespace");
+        let client = admin(s);
+        let scene = Scene {
+            server: s,
+            controller: format!("gateway-leader.dev/{test}"),
+            classes: Api::all(client.clone()),
+            gateways: Api::namespaced(client.clone(), &ns),
+            routes: Api::namespaced(client.clone(), &ns),
+            services: Api::namespaced(client, &ns),
+            ns,
+        };
+        scene
+    }
+
+    async fn populate(&self) {
+        let scene = self;
+        put(&scene.classes, &gateway_class(&scene.ns, &scene.controller)).await;
+        put(&scene.gateways, &gateway(&scene.ns, "gw", &scene.ns)).await;
+        put(&scene.services, &service(&scene.ns, "web", 80)).await;
+        put(
+            &scene.routes,
+            &route(&scene.ns, "route", "gw", &[(&scene.ns, "web", 80)]),
+        )
+        .await;
+    }
+
+    /// Points the route at `backend` and waits until its status says `reason`.
+    async fn route_to(&self, backend: &str, resolved: bool, reason: &str) {
+        put(
+            &self.routes,
+            &route(&self.ns, "route", "gw", &[(&self.ns, backend, 80)]),
+        )
+        .await;
+        let (c, reason) = (self.controller.clone(), reason.to_string());
+        let status = if resolved { "True" } else { "False" };
+        wait_for(&self.routes, "route", &reason.clone(), move |r| {
+            route_says(r, &c, "ResolvedRefs", status, &reason)
+        })
+        .await;
+    }
+
+    fn args(&self) -> Vec<String> {
+        replica_args(self.server.kubeconfig_path(), &self.ns, &self.controller)
+    }
+
+    /// Waits until every object says what a valid setup says.
+    async fn wait_settled(&self) {
+        let c = self.controller.clone();
+        wait_for(
+            &self.routes,
+            "route",
+            "accepted with resolved refs",
+            move |r| {
+                route_says(r, &c, "Accepted", "True", "Accepted")
+                    && route_says(r, &c, "ResolvedRefs", "True", "ResolvedRefs")
+            },
+        )
+        .await;
+        wait_for(
+            &self.gateways,
+            "gw",
+            "accepted with one attached route",
+            |g| {
+                g.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .as_deref()
+                        .and_then(|c| condition(c, "Accepted"))
+                        .is_some_and(|c| c.status == "True")
+                        && s.listeners
+                            .as_deref()
+                            .is_some_and(|l| l.len() == 1 && l[0].attached_routes == 1)
+                })
+            },
+        )
+        .await;
+        wait_for(&self.classes, &self.ns, "accepted", |gc| {
+            gc.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_deref())
+                .and_then(|c| condition(c, "Accepted"))
+                .is_some_and(|c| c.status == "True")
+        })
+        .await;
+    }
+
+    /// The field managers of the three objects' statuses, and their resourceVersions.
+    async fn provenance(&self) -> (Vec<std::collections::BTreeSet<String>>, Vec<String>) {
+        let gc = self.classes.get(&self.ns).await.expect("class");
+        let gw = self.gateways.get("gw").await.expect("gateway");
+        let r = self.routes.get("route").await.expect("route");
+        (
+            vec![
+                status_managers(&gc),
+                status_managers(&gw),
+                status_managers(&r),
+            ],
+            vec![version(&gc), version(&gw), version(&r)],
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_writes_and_nothing_is_sent_when_nothing_changed() {
+    let scene = Scene::empty("only-leader").await;
+    let args = scene.args();
+    let mut replicas = start_led_by(&["ol-a", "ol-b", "ol-c"], &args);
+    // Every replica watches and computes before the objects appear, so all of them see every
+    // change at about the same time: a follower that wrote would show here.
+    for r in replicas.iter_mut() {
+        blocking(|| r.wait_for("first statuses computed", PATIENCE));
+    }
+    scene.populate().await;
+    scene.wait_settled().await;
+    scene.route_to("missing", false, "BackendNotFound").await;
+    scene.route_to("web", true, "ResolvedRefs").await;
+    let (managers, versions) = scene.provenance().await;
+    for m in &managers {
+        assert_eq!(
+            m,
+            &[manager_of("ol-a")].into(),
+            "only the leader's field manager wrote statuses"
+        );
+    }
+    assert!(
+        writes(&mut replicas[0]) >= 3,
+        "the leader logged its writes"
+    );
+    assert_eq!(writes(&mut replicas[1]), 0, "a follower never writes");
+    assert_eq!(writes(&mut replicas[2]), 0, "a follower never writes");
+
+    // A new leader re-checks every status at once; nothing changed, so nothing is sent.
+    replicas[0].terminate();
+    assert_eq!(blocking(|| replicas[0].wait_exit(PATIENCE)), Some(0));
+    let checked = blocking(|| {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            for r in replicas[1..].iter_mut() {
+                if let Some(l) = r
+                    .lines()
+                    .iter()
+                    .find(|l| l.message() == "every cached status checked")
+                {
+                    return l.clone();
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no new leader checked the statuses"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    assert_eq!(checked.json["written"], json!(0), "{:?}", checked.json);
+    assert!(
+        checked.json["unchanged"].as_u64() >= Some(3),
+        "{:?}",
+        checked.json
+    );
+    let (after, versions_after) = scene.provenance().await;
+    assert_eq!(versions_after, versions, "no request changed any object");
+    assert_eq!(after, managers);
+    assert_eq!(writes(&mut replicas[1]) + writes(&mut replicas[2]), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_writes_what_changed_while_the_leader_was_gone() {
+    let scene = Scene::new("changed-meanwhile").await;
+    let args = scene.args();
+    let mut replicas = start_led_by(&["cm-a", "cm-b"], &args);
+    scene.wait_settled().await;
+
+    // Crash the leader, then break the route while nobody may write (the lease runs 3 s).
+    drop(replicas.remove(0));
+    put(
+        &scene.routes,
+        &route(&scene.ns, "route", "gw", &[(&scene.ns, "missing", 80)]),
+    )
+    .await;
+    let c = scene.controller.clone();
+    wait_for(&scene.routes, "route", "BackendNotFound", move |r| {
+        route_says(r, &c, "ResolvedRefs", "False", "BackendNotFound")
+    })
+    .await;
+    let r = scene.routes.get("route").await.expect("route");
+    assert!(
+        status_managers(&r).contains(&manager_of("cm-b")),
+        "the new leader wrote it"
+    );
+    blocking(|| replicas[0].wait_for("first status write of this leadership", PATIENCE));
+
+    // Stop it gracefully and change the route back: a third replica takes over and writes it.
+    let mut c3 = start("cm-c", &args);
+    blocking(|| c3.wait_for("leadership: following", PATIENCE));
+    replicas[0].terminate();
+    put(
+        &scene.routes,
+        &route(&scene.ns, "route", "gw", &[(&scene.ns, "web", 80)]),
+    )
+    .await;
+    let c = scene.controller.clone();
+    wait_for(&scene.routes, "route", "resolved again", move |r| {
+        route_says(r, &c, "ResolvedRefs", "True", "ResolvedRefs")
+    })
+    .await;
+    blocking(|| c3.wait_for("first status write of this leadership", PATIENCE));
+    assert_eq!(blocking(|| replicas[0].wait_exit(PATIENCE)), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_leader_writes_nothing_after_it_thaws() {
+    let scene = Scene::new("frozen").await;
+    let args = scene.args();
+    let mut replicas = start_led_by(&["fz-a", "fz-b"], &args);
+    scene.wait_settled().await;
+
+    replicas[0].pause();
+    let frozen_at = SystemTime::now();
+    put(
+        &scene.routes,
+        &route(&scene.ns, "route", "gw", &[(&scene.ns, "missing", 80)]),
+    )
+    .await;
+    let c = scene.controller.clone();
+    wait_for(&scene.routes, "route", "BackendNotFound", move |r| {
+        route_says(r, &c, "ResolvedRefs", "False", "BackendNotFound")
+    })
+    .await;
+    blocking(|| replicas[1].wait_for("leadership: leading", PATIENCE));
+
+    // Thaw the old leader and change the route again: only the new leader may write it.
+    replicas[0].resume();
+    blocking(|| replicas[0].wait_for_since("leadership: following", frozen_at, PATIENCE));
+    put(
+        &scene.routes,
+        &route(&scene.ns, "route", "gw", &[(&scene.ns, "web", 80)]),
+    )
+    .await;
+    let c = scene.controller.clone();
+    wait_for(&scene.routes, "route", "resolved again", move |r| {
+        route_says(r, &c, "ResolvedRefs", "True", "ResolvedRefs")
+    })
+    .await;
+    let late: Vec<_> = replicas[0]
+        .lines()
+        .iter()
+        .filter(|l| l.message() == "status written" && l.at >= frozen_at)
+        .map(|l| l.json.clone())
+        .collect();
+    assert!(late.is_empty(), "the thawed leader wrote: {late:?}");
+    let r = scene.routes.get("route").await.expect("route");
+    assert!(
+        status_managers(&r).contains(&manager_of("fz-b")),
+        "the new leader's write is on the object"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_controllers_parent_entries_are_never_touched() {
+    let scene = Scene::new("foreign-parents").await;
+    let theirs = HttpRouteStatusParents {
+        conditions: vec![from_json_condition()],
+        controller_name: "example.net/someone-else".into(),
+        parent_ref: HttpRouteStatusParentsParentRef {
+            name: "their-gateway".into(),
+            ..Default::default()
+        },
+    };
+    // A stale entry of ours too, for a Gateway the route no longer names: it must go.
+    let stale = HttpRouteStatusParents {
+        controller_name: scene.controller.clone(),
+        parent_ref: HttpRouteStatusParentsParentRef {
+            name: "gone".into(),
+            ..Default::default()
+        },
+        ..theirs.clone()
+    };
+    let mut r = scene.routes.get_status("route").await.expect("route");
+    r.status = Some(gateway_api::httproutes::HttpRouteStatus {
+        parents: vec![theirs.clone(), stale],
+    });
+    r.metadata.managed_fields = None;
+    let stored = scene
+        .routes
+        .replace_status("route", &PostParams::default(), &r)
+        .await
+        .expect("their status");
+    // As the apiserver stored it (it fills in the CRD's defaults).
+    let theirs = stored.status.expect("status").parents[0].clone();
+
+    let args = scene.args();
+    let _replicas = start_led_by(&["fp-a"], &args);
+    scene.wait_settled().await;
+    let r = scene.routes.get("route").await.expect("route");
+    let parents = r.status.expect("status").parents;
+    assert_eq!(parents.len(), 2, "theirs and ours: {parents:#?}");
+    assert_eq!(
+        parents[0], theirs,
+        "their entry is exactly as they wrote it"
+    );
+    assert_eq!(parents[1].controller_name, scene.controller);
+    assert_eq!(parents[1].parent_ref.name, "gw");
+}
+
+fn from_json_condition() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    serde_json::from_value(json!({
+        "type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+        "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"
+    }))
+    .expect("condition")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_rbac_is_enough_for_election_and_status_writes() {
+    let scene = Scene::new("rbac").await;
+    let s = scene.server;
+    let sa = "gateway-leader";
+    let token = s
+        .service_account_token(&scene.ns, sa)
+        .await
+        .expect("service account token");
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
+    for file in ["rbac-leader-election.yaml", "rbac-status-writer.yaml"] {
+        testkit::rbac::bind_manifest(s, &deploy.join(file), &scene.ns, sa)
+            .await
+            .unwrap_or_else(|e| panic!("binding {file}: {e:#}"));
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    s.write_token_kubeconfig(&token, &kubeconfig)
+        .expect("kubeconfig for the service account");
+    let args = replica_args(&kubeconfig, &scene.ns, &scene.controller);
+    let mut replicas = start_led_by(&["rbac-a"], &args);
+    scene.wait_settled().await;
+    let denied: Vec<_> = replicas[0]
+        .lines()
+        .iter()
+        .filter(|l| l.json.to_string().contains("forbidden"))
+        .map(|l| l.json.clone())
+        .collect();
+    assert!(denied.is_empty(), "nothing was forbidden: {denied:?}");
+}
