@@ -34,7 +34,8 @@ say "running cargo test --workspace $*"
 log=$(mktemp -t gateway-leader-test-XXXXXX.log)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace "$@" 2>&1 | tee "$log" || status=$?
+# --no-fail-fast: one failing test binary must not hide the results of the others.
+cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 # One closing line for the whole workspace: cargo prints a summary per test binary.
 awk '/^test result:/ { p += $4; f += $6; i += $8 }
      END { printf "workspace: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"

@@ -4,21 +4,35 @@ use std::time::Duration;
 
 use anyhow::Context;
 use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership};
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing::{info, warn};
 
 use crate::backend;
 use crate::config::Settings;
 use crate::status::{StatusController, WriterConfig};
 
-/// Waits for SIGTERM or SIGINT.
-async fn shutdown_signal() -> anyhow::Result<&'static str> {
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
+/// SIGTERM and SIGINT, caught from the start: a signal that arrives while the replica is still
+/// connecting must stop it cleanly, not kill it with the default action.
+struct ShutdownSignals {
+    term: Signal,
+    int: Signal,
+}
+
+impl ShutdownSignals {
+    fn install() -> anyhow::Result<Self> {
+        Ok(ShutdownSignals {
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+        })
+    }
+
+    /// Waits for either; returns its name.
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
 }
 
 /// Logs every change of leadership with its term, so operators see who writes and under which term.
@@ -89,7 +103,15 @@ pub fn field_manager(identity: &Identity) -> String {
 /// while leading, and on the way out stops writing, lets writes in flight finish, then releases
 /// the lock (when configured to).
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    let mut signals = ShutdownSignals::install()?;
     let identity = Identity::new(&settings.identity);
+    info!(
+        identity = %identity,
+        controller = %settings.controller_name,
+        leader_election = !settings.disabled,
+        version = env!("CARGO_PKG_VERSION"),
+        "starting gateway-leader"
+    );
     let user_agent = format!("gateway-leader/{} ({identity})", env!("CARGO_PKG_VERSION"));
     let (client, default_ns) = leader_lock_kubernetes::client(
         settings.kube.kubeconfig.as_deref(),
@@ -112,7 +134,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             "leader election disabled: this replica always writes");
         let logger = log_changes(&leadership);
         let status = StatusController::start(client, leadership, writer);
-        let sig = shutdown_signal().await?;
+        let sig = signals.recv().await;
         info!(signal = sig, "shutting down: no new writes");
         status.stop().await;
         logger.abort();
@@ -149,7 +171,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         )
     });
     let status = StatusController::start(client, leadership, writer);
-    let sig = shutdown_signal().await?;
+    let sig = signals.recv().await;
     info!(
         signal = sig,
         "shutting down: no new writes, draining, then releasing"

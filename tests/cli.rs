@@ -416,7 +416,7 @@ fn a_malformed_rust_log_falls_back_to_the_setting_with_a_warning() {
     let warned = r.wait_for("ignoring RUST_LOG", Duration::from_secs(20));
     assert_eq!(warned.json["rust_log"], "\"debgu\"", "{:?}", warned.json);
     // The setting's default, info, is in force: info lines are not lost.
-    r.wait_for("leader election disabled", Duration::from_secs(20));
+    r.wait_for("starting gateway-leader", Duration::from_secs(20));
 }
 
 #[test]

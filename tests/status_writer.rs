@@ -415,3 +415,146 @@ async fn the_shipped_rbac_is_enough_for_election_and_status_writes() {
         .collect();
     assert!(denied.is_empty(), "nothing was forbidden: {denied:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valid_and_invalid_gateways_and_routes_get_the_spec_reasons() {
+    let scene = Scene::new("reasons").await;
+    let s = scene.server;
+    let other = format!("{}-other", scene.ns);
+    s.create_namespace(&other).await.expect("namespace");
+    let client = admin(s);
+    let ns = scene.ns.as_str();
+    // A second Gateway whose listeners take routes from every namespace, one of them TCP.
+    let open: Gateway = serde_json::from_value(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "open", "namespace": ns},
+        "spec": {"gatewayClassName": ns, "listeners": [
+            {"name": "http", "protocol": "HTTP", "port": 80, "allowedRoutes": {"namespaces": {"from": "All"}}},
+            {"name": "tcp", "protocol": "TCP", "port": 9000}
+        ]}
+    }))
+    .expect("gateway");
+    put(&scene.gateways, &open).await;
+    let routes_other: Api<HttpRoute> = Api::namespaced(client.clone(), &other);
+    let with_parent = |r: HttpRoute, gw: &str, section: Option<&str>| {
+        let mut v = serde_json::to_value(r).expect("json");
+        v["spec"]["parentRefs"] = json!([{"name": gw, "namespace": ns, "sectionName": section}]);
+        serde_json::from_value::<HttpRoute>(v).expect("route")
+    };
+    let missing = route(ns, "missing", "gw", &[(ns, "nothing-here", 80)]);
+    let wrong_port = route(ns, "wrong-port", "gw", &[(ns, "web", 8080)]);
+    let mut invalid_kind =
+        serde_json::to_value(route(ns, "invalid-kind", "gw", &[(ns, "web", 80)])).expect("json");
+    invalid_kind["spec"]["rules"][0]["backendRefs"][0]["kind"] = json!("ConfigMap");
+    let invalid_kind: HttpRoute = serde_json::from_value(invalid_kind).expect("route");
+    let no_parent = with_parent(
+        route(ns, "no-parent", "gw", &[(ns, "web", 80)]),
+        "gw",
+        Some("nope"),
+    );
+    let cross = with_parent(
+        route(&other, "cross", "open", &[(ns, "web", 80)]),
+        "open",
+        None,
+    );
+    let not_allowed = with_parent(
+        route(&other, "not-allowed", "gw", &[(ns, "web", 80)]),
+        "gw",
+        None,
+    );
+    for r in [&missing, &wrong_port, &invalid_kind, &no_parent] {
+        put(&scene.routes, r).await;
+    }
+    for r in [&cross, &not_allowed] {
+        put(&routes_other, r).await;
+    }
+    let mut args = scene.args();
+    args.push("--leader-election-disable".into());
+    let _replica = start("reasons-a", &args);
+    let c = scene.controller.clone();
+    let expect = |api: &Api<HttpRoute>,
+                  name: &'static str,
+                  t: &'static str,
+                  st: &'static str,
+                  reason: &'static str| {
+        let (api, c) = (api.clone(), c.clone());
+        async move {
+            wait_for(&api, name, &format!("{t}={st} ({reason})"), move |r| {
+                route_says(r, &c, t, st, reason)
+            })
+            .await
+        }
+    };
+    expect(
+        &scene.routes,
+        "missing",
+        "ResolvedRefs",
+        "False",
+        "BackendNotFound",
+    )
+    .await;
+    expect(&scene.routes, "missing", "Accepted", "True", "Accepted").await;
+    expect(
+        &scene.routes,
+        "wrong-port",
+        "ResolvedRefs",
+        "False",
+        "BackendNotFound",
+    )
+    .await;
+    expect(
+        &scene.routes,
+        "invalid-kind",
+        "ResolvedRefs",
+        "False",
+        "InvalidKind",
+    )
+    .await;
+    expect(
+        &scene.routes,
+        "no-parent",
+        "Accepted",
+        "False",
+        "NoMatchingParent",
+    )
+    .await;
+    expect(
+        &routes_other,
+        "not-allowed",
+        "Accepted",
+        "False",
+        "NotAllowedByListeners",
+    )
+    .await;
+    expect(&routes_other, "cross", "Accepted", "True", "Accepted").await;
+    expect(
+        &routes_other,
+        "cross",
+        "ResolvedRefs",
+        "False",
+        "RefNotPermitted",
+    )
+    .await;
+    // A ReferenceGrant to the core group lets the cross-namespace backend in.
+    let grants: Api<gateway_api::referencegrants::ReferenceGrant> = Api::namespaced(client, ns);
+    put(&grants, &grant_services(ns, "from-other", &other)).await;
+    expect(
+        &routes_other,
+        "cross",
+        "ResolvedRefs",
+        "True",
+        "ResolvedRefs",
+    )
+    .await;
+    // The open Gateway: its TCP listener is refused, its HTTP listener counts the cross route.
+    wait_for(&scene.gateways, "open", "listener statuses", |g| {
+        let Some(ls) = g.status.as_ref().and_then(|s| s.listeners.as_deref()) else {
+            return false;
+        };
+        ls.len() == 2
+            && ls[0].attached_routes == 1
+            && condition(&ls[1].conditions, "Accepted")
+                .is_some_and(|c| c.status == "False" && c.reason == "UnsupportedProtocol")
+    })
+    .await;
+}
