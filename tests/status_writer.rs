@@ -207,6 +207,21 @@ async fn only_the_leader_writes_and_nothing_is_sent_when_nothing_changed() {
         writes(&mut replicas[0]) >= 3,
         "the leader logged its writes"
     );
+    // The Lease, too, names its writer: the apiserver takes the manager from the user agent.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(admin(scene.server), &scene.ns);
+    let lease = leases
+        .get(&format!("{}-lock", scene.ns))
+        .await
+        .expect("lease");
+    let lease_managers: std::collections::BTreeSet<_> = lease
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert_eq!(lease_managers, ["gateway-leader".to_string()].into());
     assert_eq!(writes(&mut replicas[1]), 0, "a follower never writes");
     assert_eq!(writes(&mut replicas[2]), 0, "a follower never writes");
 
