@@ -2,8 +2,7 @@
 
 use std::sync::Arc;
 
-use anyhow::Context;
-use leader_lock::LeaderLock;
+use leader_lock::{LeaderLock, LockError};
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
 use leader_lock_kubernetes::LeaseLock;
 use leader_lock_redis::{RedisConfig, RedisLock};
@@ -78,7 +77,11 @@ pub fn lease_namespace(s: &Settings, client_default: &str) -> String {
 
 /// Connects to the configured backend; the Kubernetes lock uses `kube`, the client the status
 /// writer uses too, with its default namespace.
-pub async fn connect(s: &Settings, kube: (&kube::Client, &str)) -> anyhow::Result<Connected> {
+///
+/// # Errors
+/// [`LockError::Unavailable`] or [`LockError::Timeout`] while the backend cannot be reached
+/// (worth retrying), [`LockError::Refused`] when it refuses us for good.
+pub async fn connect(s: &Settings, kube: (&kube::Client, &str)) -> Result<Connected, LockError> {
     match s.backend {
         Backend::Kubernetes => {
             let (client, default_ns) = kube;
@@ -90,18 +93,14 @@ pub async fn connect(s: &Settings, kube: (&kube::Client, &str)) -> anyhow::Resul
             })
         }
         Backend::Etcd => {
-            let lock = EtcdLock::connect(etcd_config(s), &s.lock_name)
-                .await
-                .context("connecting to etcd")?;
+            let lock = EtcdLock::connect(etcd_config(s), &s.lock_name).await?;
             Ok(Connected {
                 lock: Arc::new(lock),
                 lease_namespace: None,
             })
         }
         Backend::Redis => {
-            let lock = RedisLock::connect(redis_config(s), &s.lock_name)
-                .await
-                .context("connecting to Redis")?;
+            let lock = RedisLock::connect(redis_config(s), &s.lock_name).await?;
             Ok(Connected {
                 lock: Arc::new(lock),
                 lease_namespace: None,

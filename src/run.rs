@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership};
+use backon::{ExponentialBuilder, Retryable};
+use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership, LockError};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing::{info, warn};
 
@@ -150,7 +151,27 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         retry_period = ?settings.timing.retry_period,
         "starting leader election"
     );
-    let connected = backend::connect(&settings, (&client, &default_ns)).await?;
+    // A backend that is down at startup is waited for, as Kubernetes' own client does; only a
+    // refusal (credentials, permissions) ends the process. A signal meanwhile stops cleanly.
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(10))
+        .with_jitter()
+        .without_max_times();
+    let connecting = (|| backend::connect(&settings, (&client, &default_ns)))
+        .retry(backoff)
+        .when(|e| matches!(e, LockError::Unavailable(_) | LockError::Timeout(_)))
+        .notify(|e, after| {
+            warn!(backend = %settings.backend, error = %e, retry_in = ?after,
+                "lock backend unreachable; retrying")
+        });
+    let connected = tokio::select! {
+        r = connecting => r.with_context(|| format!("connecting to the {} lock backend", settings.backend))?,
+        sig = signals.recv() => {
+            info!(signal = sig, "stopped before the lock backend could be reached");
+            return Ok(());
+        }
+    };
     let elector = Elector::spawn(
         connected.lock,
         ElectorConfig {
