@@ -61,6 +61,9 @@ pub struct RunArgs {
     /// The Gateway API controllerName this controller owns.
     #[arg(long, value_name = "NAME")]
     pub controller_name: Option<String>,
+    /// Address for /healthz, /readyz and /metrics; port 0 picks a free one [default: 0.0.0.0:9090].
+    #[arg(long, value_name = "ADDR")]
+    pub health_addr: Option<String>,
     /// Log format: text or json [default: text].
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<String>,
@@ -132,6 +135,7 @@ impl RunArgs {
         put("retry_period", &self.retry_period);
         put("release_on_shutdown", &self.release_on_shutdown);
         put("controller_name", &self.controller_name);
+        put("health_addr", &self.health_addr);
         put("log_format", &self.log_format);
         put("log_level", &self.log_level);
         put("kubeconfig", &self.kubeconfig);

@@ -22,6 +22,9 @@ pub const DEFAULT_LOCK_NAME: &str = "gateway-leader-leader-election-lock";
 
 /// The default Gateway API controller name.
 pub const DEFAULT_CONTROLLER_NAME: &str = "gateway-leader.dev/gateway-controller";
+/// Where health and metrics are served unless told otherwise (the Deployment's probes and the
+/// metrics Service use this port).
+pub const DEFAULT_HEALTH_ADDR: &str = "0.0.0.0:9090";
 
 /// The key of `--config` (`GATEWAY_LEADER_CONFIG`): a setting, though not one a file can hold.
 pub const CONFIG_KEY: &str = "config";
@@ -129,6 +132,12 @@ pub const SETTINGS: &[SettingSpec] = &[
         Some(DEFAULT_CONTROLLER_NAME),
         false,
         "the Gateway API controllerName this controller owns"
+    ),
+    spec!(
+        "health_addr",
+        Some(DEFAULT_HEALTH_ADDR),
+        false,
+        "address of the HTTP server for /healthz, /readyz and /metrics (port 0: any free port)"
     ),
     spec!(
         "log_format",
@@ -446,6 +455,8 @@ pub struct Settings {
     pub release_on_shutdown: bool,
     /// Our Gateway API controllerName.
     pub controller_name: String,
+    /// Where /healthz, /readyz and /metrics are served.
+    pub health_addr: std::net::SocketAddr,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter.
@@ -636,6 +647,16 @@ impl Layers {
         .map_err(|e| err(&timing_key(&e), e.to_string()))?;
         let controller_name = self.get("controller_name")?.unwrap_or_default();
         validate_controller_name(&controller_name).map_err(|m| err("controller_name", m))?;
+        let health_addr = self.get("health_addr")?.unwrap_or_default();
+        let health_addr: std::net::SocketAddr = health_addr.parse().map_err(|_| {
+            err(
+                "health_addr",
+                format!(
+                    "{health_addr:?} is not a socket address; accepted: IP:PORT such as \
+                     0.0.0.0:9090, 127.0.0.1:0 or [::]:9090"
+                ),
+            )
+        })?;
         let log_format = match self.get("log_format")?.unwrap_or_default().as_str() {
             "text" => LogFormat::Text,
             "json" => LogFormat::Json,
@@ -684,6 +705,7 @@ impl Layers {
             timing,
             release_on_shutdown: self.bool("release_on_shutdown")?,
             controller_name,
+            health_addr,
             log_format,
             log_level: self.get("log_level")?.unwrap_or_default(),
             kube,

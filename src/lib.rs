@@ -4,6 +4,8 @@
 pub mod backend;
 pub mod cli;
 pub mod config;
+pub mod health;
+pub mod metrics;
 pub mod run;
 pub mod status;
 pub mod telemetry;

@@ -6,10 +6,14 @@ use anyhow::Context;
 use backon::{ExponentialBuilder, Retryable};
 use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership, LockError};
 use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::backend;
 use crate::config::Settings;
+use crate::health::{self, Health};
+use crate::metrics::{InstrumentedLock, Metrics};
 use crate::status::{StatusController, WriterConfig};
 
 /// SIGTERM and SIGINT, caught from the start: a signal that arrives while the replica is still
@@ -121,6 +125,26 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     )
     .await
     .context("connecting to Kubernetes")?;
+    // Health and metrics answer from the start: not ready until the lock backend answers and the
+    // watches have synced, which the kubelet must be able to see.
+    let metrics = Metrics::new(&settings.lock_name);
+    let (lead_tx, lead_rx) = watch::channel(None);
+    let (synced_tx, synced_rx) = watch::channel(false);
+    let server_stop = CancellationToken::new();
+    let health = Health {
+        leadership: lead_rx,
+        metrics: metrics.clone(),
+        synced: synced_rx,
+        grace: settings.timing.retry_period,
+    };
+    let (_, server) = health::serve(settings.health_addr, health, server_stop.clone())
+        .await
+        .with_context(|| {
+            format!(
+                "serving health and metrics on {} (--health-addr)",
+                settings.health_addr
+            )
+        })?;
     let writer = WriterConfig {
         controller_name: settings.controller_name.clone(),
         field_manager: field_manager(&identity),
@@ -128,17 +152,24 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         concurrency: WRITE_CONCURRENCY,
         requeue_after: REQUEUE_AFTER,
         shutdown_grace: settings.timing.renew_deadline,
+        metrics: metrics.clone(),
     };
     if settings.disabled {
         let (leadership, _keep) = Leadership::always_leader();
         info!(identity = %identity, term = 0, controller = %settings.controller_name,
             "leader election disabled: this replica always writes");
+        metrics.set_lock_reachable(true);
+        let gauges = metrics.follow(&leadership);
+        lead_tx.send_replace(Some(leadership.clone()));
         let logger = log_changes(&leadership);
-        let status = StatusController::start(client, leadership, writer);
+        let status = StatusController::start(client, leadership, writer, synced_tx);
         let sig = signals.recv().await;
         info!(signal = sig, "shutting down: no new writes");
         status.stop().await;
         logger.abort();
+        gauges.abort();
+        server_stop.cancel();
+        let _ = server.await;
         return Ok(());
     }
     info!(
@@ -169,11 +200,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         r = connecting => r.with_context(|| format!("connecting to the {} lock backend", settings.backend))?,
         sig = signals.recv() => {
             info!(signal = sig, "stopped before the lock backend could be reached");
+            server_stop.cancel();
+            let _ = server.await;
             return Ok(());
         }
     };
     let elector = Elector::spawn(
-        connected.lock,
+        InstrumentedLock::new(connected.lock, metrics.clone()),
         ElectorConfig {
             identity: identity.clone(),
             timing: settings.timing,
@@ -181,6 +214,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         },
     );
     let leadership = elector.leadership();
+    lead_tx.send_replace(Some(leadership.clone()));
+    let gauges = metrics.follow(&leadership);
     let logger = log_changes(&leadership);
     let events = connected.lease_namespace.map(|ns| {
         leader_lock_kubernetes::spawn_leader_events(
@@ -191,7 +226,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             leadership.clone(),
         )
     });
-    let status = StatusController::start(client, leadership, writer);
+    let status = StatusController::start(client, leadership, writer, synced_tx);
     let sig = signals.recv().await;
     info!(
         signal = sig,
@@ -209,5 +244,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         // Give the "stopped leading" event a moment to be posted, but never hang the exit.
         let _ = tokio::time::timeout(Duration::from_secs(2), ev).await;
     }
+    let _ = gauges.await;
+    server_stop.cancel();
+    let _ = server.await;
     Ok(())
 }

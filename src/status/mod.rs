@@ -15,6 +15,7 @@ pub mod desired;
 pub mod key;
 pub mod merge;
 pub mod watch;
+
 pub mod writer;
 
 use std::sync::Arc;
@@ -45,7 +46,13 @@ impl StatusController {
     ///
     /// # Panics
     /// Outside a Tokio runtime.
-    pub fn start(client: Client, leadership: Leadership, config: WriterConfig) -> Self {
+    /// `synced` turns true once every watch has its initial list.
+    pub fn start(
+        client: Client,
+        leadership: Leadership,
+        config: WriterConfig,
+        synced: tokio::sync::watch::Sender<bool>,
+    ) -> Self {
         let cache = Arc::new(StatusCache::new());
         let cancel = CancellationToken::new();
         let changed = Arc::new(Notify::new());
@@ -57,6 +64,7 @@ impl StatusController {
             changed,
             cache.clone(),
             config.controller_name.clone(),
+            synced,
             cancel.child_token(),
         ));
         let writer = StatusWriter::new(client, cache.clone(), leadership, config);
@@ -90,12 +98,14 @@ async fn compute_loop(
     changed: Arc<Notify>,
     cache: Arc<StatusCache>,
     controller_name: String,
+    synced: tokio::sync::watch::Sender<bool>,
     cancel: CancellationToken,
 ) {
     tokio::select! {
         _ = cancel.cancelled() => return,
         _ = stores.wait_synced() => {}
     }
+    synced.send_replace(true);
     let bundle_version = watch::bundle_version(&client).await;
     info!(
         bundle_version = bundle_version.as_deref().unwrap_or("unknown"),

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use crate::metrics::{KindLabel, Metrics};
 use crate::status::cache::StatusCache;
 use crate::status::desired::Desired;
 use crate::status::key::{Kind, ObjectKey};
@@ -51,6 +52,8 @@ pub struct WriterConfig {
     pub requeue_after: Duration,
     /// On shutdown, how long writes in flight may take to finish before they are abandoned.
     pub shutdown_grace: Duration,
+    /// Where writes, failures and refusals are counted.
+    pub metrics: Arc<Metrics>,
 }
 
 /// What one write found or did.
@@ -227,7 +230,19 @@ impl StatusWriter {
     /// Logs one finished write and requeues what did not happen.
     fn settle(&self, key: &ObjectKey, result: Result<Written, WriteError>, sweep: &mut Sweep) {
         let identity = &self.config.identity;
-        sweep.settled(key, &result, identity);
+        let metrics = &self.config.metrics;
+        if let Some(after) = sweep.settled(key, &result, identity) {
+            metrics.first_write_seconds.observe(after.as_secs_f64());
+        }
+        let kind = KindLabel {
+            kind: key.kind.as_str(),
+        };
+        match &result {
+            Ok(Written::Written { .. }) => metrics.status_writes.get_or_create(&kind).inc(),
+            Err(e) if e.is_leadership() => metrics.status_writes_not_leader.inc(),
+            Err(_) => metrics.status_write_errors.get_or_create(&kind).inc(),
+            Ok(_) => 0,
+        };
         match result {
             Ok(Written::Written { term }) => {
                 info!(%term, %identity, kind = %key.kind, namespace = key.namespace.as_deref().unwrap_or(""),
@@ -285,19 +300,29 @@ impl Sweep {
         }
     }
 
-    fn settled(&mut self, key: &ObjectKey, result: &Result<Written, WriteError>, identity: &str) {
+    /// Counts one finished write; returns the time from leading to it when it is the first
+    /// write of the leadership.
+    fn settled(
+        &mut self,
+        key: &ObjectKey,
+        result: &Result<Written, WriteError>,
+        identity: &str,
+    ) -> Option<Duration> {
         let (Some(term), Some(began)) = (self.term, self.began) else {
-            return;
+            return None;
         };
+        let mut first = None;
         if let Ok(Written::Written { term: t }) = result {
             if !self.first_write && *t == term {
                 self.first_write = true;
-                info!(%term, %identity, object = %key, after_ms = began.elapsed().as_secs_f64() * 1e3,
+                let after = began.elapsed();
+                info!(%term, %identity, object = %key, after_ms = after.as_secs_f64() * 1e3,
                     "first status write of this leadership");
+                first = Some(after);
             }
         }
         if !self.left.remove(key) {
-            return;
+            return first;
         }
         match result {
             Ok(Written::Written { .. }) => self.written += 1,
@@ -310,6 +335,7 @@ impl Sweep {
                 "every cached status checked");
             self.term = None;
         }
+        first
     }
 }
 

@@ -44,9 +44,17 @@ impl Replica {
 
     /// Like [`Replica::start`], with these environment variables set.
     pub fn start_with_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> Replica {
+        // Many replicas share this machine: each serves health and metrics on a free port
+        // (logged as "serving /healthz, /readyz and /metrics"), unless the test picks one.
+        let health: &[&str] = if args.contains(&"--health-addr") {
+            &[]
+        } else {
+            &["--health-addr", "127.0.0.1:0"]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_gateway-leader"))
             .arg("run")
             .args(args)
+            .args(health)
             .args(["--log-format", "json", "--leader-election-identity", name])
             .envs(env.iter().copied())
             .stdin(Stdio::null())
@@ -125,6 +133,15 @@ impl Replica {
     fn signal(&self, sig: Signal) {
         let pid = i32::try_from(self.child.id()).expect("pid fits");
         kill(Pid::from_raw(pid), sig).unwrap_or_else(|e| panic!("{sig} to {}: {e}", self.name));
+    }
+
+    /// The address the replica serves /healthz, /readyz and /metrics on.
+    pub fn health_addr(&mut self, limit: Duration) -> std::net::SocketAddr {
+        let line = self.wait_for("serving /healthz, /readyz and /metrics", limit);
+        line.json["addr"]
+            .as_str()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("{}: no address in {:?}", self.name, line.json))
     }
 
     /// The process id.

@@ -1,0 +1,289 @@
+//! Prometheus metrics: leadership as client-go reports it, lock request latencies, and what
+//! the status writer wrote, refused to write, or could not write.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use leader_lock::{
+    Attempt, Candidate, LeaderLock, LeaderState, Leadership, LockError, LockEventStream,
+    LockRecord, Term,
+};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// `name`: the lock, as client-go labels `leader_election_master_status`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LockLabel {
+    /// The lock's name.
+    pub name: String,
+}
+
+/// `op`: which lock operation a latency is for.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabel {
+    /// `acquire_or_renew`, `release` or `get`.
+    pub op: &'static str,
+    /// `ok` or `error`.
+    pub outcome: &'static str,
+}
+
+/// `kind`: the Gateway API kind a status write was for.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// GatewayClass, Gateway or HTTPRoute.
+    pub kind: &'static str,
+}
+
+/// Every metric of one replica, and the registry that serves them.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    lock_name: String,
+    /// 1 while this replica leads, else 0 (client-go's `leader_election_master_status`).
+    pub master_status: Family<LockLabel, Gauge>,
+    /// Leaderships this replica took.
+    pub transitions: Counter,
+    /// The fencing term of this replica's current leadership (0 while it does not lead).
+    pub term: Gauge<u64, AtomicU64>,
+    /// Lock request latencies by operation and outcome.
+    pub lock_requests: Family<OpLabel, Histogram>,
+    /// Statuses written, by kind.
+    pub status_writes: Family<KindLabel, Counter>,
+    /// Status writes that failed (after retries), by kind.
+    pub status_write_errors: Family<KindLabel, Counter>,
+    /// Status writes not made because this replica was not (or no longer) a valid leader.
+    pub status_writes_not_leader: Counter,
+    /// Seconds from becoming leader to the first status write of that leadership.
+    pub first_write_seconds: Histogram,
+    lock_reachable: AtomicBool,
+}
+
+/// Latency buckets from 1 ms to about 16 s.
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 15)
+}
+
+impl Metrics {
+    /// Every metric, registered, for the lock `lock_name`.
+    pub fn new(lock_name: &str) -> Arc<Self> {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            lock_name: lock_name.to_string(),
+            master_status: Family::default(),
+            transitions: Counter::default(),
+            term: Gauge::default(),
+            lock_requests: Family::new_with_constructor(|| Histogram::new(latency_buckets())),
+            status_writes: Family::default(),
+            status_write_errors: Family::default(),
+            status_writes_not_leader: Counter::default(),
+            first_write_seconds: Histogram::new(latency_buckets()),
+            lock_reachable: AtomicBool::new(false),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "leader_election_master_status",
+            "Whether this replica is the leader (1) or not (0), as client-go reports it",
+            m.master_status.clone(),
+        );
+        let mine = registry.sub_registry_with_prefix("gateway_leader");
+        mine.register(
+            "leadership_transitions",
+            "Leaderships this replica took",
+            m.transitions.clone(),
+        );
+        mine.register(
+            "term",
+            "Fencing term of this replica's current leadership (0 when not leading)",
+            m.term.clone(),
+        );
+        mine.register(
+            "lock_request_seconds",
+            "Latency of lock requests by operation and outcome",
+            m.lock_requests.clone(),
+        );
+        mine.register(
+            "status_writes",
+            "Gateway API statuses written, by kind",
+            m.status_writes.clone(),
+        );
+        mine.register(
+            "status_write_errors",
+            "Gateway API status writes that failed after retries, by kind",
+            m.status_write_errors.clone(),
+        );
+        mine.register(
+            "status_writes_not_leader",
+            "Status writes not made because this replica was not a valid leader",
+            m.status_writes_not_leader.clone(),
+        );
+        mine.register(
+            "first_status_write_seconds",
+            "Seconds from becoming leader to the first status write of that leadership",
+            m.first_write_seconds.clone(),
+        );
+        Arc::new(Metrics { registry, ..m })
+    }
+
+    /// The text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// True when the last lock request reached the backend.
+    pub fn lock_reachable(&self) -> bool {
+        self.lock_reachable.load(Ordering::Relaxed)
+    }
+
+    /// Marks the lock reachable without a request (leader election disabled).
+    pub fn set_lock_reachable(&self, reachable: bool) {
+        self.lock_reachable.store(reachable, Ordering::Relaxed);
+    }
+
+    fn observe(&self, op: &'static str, took: Duration, ok: bool) {
+        self.lock_requests
+            .get_or_create(&OpLabel {
+                op,
+                outcome: if ok { "ok" } else { "error" },
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Keeps the leadership gauges current until the elector stops.
+    pub fn follow(self: &Arc<Self>, leadership: &Leadership) -> JoinHandle<()> {
+        let mut rx = leadership.subscribe();
+        let m = self.clone();
+        tokio::spawn(async move {
+            let mut led: Option<Term> = None;
+            loop {
+                let state = rx.borrow_and_update().clone();
+                let now = state.term();
+                if now != led {
+                    if now.is_some() {
+                        m.transitions.inc();
+                    }
+                    led = now;
+                }
+                let leading = i64::from(now.is_some());
+                m.master_status
+                    .get_or_create(&LockLabel {
+                        name: m.lock_name.clone(),
+                    })
+                    .set(leading);
+                m.term.set(now.map_or(0, |t| t.0));
+                if matches!(state, LeaderState::Stopped) || rx.changed().await.is_err() {
+                    m.master_status
+                        .get_or_create(&LockLabel {
+                            name: m.lock_name.clone(),
+                        })
+                        .set(0);
+                    return;
+                }
+            }
+        })
+    }
+}
+
+/// A [`LeaderLock`] that times every request and remembers whether the backend answered.
+pub struct InstrumentedLock {
+    inner: Arc<dyn LeaderLock>,
+    metrics: Arc<Metrics>,
+}
+
+impl InstrumentedLock {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn LeaderLock>, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(InstrumentedLock { inner, metrics })
+    }
+
+    fn record<T>(&self, op: &'static str, started: Instant, r: &Result<T, LockError>) {
+        self.metrics.observe(op, started.elapsed(), r.is_ok());
+        // A refusal is an answer: the backend is reachable, it just said no.
+        let reachable = !matches!(r, Err(LockError::Unavailable(_) | LockError::Timeout(_)));
+        self.metrics.set_lock_reachable(reachable);
+    }
+}
+
+#[async_trait]
+impl LeaderLock for InstrumentedLock {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    async fn try_acquire_or_renew(&self, candidate: &Candidate) -> Result<Attempt, LockError> {
+        let started = Instant::now();
+        let r = self.inner.try_acquire_or_renew(candidate).await;
+        self.record("acquire_or_renew", started, &r);
+        r
+    }
+
+    async fn release(&self, candidate: &Candidate, term: Term) -> Result<bool, LockError> {
+        let started = Instant::now();
+        let r = self.inner.release(candidate, term).await;
+        self.record("release", started, &r);
+        r
+    }
+
+    async fn get(&self) -> Result<Option<LockRecord>, LockError> {
+        let started = Instant::now();
+        let r = self.inner.get().await;
+        self.record("get", started, &r);
+        r
+    }
+
+    async fn watch(&self) -> Result<LockEventStream, LockError> {
+        self.inner.watch().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn leadership_shows_in_the_gauges_as_client_go_names_them() {
+        let m = Metrics::new("my-lock");
+        let (leadership, tx) = Leadership::always_leader();
+        let follow = m.follow(&leadership);
+        tokio::task::yield_now().await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !m
+            .encode()
+            .contains("leader_election_master_status{name=\"my-lock\"} 1")
+        {
+            assert!(std::time::Instant::now() < deadline, "{}", m.encode());
+            tokio::task::yield_now().await;
+        }
+        assert!(m
+            .encode()
+            .contains("gateway_leader_leadership_transitions_total 1"));
+        tx.send_replace(LeaderState::Stopped);
+        follow.await.expect("stops with the elector");
+        assert!(m
+            .encode()
+            .contains("leader_election_master_status{name=\"my-lock\"} 0"));
+    }
+
+    #[tokio::test]
+    async fn lock_requests_are_timed_and_reachability_follows_the_answers() {
+        let m = Metrics::new("x");
+        let store = leader_lock::MemoryStore::new();
+        let lock = InstrumentedLock::new(Arc::new(store.lock("x")), m.clone());
+        assert!(!m.lock_reachable(), "unknown until a request answered");
+        lock.get().await.expect("memory answers");
+        assert!(m.lock_reachable());
+        assert!(m
+            .encode()
+            .contains("gateway_leader_lock_request_seconds_count{op=\"get\",outcome=\"ok\"} 1"));
+    }
+}
