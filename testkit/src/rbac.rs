@@ -29,7 +29,7 @@ pub async fn bind_manifest(s: &KubeApiServer, file: &Path, ns: &str, sa: &str) -
     // Parsed up front: the YAML deserializer is not Send, and this future may move between
     // threads while it awaits the apiserver.
     let docs = serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| serde_yaml::Value::deserialize(doc))
+        .map(serde_yaml::Value::deserialize)
         .collect::<Result<Vec<_>, _>>()
         .with_context(|| format!("{}", file.display()))?;
     let mut made = 0;
