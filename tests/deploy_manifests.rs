@@ -553,3 +553,53 @@ fn the_image_agrees_with_the_base_deployment() {
         .collect();
     assert_eq!(ports, exposed, "the ports the image exposes");
 }
+
+#[test]
+fn the_overlay_docs_operations_md_shows_renders_and_runs() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"))
+            .expect("docs/operations.md");
+    let start = doc
+        .find("<!-- BEGIN TESTED: my-gateway/kustomization.yaml")
+        .expect("the tested example's marker");
+    let block = &doc[start..doc[start..].find("<!-- END TESTED -->").expect("its end") + start];
+    let yaml = block
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a yaml block");
+    // Laid out as the doc says: the overlay next to a checkout of this repository.
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::os::unix::fs::symlink(
+        env!("CARGO_MANIFEST_DIR"),
+        dir.path().join("gateway-leader"),
+    )
+    .expect("a link to the checkout");
+    std::fs::create_dir(dir.path().join("my-gateway")).expect("dir");
+    std::fs::write(dir.path().join("my-gateway/kustomization.yaml"), yaml).expect("write");
+    let objects = render(&dir.path().join("my-gateway"));
+    let c = container(&objects);
+    assert_eq!(
+        c["image"],
+        "registry.example.com/platform/gateway-leader:0.1.0"
+    );
+    assert!(c["livenessProbe"].is_null() && c["readinessProbe"].is_null());
+    let args = strings(&c["args"]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway-leader"))
+        .args(&args)
+        .arg("--print-config")
+        .env_clear()
+        .env("POD_NAME", "pod-0")
+        .output()
+        .expect("runs");
+    let config = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        printed(&config, "controller_name"),
+        Some("example.com/gateway-controller")
+    );
+}
