@@ -3,7 +3,8 @@
 //! `common::pod`), `KUBERNETES_SERVICE_HOST`/`PORT` pointing at the test apiserver, no
 //! kubeconfig, the Deployment's own command line. Bound to exactly the base's RBAC, two replicas
 //! elect one leader, which writes every status and hands over on SIGTERM; with any one rule of the
-//! Role or the ClusterRole removed, something named breaks.
+//! Role or the ClusterRole, or any one verb of a rule, removed, something named breaks. The etcd
+//! overlay's RBAC (no Role) is enough for the etcd lock.
 
 mod common;
 
@@ -51,8 +52,15 @@ enum Without {
 /// The base's RBAC objects, without `without`, and without their namespace (the test's is set
 /// when they are bound).
 fn rbac(without: Without) -> Vec<Value> {
+    let out = rbac_of(base(), without);
+    assert_eq!(out.len(), 4, "a Role, a ClusterRole and their bindings");
+    out
+}
+
+/// The RBAC objects among `objects`, without `without` and without their namespace.
+fn rbac_of(objects: &[Value], without: Without) -> Vec<Value> {
     let mut out = Vec::new();
-    for obj in base() {
+    for obj in objects {
         let kind = obj["kind"].as_str().expect("kind");
         let mut obj = obj.clone();
         match (kind, without) {
@@ -81,7 +89,6 @@ fn rbac(without: Without) -> Vec<Value> {
             .remove("namespace");
         out.push(obj);
     }
-    assert_eq!(out.len(), 4, "a Role, a ClusterRole and their bindings");
     out
 }
 
@@ -99,6 +106,11 @@ struct InCluster {
 
 impl InCluster {
     async fn new(name: &str, without: Without) -> InCluster {
+        Self::with_rbac(name, rbac(without)).await
+    }
+
+    /// Like [`new`](Self::new), with these RBAC objects bound to the service account.
+    async fn with_rbac(name: &str, rbac: Vec<Value>) -> InCluster {
         let server = apiserver().await;
         let ns = format!("ic-{name}");
         server.create_namespace(&ns).await.expect("namespace");
@@ -127,7 +139,7 @@ impl InCluster {
             .expect("service account token");
         let dir = tempfile::tempdir().expect("temp dir");
         let file = dir.path().join("rbac.yaml");
-        let docs: Vec<String> = rbac(without)
+        let docs: Vec<String> = rbac
             .iter()
             .map(|o| serde_yaml::to_string(o).expect("YAML"))
             .collect();
@@ -144,7 +156,11 @@ impl InCluster {
     /// controller name and short timing), `POD_NAME`, `POD_NAMESPACE`, the apiserver as
     /// `KUBERNETES_SERVICE_HOST`/`PORT`, and nothing else in its environment.
     fn start(&self, pod_name: &str) -> Replica {
-        let mut args = strings(&container(base())["args"]);
+        self.start_with(pod_name, strings(&container(base())["args"]))
+    }
+
+    /// Like [`start`](Self::start), with this command line instead of the base Deployment's.
+    fn start_with(&self, pod_name: &str, mut args: Vec<String>) -> Replica {
         for a in [
             "--controller-name",
             &self.controller,
@@ -555,4 +571,56 @@ async fn each_rule_of_the_base_rbac_is_needed() {
         }
     }
     assert!(failed.is_empty(), "cases failed:\n{}", failed.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_overlay_needs_no_role() {
+    let etcd = testkit::etcd::EtcdServer::start()
+        .await
+        .expect("etcd starts (package etcd-server; scripts/test.sh installs it)");
+    let overlay = render(&deploy_dir().join("overlays/etcd"));
+    let rbac = rbac_of(&overlay, Without::Nothing);
+    let kinds: Vec<&str> = rbac.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["ClusterRole", "ClusterRoleBinding"],
+        "no Role in the overlay"
+    );
+    let c = InCluster::with_rbac("etcd-overlay", rbac).await;
+    // The overlay's lock with a plain-text test etcd: its password and CA files are checked by
+    // tests/deploy_manifests.rs; here only its RBAC is at stake.
+    let args: Vec<String> = [
+        "run",
+        "--lock-backend",
+        "etcd",
+        "--log-format",
+        "json",
+        "--etcd-endpoints",
+        &etcd.endpoint(),
+        "--leader-election-lock-name",
+        &c.ns,
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let mut a = c.start_with("gateway-leader-a", args.clone());
+    blocking(|| a.wait_for("leadership: leading", PATIENCE));
+    let mut b = c.start_with("gateway-leader-b", args);
+    blocking(|| b.wait_for("leadership: following", PATIENCE));
+    c.wait_written().await;
+    let r = c.routes.get("route").await.expect("route");
+    assert!(status_managers(&r).contains(&manager_of("gateway-leader-a")));
+    for r in [&mut a, &mut b] {
+        let denied: Vec<_> = r
+            .lines()
+            .iter()
+            .filter(|l| text(l).contains("forbidden"))
+            .map(|l| l.json.clone())
+            .collect();
+        assert!(
+            denied.is_empty(),
+            "{}: nothing forbidden: {denied:?}",
+            r.name
+        );
+    }
 }
