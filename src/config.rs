@@ -4,6 +4,7 @@
 //! backend is touched, and every error names the setting and what it accepts.
 
 mod kubeconfig;
+pub mod reference;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;

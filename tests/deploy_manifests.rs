@@ -1,98 +1,605 @@
-//! The shipped manifests are valid for a real kube-apiserver, and the Deployment's arguments are
-//! valid settings of `gateway-leader run`.
+//! The kustomize base and overlays in `deploy/`, rendered with `kubectl kustomize`: the base is
+//! created for real on a kube-apiserver with RBAC on, the overlays pass its validation, every
+//! Deployment's command line and environment are valid settings with the files its Secrets put
+//! in place, the pods keep the promises docs/operations.md makes, and the Dockerfile's image
+//! agrees with the Deployment.
 
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::deploy::{container, deploy_dir, of_kind, one, render, render_in, strings};
+use common::pod::PodFiles;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
-use kube::discovery::pinned_kind;
-use serde::Deserialize;
+use kube::discovery::{pinned_kind, ApiCapabilities, ApiResource, Scope};
+use kube::Client;
+use serde_json::{json, Value};
 
-fn manifests() -> Vec<(String, serde_json::Value)> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes");
-    let mut out = Vec::new();
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .expect("deploy/kubernetes exists")
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+const KUSTOMIZATIONS: [&str; 3] = ["base", "overlays/etcd", "overlays/redis"];
+
+/// A name no earlier run on the same cluster used (an existing cluster keeps what tests made).
+fn fresh(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{prefix}-{}-{nanos:x}", std::process::id())
+}
+
+/// Where `obj` goes on the server. The base's PodDisruptionBudget is `policy/v1`, which every
+/// supported cluster serves (v1beta1 is gone since 1.25); the test apiserver is v1.20, which
+/// serves only `policy/v1beta1`. Its fields there are the same and mean the same for a budget
+/// with an explicit selector, so such a server gets it as v1beta1.
+async fn resource_for(client: &Client, obj: &mut Value) -> (ApiResource, ApiCapabilities) {
+    let api_version = obj["apiVersion"].as_str().expect("apiVersion").to_string();
+    let kind = obj["kind"].as_str().expect("kind").to_string();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+    match pinned_kind(client, &GroupVersionKind::gvk(group, version, &kind)).await {
+        Ok(found) => found,
+        Err(e) if api_version == "policy/v1" && kind == "PodDisruptionBudget" => {
+            eprintln!("this apiserver has no policy/v1 ({e}); creating the budget as v1beta1");
+            obj["apiVersion"] = json!("policy/v1beta1");
+            pinned_kind(
+                client,
+                &GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
+            )
+            .await
+            .expect("policy/v1beta1 PodDisruptionBudget")
+        }
+        Err(e) => panic!("{api_version} {kind} is unknown to the apiserver: {e}"),
+    }
+}
+
+/// Checks that every field of `want` is in `got` with the same value: the apiserver drops fields
+/// it does not know (v1.20 without complaint), so a misspelt or too new field shows here.
+fn kept(want: &Value, got: &Value, at: &str) -> Result<(), String> {
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => {
+            for (k, v) in w {
+                let g = g.get(k).ok_or_else(|| format!("{at}.{k} was dropped"))?;
+                kept(v, g, &format!("{at}.{k}"))?;
+            }
+            Ok(())
+        }
+        (Value::Array(w), Value::Array(g)) if w.len() == g.len() => w
+            .iter()
+            .zip(g)
+            .enumerate()
+            .try_for_each(|(i, (w, g))| kept(w, g, &format!("{at}[{i}]"))),
+        (w, g) if w == g => Ok(()),
+        (w, g) => Err(format!("{at}: sent {w}, stored {g}")),
+    }
+}
+
+/// Creates every object (dry run or not) in order, and checks the server kept all their fields.
+async fn create_all(client: &Client, objects: &[Value], dry_run: bool) {
+    for obj in objects {
+        let mut obj = obj.clone();
+        let (resource, caps) = resource_for(client, &mut obj).await;
+        let what = format!("{} {}", obj["kind"], obj["metadata"]["name"]);
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Cluster => Api::all_with(client.clone(), &resource),
+            Scope::Namespaced => Api::namespaced_with(
+                client.clone(),
+                obj["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{what} has a namespace")),
+                &resource,
+            ),
+        };
+        let dyn_obj: DynamicObject = serde_json::from_value(obj.clone()).expect("an object");
+        let pp = PostParams {
+            dry_run,
+            ..PostParams::default()
+        };
+        let stored = api
+            .create(&pp, &dyn_obj)
+            .await
+            .unwrap_or_else(|e| panic!("the apiserver refuses {what}: {e}"));
+        let mut want = obj.clone();
+        want.as_object_mut()
+            .expect("an object")
+            .remove("apiVersion");
+        kept(
+            &want,
+            &serde_json::to_value(stored).expect("json"),
+            &what.replace('"', ""),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_base_is_created_for_real_with_rbac_on() {
+    let server = testkit::kube::KubeApiServer::shared()
+        .await
+        .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
+    let ns = fresh("deploy-base");
+    let objects = render_in("base", &ns);
+    let kinds: Vec<&str> = objects
+        .iter()
+        .map(|o| o["kind"].as_str().expect("kind"))
         .collect();
-    files.sort();
-    for path in files {
-        let text = std::fs::read_to_string(&path).expect("readable manifest");
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let v = serde_json::to_value(serde_yaml::Value::deserialize(doc).expect("valid YAML"))
-                .expect("YAML maps to JSON");
-            if !v.is_null() {
-                out.push((path.display().to_string(), v));
+    for kind in [
+        "Namespace",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "PodDisruptionBudget",
+        "Service",
+    ] {
+        assert!(kinds.contains(&kind), "the base has a {kind}: {kinds:?}");
+    }
+    assert_eq!(kinds[0], "Namespace", "kustomize puts the Namespace first");
+    create_all(&server.admin_client(), &objects, false).await;
+    if server.is_external() {
+        // Nothing of this copy may stay on someone's cluster.
+        let client = server.admin_client();
+        for obj in objects.iter().rev() {
+            let mut obj = obj.clone();
+            let (resource, caps) = resource_for(&client, &mut obj).await;
+            if caps.scope == Scope::Cluster {
+                let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+                let name = obj["metadata"]["name"].as_str().expect("name");
+                let _ = api.delete(name, &Default::default()).await;
             }
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overlays_pass_the_apiservers_validation() {
+    let server = testkit::kube::KubeApiServer::shared()
+        .await
+        .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
+    let client = server.admin_client();
+    for overlay in ["overlays/etcd", "overlays/redis"] {
+        let ns = fresh(&format!(
+            "deploy-{}",
+            overlay.trim_start_matches("overlays/")
+        ));
+        let objects = render_in(overlay, &ns);
+        // A dry-run create in a namespace that does not exist is refused: the namespace for real,
+        // the rest as a dry run.
+        let (namespaces, rest): (Vec<Value>, Vec<Value>) =
+            objects.into_iter().partition(|o| o["kind"] == "Namespace");
+        assert_eq!(namespaces.len(), 1, "{overlay} has its Namespace");
+        create_all(&client, &namespaces, false).await;
+        create_all(&client, &rest, true).await;
+        assert_eq!(
+            of_kind(&rest, "ConfigMap").len(),
+            1,
+            "{overlay} makes its ConfigMap"
+        );
+    }
+}
+
+/// The value of `key` in `--print-config`'s TOML (strings unquoted).
+fn printed<'a>(config: &'a str, key: &str) -> Option<&'a str> {
+    config.lines().find_map(|l| {
+        let (k, v) = l.split_once(" = ")?;
+        (k == key).then(|| v.trim_matches('"'))
+    })
+}
+
+/// A certificate, where an overlay mounts a CA: the settings check that it is one.
+fn some_ca_pem() -> String {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.self_signed(&key).expect("certificate").pem()
+}
+
+/// The container's environment as the kubelet would give it: literal values, the downward API,
+/// and the rendered ConfigMaps' keys.
+fn environment(objects: &[Value]) -> Vec<(String, String)> {
+    let deployment = one(objects, "Deployment");
+    let ns = deployment["metadata"]["namespace"]
+        .as_str()
+        .expect("a namespace");
+    let mut out = Vec::new();
+    for e in container(objects)["env"].as_array().into_iter().flatten() {
+        let name = e["name"].as_str().expect("env name").to_string();
+        let from = &e["valueFrom"];
+        let value = if let Some(v) = e["value"].as_str() {
+            v.to_string()
+        } else if let Some(field) = from["fieldRef"]["fieldPath"].as_str() {
+            match field {
+                "metadata.name" => "gateway-leader-5d4b9c7f6d-x2x7k".to_string(),
+                "metadata.namespace" => ns.to_string(),
+                other => panic!("{name}: unexpected downward API field {other}"),
+            }
+        } else if let Some(r) = from["configMapKeyRef"].as_object() {
+            let (cm, key) = (
+                r["name"].as_str().expect("name"),
+                r["key"].as_str().expect("key"),
+            );
+            let map = of_kind(objects, "ConfigMap")
+                .into_iter()
+                .find(|c| c["metadata"]["name"] == cm)
+                .unwrap_or_else(|| panic!("{name}: ConfigMap {cm} is rendered"));
+            map["data"][key]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name}: ConfigMap {cm} has key {key}"))
+                .to_string()
+        } else {
+            panic!("{name}: unexpected source {e}")
+        };
+        out.push((name, value));
     }
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn manifests_pass_the_apiservers_validation() {
-    let server = testkit::kube::KubeApiServer::start()
-        .await
-        .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
-    let ns = "deploy-check";
-    server.create_namespace(ns).await.expect("namespace");
-    let client = server.admin_client();
-    let all = manifests();
-    assert!(
-        all.len() >= 4,
-        "the manifests hold a Deployment, its ServiceAccount and RBAC"
-    );
-    for (file, v) in all {
-        let api_version = v["apiVersion"].as_str().expect("apiVersion");
-        let kind = v["kind"].as_str().expect("kind");
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let gvk = GroupVersionKind::gvk(group, version, kind);
-        let (resource, caps) = pinned_kind(&client, &gvk)
-            .await
-            .unwrap_or_else(|e| panic!("{file}: {api_version} {kind} unknown: {e}"));
-        let obj: DynamicObject = serde_json::from_value(v.clone()).expect("an object");
-        let api: Api<DynamicObject> = match caps.scope {
-            kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
-            kube::discovery::Scope::Namespaced => {
-                Api::namespaced_with(client.clone(), ns, &resource)
+/// Puts a file, as the kubelet would, for every Secret key the container mounts. Returns the
+/// paths.
+fn mount_secrets(objects: &[Value], pod: &PodFiles) -> Vec<String> {
+    let spec = &one(objects, "Deployment")["spec"]["template"]["spec"];
+    let volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
+    let mut paths = Vec::new();
+    for m in container(objects)["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        assert_eq!(m["readOnly"], true, "{m}: mounted read-only");
+        let v = volumes
+            .iter()
+            .find(|v| v["name"] == m["name"])
+            .unwrap_or_else(|| panic!("{m}: its volume exists"));
+        let items = v["secret"]["items"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{v}: a Secret with the keys it needs listed"));
+        for item in items {
+            let path = format!(
+                "{}/{}",
+                m["mountPath"].as_str().expect("mountPath"),
+                item["path"].as_str().expect("path")
+            );
+            let content = if path.ends_with(".crt") {
+                some_ca_pem()
+            } else {
+                "not-the-real-password\n".to_string()
+            };
+            pod.file(&path, content.as_bytes());
+            paths.push(path);
+        }
+    }
+    paths
+}
+
+#[test]
+fn the_deployments_command_lines_are_valid_settings_and_fit_the_grace_period() {
+    for k in KUSTOMIZATIONS {
+        let objects = render(&deploy_dir().join(k));
+        let c = container(&objects);
+        let args = strings(&c["args"]);
+        let pod = PodFiles::new();
+        let files = mount_secrets(&objects, &pod);
+        let env = environment(&objects);
+        let mut cmd = pod.command(
+            Path::new(env!("CARGO_BIN_EXE_gateway-leader")),
+            &[args.clone(), vec!["--print-config".into()]].concat(),
+            &env,
+        );
+        let out = cmd.output().expect("runs");
+        let config = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{k}: {args:?} with {env:?} are not valid settings: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let backend = args
+            .iter()
+            .skip_while(|a| *a != "--lock-backend")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{k}: names its --lock-backend"));
+        assert_eq!(printed(&config, "lock_backend"), Some(backend.as_str()));
+        // Every mounted file is a setting, and every ConfigMap value arrived.
+        for f in &files {
+            assert!(
+                config.contains(&format!("\"{f}\"")),
+                "{k}: {f} is used: {config}"
+            );
+        }
+        for (name, value) in &env {
+            if let Some(key) = name.strip_prefix("GATEWAY_LEADER_") {
+                assert_eq!(
+                    printed(&config, &key.to_lowercase()),
+                    Some(value.as_str()),
+                    "{k}: {name} took effect: {config}"
+                );
             }
-        };
-        let pp = PostParams {
-            dry_run: true,
-            ..PostParams::default()
-        };
-        api.create(&pp, &obj)
-            .await
-            .unwrap_or_else(|e| panic!("{file}: the apiserver refuses {kind}: {e}"));
+        }
+        // The grace period covers a graceful stop with the settings the pod runs with.
+        let spec = &one(&objects, "Deployment")["spec"]["template"]["spec"];
+        let grace = Duration::from_secs(
+            spec["terminationGracePeriodSeconds"]
+                .as_u64()
+                .expect("terminationGracePeriodSeconds"),
+        );
+        let budget = shutdown_budget(&config);
+        assert!(
+            grace > budget,
+            "{k}: a {grace:?} grace period does not cover the {budget:?} a graceful stop may take"
+        );
+    }
+}
+
+/// The longest a graceful stop takes with these settings: draining the writes in flight (up to
+/// the renew deadline), the release (bounded by the renew deadline too) and the 2 s given to
+/// the "stopped leading" Event (src/run.rs).
+fn shutdown_budget(config: &str) -> Duration {
+    let renew = humantime::parse_duration(printed(config, "renew_deadline").expect("renew"))
+        .expect("a duration");
+    renew * 2 + Duration::from_secs(2)
+}
+
+#[test]
+fn the_pods_are_locked_down_and_probed_on_one_port() {
+    for k in KUSTOMIZATIONS {
+        let objects = render(&deploy_dir().join(k));
+        let d = one(&objects, "Deployment");
+        let pod = &d["spec"]["template"]["spec"];
+        let labels = &d["spec"]["template"]["metadata"]["labels"];
+        assert_eq!(d["spec"]["replicas"], 2, "{k}: two replicas");
+        assert_eq!(d["spec"]["selector"]["matchLabels"], *labels);
+        let c = container(&objects);
+        for (var, field) in [
+            ("POD_NAME", "metadata.name"),
+            ("POD_NAMESPACE", "metadata.namespace"),
+        ] {
+            let e = c["env"]
+                .as_array()
+                .expect("env")
+                .iter()
+                .find(|e| e["name"] == var)
+                .unwrap_or_else(|| panic!("{k}: {var} is set"));
+            assert_eq!(e["valueFrom"]["fieldRef"]["fieldPath"], field, "{k}: {var}");
+        }
+        let psc = &pod["securityContext"];
+        assert_eq!(psc["runAsNonRoot"], true, "{k}");
+        assert_ne!(psc["runAsUser"], 0, "{k}: not root");
+        assert_eq!(psc["seccompProfile"]["type"], "RuntimeDefault", "{k}");
+        let csc = &c["securityContext"];
+        assert_eq!(csc["allowPrivilegeEscalation"], false, "{k}");
+        assert_eq!(csc["privileged"], false, "{k}");
+        assert_eq!(csc["readOnlyRootFilesystem"], true, "{k}");
+        assert_eq!(csc["capabilities"]["drop"], json!(["ALL"]), "{k}");
+        assert!(csc["capabilities"]["add"].is_null(), "{k}: nothing added");
+        // A Service named gateway-leader-* would otherwise put GATEWAY_LEADER_* variables,
+        // our settings' prefix, into every pod of the namespace.
+        assert_eq!(pod["enableServiceLinks"], false, "{k}");
+        // Probes and the Service on the one port.
+        let port = &c["ports"][0];
+        assert_eq!(port["name"], "metrics", "{k}");
+        assert_eq!(port["containerPort"], 9090, "{k}");
+        for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+            assert_eq!(c[probe]["httpGet"]["path"], path, "{k}: {probe}");
+            assert_eq!(c[probe]["httpGet"]["port"], "metrics", "{k}: {probe}");
+        }
+        let svc = one(&objects, "Service");
+        assert_eq!(
+            svc["spec"]["ports"],
+            json!([{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]),
+            "{k}"
+        );
+        assert_eq!(
+            svc["spec"]["selector"], *labels,
+            "{k}: the Service selects the pods"
+        );
+        let pdb = one(&objects, "PodDisruptionBudget");
+        assert_eq!(pdb["spec"]["selector"]["matchLabels"], *labels, "{k}");
+        assert_eq!(pdb["spec"]["minAvailable"], 1, "{k}: one may go at a time");
     }
 }
 
 #[test]
-fn the_deployments_arguments_are_valid_settings() {
-    for (file, v) in manifests() {
-        if v["kind"] != "Deployment" {
+fn every_binding_names_the_rendered_service_account() {
+    let plain: Vec<(String, Vec<Value>)> = KUSTOMIZATIONS
+        .iter()
+        .map(|k| (k.to_string(), render(&deploy_dir().join(k))))
+        .collect();
+    // And moved to another namespace, as an operator's own overlay would.
+    let moved = ("base moved".to_string(), render_in("base", "elsewhere"));
+    for (k, objects) in plain.iter().chain([&moved]) {
+        let sa = one(objects, "ServiceAccount");
+        let d = one(objects, "Deployment");
+        assert_eq!(
+            d["spec"]["template"]["spec"]["serviceAccountName"], sa["metadata"]["name"],
+            "{k}: the pods run as the ServiceAccount"
+        );
+        for kind in ["RoleBinding", "ClusterRoleBinding"] {
+            for b in of_kind(objects, kind) {
+                assert_eq!(
+                    b["subjects"],
+                    json!([{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                            "namespace": sa["metadata"]["namespace"]}]),
+                    "{k}: {kind} {} binds the pods' ServiceAccount",
+                    b["metadata"]["name"]
+                );
+                let target = if b["roleRef"]["kind"] == "Role" {
+                    "Role"
+                } else {
+                    "ClusterRole"
+                };
+                assert!(
+                    of_kind(objects, target)
+                        .iter()
+                        .any(|r| r["metadata"]["name"] == b["roleRef"]["name"]),
+                    "{k}: {kind} {} refers to a rendered {target}",
+                    b["metadata"]["name"]
+                );
+            }
+        }
+        let backend = strings(&container(objects)["args"])
+            .iter()
+            .skip_while(|a| *a != "--lock-backend")
+            .nth(1)
+            .cloned()
+            .expect("a backend");
+        // The Lease and its Events are the Kubernetes backend's alone: least privilege.
+        assert_eq!(
+            of_kind(objects, "Role").len(),
+            usize::from(backend == "kubernetes"),
+            "{k}: a Role only for the Kubernetes lock"
+        );
+    }
+}
+
+/// The instructions of the Dockerfile's last stage (the image that runs), as (word, rest).
+fn runtime_stage(dockerfile: &str) -> (usize, Vec<(String, String)>) {
+    let mut stages = 0;
+    let mut last = Vec::new();
+    for line in dockerfile.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        for c in v["spec"]["template"]["spec"]["containers"]
-            .as_array()
-            .expect("containers")
-        {
-            let args: Vec<&str> = c["args"]
-                .as_array()
-                .expect("args")
-                .iter()
-                .map(|a| a.as_str().expect("string arg"))
-                .collect();
-            let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway-leader"))
-                .args(&args)
-                .arg("--print-config")
-                .env("POD_NAME", "pod-0")
-                .output()
-                .expect("runs");
-            assert!(
-                out.status.success(),
-                "{file}: {args:?} are not valid settings: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+        let word = word.to_ascii_uppercase();
+        if word == "FROM" {
+            stages += 1;
+            last.clear();
         }
+        last.push((word, rest.trim().to_string()));
     }
+    (stages, last)
+}
+
+fn instruction<'a>(stage: &'a [(String, String)], word: &str) -> Vec<&'a str> {
+    stage
+        .iter()
+        .filter(|(w, _)| w == word)
+        .map(|(_, r)| r.as_str())
+        .collect()
+}
+
+#[test]
+fn the_image_agrees_with_the_base_deployment() {
+    let dockerfile =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Dockerfile"))
+            .expect("Dockerfile");
+    let (stages, stage) = runtime_stage(&dockerfile);
+    assert!(
+        stages >= 2,
+        "a multi-stage build: the toolchain stays out of the image"
+    );
+    assert!(
+        instruction(&stage, "RUN").is_empty(),
+        "the runtime stage installs nothing: {stage:?}"
+    );
+    let entrypoint: Vec<String> = serde_json::from_str(instruction(&stage, "ENTRYPOINT")[0])
+        .expect("ENTRYPOINT in exec form");
+    let cmd: Vec<String> =
+        serde_json::from_str(instruction(&stage, "CMD")[0]).expect("CMD in exec form");
+    let user = instruction(&stage, "USER")[0];
+    let (uid, gid) = user.split_once(':').expect("USER uid:gid");
+    let (uid, gid): (u64, u64) = (uid.parse().expect("numeric uid"), gid.parse().expect("gid"));
+    let exposed: Vec<u64> = instruction(&stage, "EXPOSE")
+        .iter()
+        .flat_map(|e| e.split_whitespace())
+        .map(|p| p.trim_end_matches("/tcp").parse().expect("a port"))
+        .collect();
+    // The binary the build stage makes is the one the image starts.
+    let copied = instruction(&stage, "COPY")
+        .into_iter()
+        .find(|c| c.starts_with("--from="))
+        .expect("the binary comes from the build stage");
+    let parts: Vec<&str> = copied.split_whitespace().collect();
+    let bin = Path::new(env!("CARGO_BIN_EXE_gateway-leader"))
+        .file_name()
+        .expect("binary name")
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(
+        Path::new(parts[1])
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned()),
+        Some(bin.clone()),
+        "the build stage's binary is {bin}: {copied}"
+    );
+    assert!(
+        dockerfile.contains(&format!("--bin {bin}")),
+        "the build stage builds {bin}"
+    );
+    assert_eq!(
+        entrypoint,
+        vec![parts[2].to_string()],
+        "ENTRYPOINT runs the copied binary"
+    );
+
+    let objects = render(&deploy_dir().join("base"));
+    let d = one(&objects, "Deployment");
+    let c = container(&objects);
+    assert_eq!(
+        strings(&c["command"]),
+        entrypoint,
+        "command is the image's binary"
+    );
+    assert_eq!(strings(&c["args"])[..1], cmd[..1], "both run `{}`", cmd[0]);
+    let psc = &d["spec"]["template"]["spec"]["securityContext"];
+    assert_eq!(psc["runAsUser"], uid, "the image's user");
+    assert_eq!(psc["runAsGroup"], gid, "the image's group");
+    assert_ne!(uid, 0, "not root");
+    let ports: Vec<u64> = c["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .map(|p| p["containerPort"].as_u64().expect("a port"))
+        .collect();
+    assert_eq!(ports, exposed, "the ports the image exposes");
+}
+
+#[test]
+fn the_overlay_docs_operations_md_shows_renders_and_runs() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"))
+            .expect("docs/operations.md");
+    let start = doc
+        .find("<!-- BEGIN TESTED: my-gateway/kustomization.yaml")
+        .expect("the tested example's marker");
+    let block = &doc[start..doc[start..].find("<!-- END TESTED -->").expect("its end") + start];
+    let yaml = block
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a yaml block");
+    // Laid out as the doc says: the overlay next to a checkout of this repository.
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::os::unix::fs::symlink(
+        env!("CARGO_MANIFEST_DIR"),
+        dir.path().join("gateway-leader"),
+    )
+    .expect("a link to the checkout");
+    std::fs::create_dir(dir.path().join("my-gateway")).expect("dir");
+    std::fs::write(dir.path().join("my-gateway/kustomization.yaml"), yaml).expect("write");
+    let objects = render(&dir.path().join("my-gateway"));
+    let c = container(&objects);
+    assert_eq!(
+        c["image"],
+        "registry.example.com/platform/gateway-leader:0.1.0"
+    );
+    assert!(c["livenessProbe"].is_null() && c["readinessProbe"].is_null());
+    let args = strings(&c["args"]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway-leader"))
+        .args(&args)
+        .arg("--print-config")
+        .env_clear()
+        .env("POD_NAME", "pod-0")
+        .output()
+        .expect("runs");
+    let config = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        printed(&config, "controller_name"),
+        Some("example.com/gateway-controller")
+    );
 }

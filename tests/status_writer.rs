@@ -415,7 +415,7 @@ async fn the_shipped_rbac_is_enough_for_election_and_status_writes() {
         .service_account_token(&scene.ns, sa)
         .await
         .expect("service account token");
-    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base");
     for file in ["rbac-leader-election.yaml", "rbac-status-writer.yaml"] {
         testkit::rbac::bind_manifest(s, &deploy.join(file), &scene.ns, sa)
             .await

@@ -26,10 +26,14 @@ pub async fn bind_manifest(s: &KubeApiServer, file: &Path, ns: &str, sa: &str) -
     };
     let suffix = |name: &Option<String>| name.as_ref().map(|n| format!("{n}-{ns}"));
     let pp = PostParams::default();
+    // Parsed up front: the YAML deserializer is not Send, and this future may move between
+    // threads while it awaits the apiserver.
+    let docs = serde_yaml::Deserializer::from_str(&text)
+        .map(serde_yaml::Value::deserialize)
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("{}", file.display()))?;
     let mut made = 0;
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v =
-            serde_yaml::Value::deserialize(doc).with_context(|| format!("{}", file.display()))?;
+    for v in docs {
         if v.is_null() {
             continue;
         }

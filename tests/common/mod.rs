@@ -2,7 +2,9 @@
 
 #![allow(dead_code)]
 
+pub mod deploy;
 pub mod gateway;
+pub mod pod;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -51,12 +53,19 @@ impl Replica {
         } else {
             &["--health-addr", "127.0.0.1:0"]
         };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gateway-leader"))
-            .arg("run")
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gateway-leader"));
+        cmd.arg("run")
             .args(args)
             .args(health)
             .args(["--log-format", "json", "--leader-election-identity", name])
-            .envs(env.iter().copied())
+            .envs(env.iter().copied());
+        Self::spawn(name, cmd)
+    }
+
+    /// Starts `cmd`, a `gateway-leader run` with JSON logs however it is wrapped (its process
+    /// id must be the binary's, so that signals reach it), and follows its log as `name`.
+    pub fn spawn(name: &str, mut cmd: Command) -> Replica {
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

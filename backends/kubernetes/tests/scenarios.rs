@@ -169,11 +169,11 @@ async fn client_go_holder_is_respected_then_taken_and_fields_match_client_go() {
     e2.abort().await;
 }
 
-/// The Role and RoleBinding that ship in `deploy/`, bound to `sa` in `ns`: the tests prove they suffice.
+/// The Role and RoleBinding that ship in `deploy/base`, bound to `sa` in `ns`: the tests prove they suffice.
 async fn grant_role(s: &testkit::kube::KubeApiServer, ns: &str, sa: &str) {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/kubernetes/rbac-leader-election.yaml"
+        "/../../deploy/base/rbac-leader-election.yaml"
     );
     let text = std::fs::read_to_string(path).expect("reading the shipped RBAC manifest");
     let mut docs = text.split("\n---\n");

@@ -2,8 +2,9 @@
 //!
 //! A backend implements [`LeaderLock`]; the [`Elector`] runs the acquire/renew loop against it and
 //! publishes a [`Leadership`] that writers consult with [`Leadership::check`] before every write.
-//! The safety rule (design, section 3): leadership is valid until `sent + renew_deadline`, where
-//! `sent` is the monotonic instant noted *before* the last successful acquire or renew was sent.
+//! The safety rule (docs/leader-election.md): leadership is valid until `sent + renew_deadline`,
+//! where `sent` is the monotonic instant noted *before* the last successful acquire or renew was
+//! sent.
 
 mod elector;
 pub mod input;

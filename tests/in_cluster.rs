@@ -1,0 +1,626 @@
+//! The real `gateway-leader run` as a pod of the base Deployment runs it: the service account's
+//! token, CA and namespace at `/var/run/secrets/kubernetes.io/serviceaccount/` (see
+//! `common::pod`), `KUBERNETES_SERVICE_HOST`/`PORT` pointing at the test apiserver, no
+//! kubeconfig, the Deployment's own command line. Bound to exactly the base's RBAC, two replicas
+//! elect one leader, which writes every status and hands over on SIGTERM; with any one rule of the
+//! Role or the ClusterRole, or any one verb of a rule, removed, something named breaks. The etcd
+//! overlay's RBAC (no Role) is enough for the etcd lock.
+
+mod common;
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use common::deploy::{container, deploy_dir, one, render, strings};
+use common::gateway::*;
+use common::pod::{self, PodFiles};
+use common::{Line, Replica};
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Event;
+use kube::api::ListParams;
+use kube::Api;
+use serde_json::Value;
+use testkit::kube::KubeApiServer;
+
+/// The base's ServiceAccount.
+const SA: &str = "gateway-leader";
+
+/// The base as `kubectl kustomize` renders it, once per test binary.
+fn base() -> &'static [Value] {
+    static BASE: OnceLock<Vec<Value>> = OnceLock::new();
+    BASE.get_or_init(|| render(&deploy_dir().join("base")))
+}
+
+/// What to leave out of the base's RBAC.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Without {
+    /// Nothing: exactly the base's RBAC.
+    Nothing,
+    /// The rule at this index of the Role.
+    RoleRule(usize),
+    /// The rule at this index of the ClusterRole.
+    ClusterRoleRule(usize),
+    /// One verb of the rule at this index of the Role.
+    RoleVerb(usize, &'static str),
+    /// One verb of the rule at this index of the ClusterRole.
+    ClusterRoleVerb(usize, &'static str),
+}
+
+/// The base's RBAC objects, without `without`, and without their namespace (the test's is set
+/// when they are bound).
+fn rbac(without: Without) -> Vec<Value> {
+    let out = rbac_of(base(), without);
+    assert_eq!(out.len(), 4, "a Role, a ClusterRole and their bindings");
+    out
+}
+
+/// The RBAC objects among `objects`, without `without` and without their namespace.
+fn rbac_of(objects: &[Value], without: Without) -> Vec<Value> {
+    let mut out = Vec::new();
+    for obj in objects {
+        let kind = obj["kind"].as_str().expect("kind");
+        let mut obj = obj.clone();
+        match (kind, without) {
+            ("Role", Without::RoleRule(i)) | ("ClusterRole", Without::ClusterRoleRule(i)) => {
+                let rules = obj["rules"].as_array_mut().expect("rules");
+                assert!(i < rules.len(), "the {kind} has a rule {i}");
+                rules.remove(i);
+            }
+            ("Role", Without::RoleVerb(i, verb))
+            | ("ClusterRole", Without::ClusterRoleVerb(i, verb)) => {
+                let verbs = obj["rules"][i]["verbs"]
+                    .as_array_mut()
+                    .unwrap_or_else(|| panic!("the {kind} has a rule {i}"));
+                let before = verbs.len();
+                verbs.retain(|v| v != verb);
+                assert_eq!(verbs.len() + 1, before, "the {kind}'s rule {i} has {verb}");
+                // A rule without verbs is refused by the apiserver: that is the rule case.
+                assert!(!verbs.is_empty(), "{verb} is not the only verb of rule {i}");
+            }
+            ("Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding", _) => {}
+            _ => continue,
+        }
+        obj["metadata"]
+            .as_object_mut()
+            .expect("metadata")
+            .remove("namespace");
+        out.push(obj);
+    }
+    out
+}
+
+/// One namespace whose service account holds the base's RBAC (less one rule, maybe), with a
+/// valid GatewayClass, Gateway, Service and HTTPRoute for a controller name of its own.
+struct InCluster {
+    server: &'static KubeApiServer,
+    ns: String,
+    controller: String,
+    pod: PodFiles,
+    classes: Api<GatewayClass>,
+    gateways: Api<Gateway>,
+    routes: Api<HttpRoute>,
+}
+
+impl InCluster {
+    async fn new(name: &str, without: Without) -> InCluster {
+        Self::with_rbac(name, rbac(without)).await
+    }
+
+    /// Like [`new`](Self::new), with these RBAC objects bound to the service account.
+    async fn with_rbac(name: &str, rbac: Vec<Value>) -> InCluster {
+        let server = apiserver().await;
+        let ns = format!("ic-{name}");
+        server.create_namespace(&ns).await.expect("namespace");
+        let client = admin(server);
+        let c = InCluster {
+            server,
+            controller: format!("gateway-leader.dev/{ns}"),
+            pod: PodFiles::new(),
+            classes: Api::all(client.clone()),
+            gateways: Api::namespaced(client.clone(), &ns),
+            routes: Api::namespaced(client.clone(), &ns),
+            ns,
+        };
+        put(&c.classes, &gateway_class(&c.ns, &c.controller)).await;
+        put(&c.gateways, &gateway(&c.ns, "gw", &c.ns)).await;
+        put(&Api::namespaced(client, &c.ns), &service(&c.ns, "web", 80)).await;
+        put(
+            &c.routes,
+            &route(&c.ns, "route", "gw", &[(&c.ns, "web", 80)]),
+        )
+        .await;
+        // The ServiceAccount and a token for it, as the kubelet would mount.
+        let token = server
+            .service_account_token(&c.ns, SA)
+            .await
+            .expect("service account token");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("rbac.yaml");
+        let docs: Vec<String> = rbac
+            .iter()
+            .map(|o| serde_yaml::to_string(o).expect("YAML"))
+            .collect();
+        std::fs::write(&file, docs.join("---\n")).expect("writing the RBAC");
+        testkit::rbac::bind_manifest(server, &file, &c.ns, SA)
+            .await
+            .expect("binding the base's RBAC");
+        c.pod
+            .service_account(&token, &pod::ca_pem(server.config()), &c.ns);
+        c
+    }
+
+    /// A replica as a pod of the base Deployment: its command line (plus this namespace's
+    /// controller name and short timing), `POD_NAME`, `POD_NAMESPACE`, the apiserver as
+    /// `KUBERNETES_SERVICE_HOST`/`PORT`, and nothing else in its environment.
+    fn start(&self, pod_name: &str) -> Replica {
+        self.start_with(pod_name, strings(&container(base())["args"]))
+    }
+
+    /// Like [`start`](Self::start), with this command line instead of the base Deployment's.
+    fn start_with(&self, pod_name: &str, mut args: Vec<String>) -> Replica {
+        for a in [
+            "--controller-name",
+            &self.controller,
+            "--lease-duration",
+            "3s",
+            "--renew-deadline",
+            "2s",
+            "--retry-period",
+            "1s",
+        ] {
+            args.push(a.to_string());
+        }
+        let mut env = pod::service_env(self.server.config());
+        env.push(("POD_NAME".into(), pod_name.into()));
+        env.push(("POD_NAMESPACE".into(), self.ns.clone()));
+        let binary = Path::new(env!("CARGO_BIN_EXE_gateway-leader"));
+        Replica::spawn(pod_name, self.pod.command(binary, &args, &env))
+    }
+
+    /// Waits until the route and the Gateway say what a valid setup says.
+    async fn wait_written(&self) {
+        let c = self.controller.clone();
+        wait_for(&self.routes, "route", "accepted, refs resolved", move |r| {
+            route_says(r, &c, "Accepted", "True", "Accepted")
+                && route_says(r, &c, "ResolvedRefs", "True", "ResolvedRefs")
+        })
+        .await;
+        wait_for(&self.gateways, "gw", "programmed with one route", |g| {
+            g.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .as_deref()
+                    .and_then(|c| condition(c, "Programmed"))
+                    .is_some_and(|c| c.status == "True")
+                    && s.listeners
+                        .as_deref()
+                        .is_some_and(|l| l.len() == 1 && l[0].attached_routes == 1)
+            })
+        })
+        .await;
+    }
+}
+
+/// Every string in a log line (its message and fields), one per line.
+fn text(line: &Line) -> String {
+    fn walk(v: &Value, out: &mut String) {
+        match v {
+            Value::String(s) => {
+                out.push_str(s);
+                out.push('\n');
+            }
+            Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            Value::Object(o) => o.values().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = String::new();
+    walk(&line.json, &mut out);
+    out
+}
+
+/// True when the line carries the apiserver's RBAC refusal of `verb` (any verb when empty) on
+/// `resource` (`... is forbidden: User "system:serviceaccount:..." cannot get resource "leases"
+/// in API group ...`).
+fn forbidden(line: &Line, verb: &str, resource: &str) -> bool {
+    let t = text(line);
+    let refusal = if verb.is_empty() {
+        format!(" resource \"{resource}\"")
+    } else {
+        format!("cannot {verb} resource \"{resource}\"")
+    };
+    t.contains("forbidden") && t.contains(&refusal)
+}
+
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_base_rbac_is_enough_in_cluster() {
+    let c = InCluster::new("enough", Without::Nothing).await;
+    let mut a = c.start("gateway-leader-a");
+    blocking(|| a.wait_for("leadership: leading", PATIENCE));
+    let mut b = c.start("gateway-leader-b");
+    blocking(|| b.wait_for("leadership: following", PATIENCE));
+    // The client was built from the service account, not from some kubeconfig.
+    let ready = blocking(|| a.wait_for("kubernetes client ready", PATIENCE));
+    assert_eq!(
+        ready.json["from"], "in-cluster service account",
+        "{:?}",
+        ready.json
+    );
+    c.wait_written().await;
+    let r = c.routes.get("route").await.expect("route");
+    assert!(
+        status_managers(&r).contains(&manager_of("gateway-leader-a")),
+        "the leader wrote the route's status: {:?}",
+        status_managers(&r)
+    );
+    // The Lease names the leader; the Event about it was posted with the pod's rights.
+    let lease: Api<Lease> = Api::namespaced(admin(c.server), &c.ns);
+    let lease = lease
+        .get("gateway-leader-leader-election-lock")
+        .await
+        .expect("the Lease, in the pod's namespace");
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert!(
+        holder.starts_with("gateway-leader-a_"),
+        "the leader holds it: {holder}"
+    );
+    let events: Api<Event> = Api::namespaced(admin(c.server), &c.ns);
+    let became = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .any(|e| e.message.is_some_and(|m| m.ends_with("became leader")));
+    assert!(became, "a \"became leader\" Event");
+
+    // SIGTERM, as the kubelet sends: the leader releases, the follower takes over and writes.
+    a.terminate();
+    blocking(|| a.wait_for("released leadership", PATIENCE));
+    assert_eq!(blocking(|| a.wait_exit(PATIENCE)), Some(0));
+    blocking(|| b.wait_for("leadership: leading", PATIENCE));
+    put(
+        &c.routes,
+        &route(&c.ns, "route", "gw", &[(&c.ns, "missing", 80)]),
+    )
+    .await;
+    let ctl = c.controller.clone();
+    wait_for(&c.routes, "route", "BackendNotFound", move |r| {
+        route_says(r, &ctl, "ResolvedRefs", "False", "BackendNotFound")
+    })
+    .await;
+    let r = c.routes.get("route").await.expect("route");
+    assert!(status_managers(&r).contains(&manager_of("gateway-leader-b")));
+    for r in [&mut a, &mut b] {
+        let denied: Vec<_> = r
+            .lines()
+            .iter()
+            .filter(|l| text(l).contains("forbidden"))
+            .map(|l| l.json.clone())
+            .collect();
+        assert!(
+            denied.is_empty(),
+            "{}: nothing forbidden: {denied:?}",
+            r.name
+        );
+    }
+}
+
+/// One rule or verb taken out, and what must break without it.
+struct Case {
+    name: &'static str,
+    without: Without,
+    /// The refusals (verb, resource) the replica must log; an empty verb matches any (a
+    /// replica stops at the first verb it is refused).
+    refused: &'static [(&'static str, &'static str)],
+}
+
+/// Every rule of the base's Role and ClusterRole, then every verb of a rule that has more than
+/// one. What each one's absence breaks is in docs/operations.md ("What each permission is for").
+const CASES: &[Case] = &[
+    // The Lease: no leadership at all.
+    Case {
+        name: "no-leases",
+        without: Without::RoleRule(0),
+        refused: &[("", "leases")],
+    },
+    // The Events about leadership.
+    Case {
+        name: "no-events",
+        without: Without::RoleRule(1),
+        refused: &[("create", "events")],
+    },
+    // Watching the Gateway API objects: nothing to compute from.
+    Case {
+        name: "no-gateway-api-reads",
+        without: Without::ClusterRoleRule(0),
+        refused: &[
+            ("", "gatewayclasses"),
+            ("", "gateways"),
+            ("", "httproutes"),
+            ("", "referencegrants"),
+        ],
+    },
+    // Writing statuses.
+    Case {
+        name: "no-status-writes",
+        without: Without::ClusterRoleRule(1),
+        refused: &[
+            ("", "gatewayclasses/status"),
+            ("", "gateways/status"),
+            ("", "httproutes/status"),
+        ],
+    },
+    // Watching the Services routes point to and the Namespaces listeners select.
+    Case {
+        name: "no-core-reads",
+        without: Without::ClusterRoleRule(2),
+        refused: &[("", "services"), ("", "namespaces")],
+    },
+    // Reading the installed Gateway API version.
+    Case {
+        name: "no-crd-read",
+        without: Without::ClusterRoleRule(3),
+        refused: &[("get", "customresourcedefinitions")],
+    },
+    // Each verb of the Lease rule: reading it, the watch that makes failover prompt (a list to
+    // start at, then the watch), creating it, and taking it over or renewing it.
+    Case {
+        name: "no-leases-get",
+        without: Without::RoleVerb(0, "get"),
+        refused: &[("get", "leases")],
+    },
+    Case {
+        name: "no-leases-list",
+        without: Without::RoleVerb(0, "list"),
+        refused: &[("list", "leases")],
+    },
+    Case {
+        name: "no-leases-watch",
+        without: Without::RoleVerb(0, "watch"),
+        refused: &[("watch", "leases")],
+    },
+    Case {
+        name: "no-leases-create",
+        without: Without::RoleVerb(0, "create"),
+        refused: &[("create", "leases")],
+    },
+    Case {
+        name: "no-leases-update",
+        without: Without::RoleVerb(0, "update"),
+        refused: &[("update", "leases")],
+    },
+    // Each verb of the watches: the list they start from, and the watch itself.
+    Case {
+        name: "no-gateway-api-list",
+        without: Without::ClusterRoleVerb(0, "list"),
+        refused: &[
+            ("list", "gatewayclasses"),
+            ("list", "gateways"),
+            ("list", "httproutes"),
+            ("list", "referencegrants"),
+        ],
+    },
+    Case {
+        name: "no-gateway-api-watch",
+        without: Without::ClusterRoleVerb(0, "watch"),
+        refused: &[
+            ("watch", "gatewayclasses"),
+            ("watch", "gateways"),
+            ("watch", "httproutes"),
+            ("watch", "referencegrants"),
+        ],
+    },
+    // Each verb of a status write: the read of the current status, and the write.
+    Case {
+        name: "no-status-get",
+        without: Without::ClusterRoleVerb(1, "get"),
+        refused: &[
+            ("get", "gatewayclasses/status"),
+            ("get", "gateways/status"),
+            ("get", "httproutes/status"),
+        ],
+    },
+    Case {
+        name: "no-status-update",
+        without: Without::ClusterRoleVerb(1, "update"),
+        refused: &[
+            ("update", "gatewayclasses/status"),
+            ("update", "gateways/status"),
+            ("update", "httproutes/status"),
+        ],
+    },
+    Case {
+        name: "no-core-list",
+        without: Without::ClusterRoleVerb(2, "list"),
+        refused: &[("list", "services"), ("list", "namespaces")],
+    },
+    Case {
+        name: "no-core-watch",
+        without: Without::ClusterRoleVerb(2, "watch"),
+        refused: &[("watch", "services"), ("watch", "namespaces")],
+    },
+];
+
+/// Runs one case: a replica bound to the base's RBAC less one rule logs the refusal of every
+/// resource the rule covers, and the part of the job that needs it does not happen.
+async fn run_case(case: &'static Case) {
+    let c = InCluster::new(case.name, case.without).await;
+    let mut r = c.start(&format!("gateway-leader-{}", case.name));
+    for (verb, resource) in case.refused {
+        blocking(|| {
+            r.wait_match(&format!("a refusal of {verb} {resource}"), PATIENCE, |l| {
+                forbidden(l, verb, resource)
+            })
+        });
+    }
+    let leading = |r: &mut Replica| {
+        r.lines()
+            .iter()
+            .any(|l| l.message() == "leadership: leading")
+    };
+    match case.without {
+        Without::RoleRule(0) => {
+            // No Lease can be read or made: nobody leads, so nothing is written.
+            assert!(!leading(&mut r), "led without the Lease rule");
+            let leases: Api<Lease> = Api::namespaced(admin(c.server), &c.ns);
+            assert!(
+                leases
+                    .get_opt("gateway-leader-leader-election-lock")
+                    .await
+                    .expect("leases")
+                    .is_none(),
+                "no Lease was made"
+            );
+        }
+        Without::RoleRule(_) => {
+            // Leadership itself works; only the Event about it is refused.
+            assert!(leading(&mut r), "leads without the Events rule");
+        }
+        Without::ClusterRoleRule(1) => {
+            // It leads and computes, but no status reaches the objects.
+            assert!(leading(&mut r), "leads without the status rule");
+            let route = c.routes.get("route").await.expect("route");
+            assert!(
+                our_parent(&route, &c.controller).is_none(),
+                "no status was written: {:?}",
+                route.status
+            );
+        }
+        Without::ClusterRoleRule(3) => {
+            // The GatewayClass says it could not tell the installed version.
+            wait_for(&c.classes, &c.ns, "SupportedVersion unknown", |gc| {
+                gc.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_deref())
+                    .and_then(|cs| condition(cs, "SupportedVersion"))
+                    .is_some_and(|cond| cond.message.contains("could not be read"))
+            })
+            .await;
+        }
+        _ => {}
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_rule_of_the_base_rbac_is_needed() {
+    // Every rule, and every verb of a rule with more than one, is in exactly one case: a rule
+    // or verb added to the base needs a case that shows what breaks without it.
+    let mut wanted = Vec::new();
+    for kind in ["Role", "ClusterRole"] {
+        let rules = one(base(), kind)["rules"].as_array().expect("rules");
+        for (i, rule) in rules.iter().enumerate() {
+            wanted.push(match kind {
+                "Role" => Without::RoleRule(i),
+                _ => Without::ClusterRoleRule(i),
+            });
+            let verbs = rule["verbs"].as_array().expect("verbs");
+            for v in verbs.iter().filter(|_| verbs.len() > 1) {
+                let v = v.as_str().expect("a verb");
+                let case = CASES
+                    .iter()
+                    .find(|c| match (kind, c.without) {
+                        ("Role", Without::RoleVerb(j, w))
+                        | ("ClusterRole", Without::ClusterRoleVerb(j, w)) => j == i && w == v,
+                        _ => false,
+                    })
+                    .unwrap_or_else(|| panic!("no case without {v} of {kind} rule {i}"));
+                wanted.push(case.without);
+            }
+        }
+    }
+    for w in &wanted {
+        assert_eq!(
+            CASES.iter().filter(|c| c.without == *w).count(),
+            1,
+            "one case for {w:?}"
+        );
+    }
+    assert_eq!(
+        CASES.len(),
+        wanted.len(),
+        "no case for a rule or verb the base lacks"
+    );
+    // Concurrently: each case waits mostly on the apiserver and its replica's log.
+    let tasks: Vec<_> = CASES
+        .iter()
+        .map(|case| (case.name, tokio::spawn(run_case(case))))
+        .collect();
+    let mut failed = Vec::new();
+    for (name, task) in tasks {
+        if let Err(e) = task.await {
+            let why = e
+                .try_into_panic()
+                .ok()
+                .and_then(|p| {
+                    p.downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                })
+                .unwrap_or_default();
+            failed.push(format!("{name}: {why}"));
+        }
+    }
+    assert!(failed.is_empty(), "cases failed:\n{}", failed.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_overlay_needs_no_role() {
+    let etcd = testkit::etcd::EtcdServer::start()
+        .await
+        .expect("etcd starts (package etcd-server; scripts/test.sh installs it)");
+    let overlay = render(&deploy_dir().join("overlays/etcd"));
+    let rbac = rbac_of(&overlay, Without::Nothing);
+    let kinds: Vec<&str> = rbac.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["ClusterRole", "ClusterRoleBinding"],
+        "no Role in the overlay"
+    );
+    let c = InCluster::with_rbac("etcd-overlay", rbac).await;
+    // The overlay's lock with a plain-text test etcd: its password and CA files are checked by
+    // tests/deploy_manifests.rs; here only its RBAC is at stake.
+    let args: Vec<String> = [
+        "run",
+        "--lock-backend",
+        "etcd",
+        "--log-format",
+        "json",
+        "--etcd-endpoints",
+        &etcd.endpoint(),
+        "--leader-election-lock-name",
+        &c.ns,
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let mut a = c.start_with("gateway-leader-a", args.clone());
+    blocking(|| a.wait_for("leadership: leading", PATIENCE));
+    let mut b = c.start_with("gateway-leader-b", args);
+    blocking(|| b.wait_for("leadership: following", PATIENCE));
+    c.wait_written().await;
+    let r = c.routes.get("route").await.expect("route");
+    assert!(status_managers(&r).contains(&manager_of("gateway-leader-a")));
+    for r in [&mut a, &mut b] {
+        let denied: Vec<_> = r
+            .lines()
+            .iter()
+            .filter(|l| text(l).contains("forbidden"))
+            .map(|l| l.json.clone())
+            .collect();
+        assert!(
+            denied.is_empty(),
+            "{}: nothing forbidden: {denied:?}",
+            r.name
+        );
+    }
+}
