@@ -583,7 +583,8 @@ fn the_overlay_docs_operations_md_shows_renders_and_runs() {
         c["image"],
         "registry.example.com/platform/gateway-leader:0.1.0"
     );
-    assert!(c["livenessProbe"].is_null() && c["readinessProbe"].is_null());
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     let args = strings(&c["args"]);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway-leader"))
         .args(&args)

@@ -170,6 +170,10 @@ impl InCluster {
             "2s",
             "--retry-period",
             "1s",
+            // Pods have a network namespace each; these share the machine's, so each takes a
+            // free port for health and metrics instead of the Deployment's 9090.
+            "--health-addr",
+            "127.0.0.1:0",
         ] {
             args.push(a.to_string());
         }
