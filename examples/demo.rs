@@ -1,0 +1,1599 @@
+//! The engine of `scripts/demo.sh`: the main job of gateway-leader, live on this machine.
+//!
+//! It starts a local kube-apiserver with the Gateway API CRDs and a small sample (a class, a
+//! Gateway, a Service and three HTTPRoutes: one valid, one to a missing Service, one to another
+//! namespace's Service without a ReferenceGrant), and three `gateway-leader run` replicas that
+//! elect a leader on a Kubernetes Lease, etcd or Redis. Every replica computes the statuses; only
+//! the leader writes them. The demo prints who leads under which fencing term and the statuses on
+//! the objects with the replica and term that wrote each, then stops the leader gracefully
+//! (SIGTERM) and crashes the next one (SIGKILL), changing a route each time, and shows how long
+//! the next leader took to write.
+//!
+//! Usage: `demo <path of the gateway-leader binary> [kubernetes|etcd|redis]`;
+//! `scripts/demo.sh` builds both and runs it.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fmt::Display;
+use std::io::{IsTerminal, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{anyhow, bail, Context, Result};
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ManagedFieldsEntry, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
+use kube::{Api, Client, Resource};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use testkit::etcd::EtcdServer;
+use testkit::kube::KubeApiServer;
+use testkit::redis::RedisServer;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStderr, Command};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+const USAGE: &str = "usage: demo <gateway-leader binary> [kubernetes|etcd|redis]";
+
+const REPLICAS: [&str; 3] = ["replica-a", "replica-b", "replica-c"];
+/// `--controller-name`'s default: the replicas run without the flag, so the class names it.
+const CONTROLLER: &str = "gateway-leader.dev/gateway-controller";
+const NS: &str = "demo";
+const OTHER_NS: &str = "demo-other";
+/// A Service name that never exists.
+const MISSING_SERVICE: &str = "no-such-service";
+
+/// Short timing so that the crash case (which waits for the lease to run out) is quick; the
+/// defaults are 15s/10s/2s.
+const LEASE_DURATION: &str = "5s";
+const RENEW_DEADLINE: &str = "3s";
+const RETRY_PERIOD: &str = "1s";
+/// `LEASE_DURATION` as a duration.
+const LEASE: Duration = Duration::from_secs(5);
+
+/// How long any one wait may take: apiserver, watches, three replicas and a lease expiry on a
+/// busy 2-core machine stay far below it; reaching it means something is broken.
+const PATIENCE: Duration = Duration::from_secs(120);
+/// With a computation that yields statuses, the first leader writes within moments of its
+/// watches syncing. When nothing at all is written for this long, the build computes none for
+/// the sample, and the demo goes on to show leadership alone rather than fail.
+const QUIET: Duration = Duration::from_secs(10);
+
+// === objects ===
+
+/// One object of the sample whose status the demo shows.
+#[derive(Debug, Clone, Copy)]
+struct Key {
+    /// As the replicas log it (`kind` of "status written").
+    kind: &'static str,
+    namespace: Option<&'static str>,
+    name: &'static str,
+}
+
+const CLASS: Key = Key {
+    kind: "GatewayClass",
+    namespace: None,
+    name: "demo",
+};
+const GATEWAY: Key = Key {
+    kind: "Gateway",
+    namespace: Some(NS),
+    name: "web",
+};
+const VALID: Key = Key {
+    kind: "HTTPRoute",
+    namespace: Some(NS),
+    name: "valid",
+};
+const MISSING: Key = Key {
+    kind: "HTTPRoute",
+    namespace: Some(NS),
+    name: "missing-backend",
+};
+const CROSS: Key = Key {
+    kind: "HTTPRoute",
+    namespace: Some(OTHER_NS),
+    name: "cross-namespace",
+};
+const TABLE: [Key; 5] = [CLASS, GATEWAY, VALID, MISSING, CROSS];
+
+impl Key {
+    fn object(&self) -> String {
+        match self.namespace {
+            Some(ns) => format!("{ns}/{}", self.name),
+            None => self.name.to_string(),
+        }
+    }
+
+    /// A "status written" line about this object.
+    fn written_by(&self, line: &Line) -> bool {
+        line.message() == "status written"
+            && line.str("kind").as_deref() == Some(self.kind)
+            && line.str("namespace").unwrap_or_default() == self.namespace.unwrap_or_default()
+            && line.str("name").as_deref() == Some(self.name)
+    }
+}
+
+impl Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.kind, self.object())
+    }
+}
+
+// === output ===
+
+/// How a piece of output is coloured (only on a terminal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tone {
+    Plain,
+    Bold,
+    Dim,
+    Good,
+    Bad,
+    Unsure,
+}
+
+impl Tone {
+    fn code(self) -> &'static str {
+        match self {
+            Tone::Plain => "",
+            Tone::Bold => "1",
+            Tone::Dim => "2",
+            Tone::Good => "32",
+            Tone::Bad => "31",
+            Tone::Unsure => "33",
+        }
+    }
+}
+
+struct Out {
+    color: bool,
+}
+
+impl Out {
+    fn new() -> Out {
+        Out {
+            color: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        }
+    }
+
+    fn paint(&self, tone: Tone, text: &str) -> String {
+        if self.color && tone != Tone::Plain {
+            format!("\x1b[{}m{text}\x1b[0m", tone.code())
+        } else {
+            text.to_string()
+        }
+    }
+
+    fn step(&self, msg: impl Display) {
+        println!("{} {msg}", self.paint(Tone::Bold, "[demo]"));
+    }
+
+    fn note(&self, msg: impl Display) {
+        let msg = format!("note: {msg}");
+        println!(
+            "{} {}",
+            self.paint(Tone::Bold, "[demo]"),
+            self.paint(Tone::Unsure, &msg)
+        );
+    }
+
+    fn heading(&self, msg: impl Display) {
+        println!("\n{}", self.paint(Tone::Bold, &msg.to_string()));
+    }
+}
+
+/// `31 ms`, `4.2 ms`, `5.31 s`.
+fn human(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1e3;
+    if ms < 10.0 {
+        format!("{ms:.1} ms")
+    } else if ms < 1000.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{:.2} s", d.as_secs_f64())
+    }
+}
+
+/// "a", "a and b", "a, b and c".
+fn list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+// === the replicas' logs ===
+
+/// One JSON log line of a replica (the binary flattens fields; `message` is the text).
+#[derive(Debug, Clone)]
+struct Line {
+    /// The replica's own timestamp of the line.
+    at: SystemTime,
+    json: Value,
+}
+
+impl Line {
+    fn parse(text: &str) -> Option<Line> {
+        let json: Value = serde_json::from_str(text).ok()?;
+        let at = json["timestamp"]
+            .as_str()
+            .and_then(|t| humantime::parse_rfc3339(t).ok())
+            // Only the timings need the replica's own time; a line without one is still a line.
+            .unwrap_or_else(SystemTime::now);
+        Some(Line { at, json })
+    }
+
+    fn message(&self) -> &str {
+        self.json["message"].as_str().unwrap_or_default()
+    }
+
+    /// A field as text, whether it was logged as a string (`%term`) or a number.
+    fn str(&self, field: &str) -> Option<String> {
+        match &self.json[field] {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        }
+    }
+
+    fn term(&self) -> Option<String> {
+        self.str("term")
+    }
+
+    /// The object a write line is about: `object`, or `kind` and `namespace`/`name`.
+    fn object(&self) -> String {
+        if let Some(o) = self.str("object") {
+            return o;
+        }
+        let name = self.str("name").unwrap_or_default();
+        let kind = self.str("kind").unwrap_or_default();
+        match self.str("namespace").filter(|ns| !ns.is_empty()) {
+            Some(ns) => format!("{kind} {ns}/{name}"),
+            None => format!("{kind} {name}"),
+        }
+    }
+
+    fn count(&self, field: &str) -> Option<u64> {
+        self.json[field].as_u64()
+    }
+
+    /// A duration logged in milliseconds (`after_ms`, `took_ms`).
+    fn millis(&self, field: &str) -> Option<Duration> {
+        Duration::try_from_secs_f64(self.json[field].as_f64()? / 1e3).ok()
+    }
+}
+
+#[derive(Debug, Default)]
+struct ReplicaLog {
+    lines: Vec<Line>,
+    exited: bool,
+}
+
+type View = BTreeMap<String, ReplicaLog>;
+
+/// How many lines each replica had logged at one moment: waits look only at what came after.
+type Mark = BTreeMap<String, usize>;
+
+fn since<'a>(view: &'a View, name: &str, mark: &Mark) -> &'a [Line] {
+    let Some(log) = view.get(name) else {
+        return &[];
+    };
+    let from = mark.get(name).copied().unwrap_or(0).min(log.lines.len());
+    &log.lines[from..]
+}
+
+fn exited(view: &View, name: &str) -> bool {
+    view.get(name).is_some_and(|l| l.exited)
+}
+
+/// What the replicas logged so far; every new line wakes the waits.
+struct Logs {
+    state: Mutex<View>,
+    changed: watch::Sender<()>,
+}
+
+impl Logs {
+    fn lock(&self) -> MutexGuard<'_, View> {
+        // A panic while holding the lock leaves whole lines behind: the data is still good.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push(&self, name: &str, text: &str) {
+        if let Some(line) = Line::parse(text) {
+            self.lock()
+                .entry(name.to_string())
+                .or_default()
+                .lines
+                .push(line);
+            self.changed.send_replace(());
+        }
+    }
+
+    fn exited(&self, name: &str) {
+        self.lock().entry(name.to_string()).or_default().exited = true;
+        self.changed.send_replace(());
+    }
+}
+
+/// Copies a replica's stderr into its log file line by line and records the JSON lines.
+fn spawn_reader(name: &'static str, stderr: ChildStderr, mut file: std::fs::File, logs: Arc<Logs>) {
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(stderr);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match reader.read_until(b'\n', &mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            // The file is what a reader keeps when the demo fails: every byte goes in.
+            let _ = file.write_all(&buf);
+            logs.push(name, String::from_utf8_lossy(&buf).trim_end());
+        }
+        logs.exited(name);
+    });
+}
+
+/// A replica that leads, from its "leadership: leading" line.
+#[derive(Debug, Clone)]
+struct Leading {
+    replica: String,
+    term: String,
+    at: SystemTime,
+}
+
+/// The newest leadership among `among` logged after `mark`, if any.
+fn leader_in(view: &View, among: &[&str], mark: &Mark) -> Option<Leading> {
+    among
+        .iter()
+        .flat_map(|name| {
+            since(view, name, mark)
+                .iter()
+                .filter(|l| l.message() == "leadership: leading")
+                .map(move |l| Leading {
+                    replica: name.to_string(),
+                    term: l.term().unwrap_or_else(|| "?".into()),
+                    at: l.at,
+                })
+        })
+        .max_by_key(|l| l.at)
+}
+
+/// The three `gateway-leader run` children; each is killed when this is dropped.
+struct Fleet {
+    children: BTreeMap<&'static str, Child>,
+    logs: Arc<Logs>,
+    dir: PathBuf,
+}
+
+impl Fleet {
+    fn start(bin: &Path, args_of: impl Fn(&str) -> Vec<String>, dir: &Path) -> Result<Fleet> {
+        let (changed, _) = watch::channel(());
+        let logs = Arc::new(Logs {
+            state: Mutex::new(View::new()),
+            changed,
+        });
+        let mut children = BTreeMap::new();
+        for name in REPLICAS {
+            let path = dir.join(format!("{name}.log"));
+            let file = std::fs::File::create(&path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            let mut cmd = Command::new(bin);
+            cmd.arg("run")
+                .args(args_of(name))
+                // The demo reads the info lines; a RUST_LOG of the caller's shell must not hide them.
+                .env("RUST_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true);
+            // The flags say everything; a setting left in the caller's environment (a config
+            // file, another lock name) must not change what the demo shows.
+            for (key, _) in std::env::vars_os() {
+                if key.to_string_lossy().starts_with("GATEWAY_LEADER_") {
+                    cmd.env_remove(&key);
+                }
+            }
+            let mut child = cmd
+                .spawn()
+                .with_context(|| format!("starting {name}: {}", bin.display()))?;
+            let stderr = child.stderr.take().expect("stderr is piped just above");
+            spawn_reader(name, stderr, file, logs.clone());
+            children.insert(name, child);
+        }
+        Ok(Fleet {
+            children,
+            logs,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    fn mark(&self) -> Mark {
+        self.logs
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.lines.len()))
+            .collect()
+    }
+
+    /// Sends `sig` to a replica; returns the wall-clock instant just before, which the
+    /// replicas' log timestamps are compared with.
+    fn signal(&self, name: &str, sig: Signal) -> Result<SystemTime> {
+        let pid = self
+            .children
+            .get(name)
+            .and_then(Child::id)
+            .ok_or_else(|| anyhow!("{name} is not running"))?;
+        let pid = Pid::from_raw(i32::try_from(pid).context("pid out of range")?);
+        let at = SystemTime::now();
+        kill(pid, sig).with_context(|| format!("sending {sig} to {name}"))?;
+        Ok(at)
+    }
+
+    /// The last lines of a replica's log file, for an error message.
+    fn tail(&self, name: &str) -> String {
+        let text =
+            std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+        testkit::tail(&text, 12)
+    }
+
+    /// Fails when every replica of `among` has exited, with their last lines.
+    fn ensure_alive(&self, view: &View, among: &[&str]) -> Result<()> {
+        if among.iter().all(|n| exited(view, n)) {
+            let tails: Vec<String> = among
+                .iter()
+                .map(|n| format!("--- {n}:\n{}", self.tail(n)))
+                .collect();
+            bail!(
+                "{} exited (logs in {}):\n{}",
+                list(&among.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+                self.dir.display(),
+                tails.join("\n")
+            );
+        }
+        Ok(())
+    }
+
+    /// Waits for `probe` to find something in the logs, woken by every new line; `None` once
+    /// `deadline` passes.
+    async fn wait_until<T>(
+        &self,
+        deadline: Instant,
+        mut probe: impl FnMut(&View) -> Result<Option<T>>,
+    ) -> Result<Option<T>> {
+        let mut changed = self.logs.changed.subscribe();
+        loop {
+            let found = {
+                let view = self.logs.lock();
+                probe(&view)?
+            };
+            if found.is_some() {
+                return Ok(found);
+            }
+            match tokio::time::timeout_at(deadline, changed.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => bail!("the replicas' log readers are gone"),
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+
+    /// As [`wait_until`](Self::wait_until) with [`PATIENCE`]; fails naming `what` and the logs.
+    async fn wait<T>(
+        &self,
+        what: &str,
+        probe: impl FnMut(&View) -> Result<Option<T>>,
+    ) -> Result<T> {
+        match self.wait_until(Instant::now() + PATIENCE, probe).await? {
+            Some(t) => Ok(t),
+            None => bail!(
+                "waited {PATIENCE:?} for {what} in vain (replica logs: {})",
+                self.dir.display()
+            ),
+        }
+    }
+
+    /// Waits for a leader among `among` that logged its leadership after `mark`.
+    async fn wait_leader(&self, among: &[&str], mark: &Mark) -> Result<Leading> {
+        let what = format!("a leader among {}", among.join(", "));
+        self.wait(&what, |view| {
+            if let Some(l) = leader_in(view, among, mark) {
+                return Ok(Some(l));
+            }
+            self.ensure_alive(view, among)?;
+            Ok(None)
+        })
+        .await
+    }
+
+    /// Waits for a line of `name` after `mark` that `hit` accepts; `what` names it.
+    async fn wait_line(
+        &self,
+        name: &str,
+        mark: &Mark,
+        what: &str,
+        hit: impl Fn(&Line) -> bool,
+    ) -> Result<Line> {
+        self.wait(&format!("{what} from {name}"), |view| {
+            if let Some(l) = since(view, name, mark).iter().rev().find(|l| hit(l)) {
+                return Ok(Some(l.clone()));
+            }
+            self.ensure_alive(view, &[name])?;
+            Ok(None)
+        })
+        .await
+    }
+}
+
+// === the lock's server ===
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Kubernetes,
+    Etcd,
+    Redis,
+}
+
+impl Backend {
+    fn parse(s: &str) -> Option<Backend> {
+        match s {
+            "kubernetes" => Some(Backend::Kubernetes),
+            "etcd" => Some(Backend::Etcd),
+            "redis" => Some(Backend::Redis),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Kubernetes => "kubernetes",
+            Backend::Etcd => "etcd",
+            Backend::Redis => "redis",
+        }
+    }
+}
+
+/// Where the lock lives; statuses always go to the apiserver.
+enum LockServer {
+    Kubernetes,
+    Etcd(EtcdServer),
+    Redis {
+        server: RedisServer,
+        /// When it came up: a fresh Redis hands out no lock for one lease after that.
+        up_since: Instant,
+    },
+}
+
+impl LockServer {
+    async fn start(backend: Backend) -> Result<LockServer> {
+        Ok(match backend {
+            Backend::Kubernetes => LockServer::Kubernetes,
+            Backend::Etcd => LockServer::Etcd(
+                EtcdServer::start()
+                    .await
+                    .context("starting etcd for the lock")?,
+            ),
+            Backend::Redis => {
+                let server = RedisServer::start()
+                    .await
+                    .context("starting redis-server for the lock")?;
+                LockServer::Redis {
+                    server,
+                    up_since: Instant::now(),
+                }
+            }
+        })
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            LockServer::Kubernetes => format!("a Lease in namespace {NS} on the apiserver"),
+            LockServer::Etcd(s) => format!("a key in a throwaway etcd at {}", s.endpoint()),
+            LockServer::Redis { server, .. } => {
+                format!("a key in a throwaway Redis at {}", server.url())
+            }
+        }
+    }
+
+    /// `--lock-backend`'s value.
+    fn backend(&self) -> &'static str {
+        match self {
+            LockServer::Kubernetes => "kubernetes",
+            LockServer::Etcd(_) => "etcd",
+            LockServer::Redis { .. } => "redis",
+        }
+    }
+
+    /// Where to find the lock: the Lease's namespace, or the server's endpoint.
+    fn flags(&self) -> [String; 2] {
+        match self {
+            LockServer::Kubernetes => ["--leader-election-namespace".into(), NS.into()],
+            LockServer::Etcd(s) => ["--etcd-endpoints".into(), s.endpoint()],
+            LockServer::Redis { server, .. } => ["--redis-url".into(), server.url()],
+        }
+    }
+}
+
+// === the sample ===
+
+async fn create<K>(api: &Api<K>, value: Value) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    let what = format!(
+        "{} {}",
+        value["kind"].as_str().unwrap_or("object"),
+        value["metadata"]["name"].as_str().unwrap_or("?")
+    );
+    let obj: K = serde_json::from_value(value).with_context(|| format!("the sample's {what}"))?;
+    api.create(&PostParams::default(), &obj)
+        .await
+        .with_context(|| format!("creating {what}"))?;
+    Ok(())
+}
+
+fn route(ns: &str, name: &str, parent: Value, backend: Value) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"parentRefs": [parent], "rules": [{"backendRefs": [backend]}]}
+    })
+}
+
+async fn apply_sample(server: &KubeApiServer, client: &Client) -> Result<()> {
+    for ns in [NS, OTHER_NS] {
+        server.create_namespace(ns).await?;
+    }
+    create(
+        &Api::<GatewayClass>::all(client.clone()),
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+            "metadata": {"name": CLASS.name},
+            "spec": {"controllerName": CONTROLLER}
+        }),
+    )
+    .await?;
+    create(
+        &Api::<Gateway>::namespaced(client.clone(), NS),
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": GATEWAY.name, "namespace": NS},
+            "spec": {"gatewayClassName": CLASS.name, "listeners": [{
+                "name": "http", "protocol": "HTTP", "port": 80,
+                "allowedRoutes": {"namespaces": {"from": "All"}}
+            }]}
+        }),
+    )
+    .await?;
+    create(
+        &Api::<Service>::namespaced(client.clone(), NS),
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": NS},
+            "spec": {"ports": [{"name": "http", "port": 80}]}
+        }),
+    )
+    .await?;
+    let routes = Api::<HttpRoute>::namespaced(client.clone(), NS);
+    let parent = json!({"name": GATEWAY.name});
+    create(
+        &routes,
+        route(
+            NS,
+            VALID.name,
+            parent.clone(),
+            json!({"name": "web", "port": 80}),
+        ),
+    )
+    .await?;
+    create(
+        &routes,
+        route(
+            NS,
+            MISSING.name,
+            parent,
+            json!({"name": MISSING_SERVICE, "port": 80}),
+        ),
+    )
+    .await?;
+    // Another namespace's Service without a ReferenceGrant: ResolvedRefs False, RefNotPermitted.
+    create(
+        &Api::<HttpRoute>::namespaced(client.clone(), OTHER_NS),
+        route(
+            OTHER_NS,
+            CROSS.name,
+            json!({"name": GATEWAY.name, "namespace": NS}),
+            json!({"name": "web", "namespace": NS, "port": 80}),
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Points a route's only rule at `service`:80; returns the generation the change made.
+async fn point_route(client: &Client, key: Key, service: &str) -> Result<i64> {
+    let api = Api::<HttpRoute>::namespaced(client.clone(), key.namespace.unwrap_or(NS));
+    let patch = json!({"spec": {"rules": [{"backendRefs": [{"name": service, "port": 80}]}]}});
+    let r = api
+        .patch(key.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("changing {key}"))?;
+    r.metadata
+        .generation
+        .ok_or_else(|| anyhow!("{key} has no metadata.generation"))
+}
+
+// === statuses on the objects ===
+
+fn conditions_text(conditions: &[Condition], indent: &str) -> Vec<(String, Tone)> {
+    conditions
+        .iter()
+        .map(|c| {
+            let tone = match c.status.as_str() {
+                "True" => Tone::Good,
+                "False" => Tone::Bad,
+                _ => Tone::Unsure,
+            };
+            (
+                format!("{indent}{}={} ({})", c.type_, c.status, c.reason),
+                tone,
+            )
+        })
+        .collect()
+}
+
+fn our_parents(
+    r: &HttpRoute,
+) -> impl Iterator<Item = &gateway_api::httproutes::HttpRouteStatusParents> {
+    r.status
+        .iter()
+        .flat_map(|s| s.parents.iter())
+        .filter(|p| p.controller_name == CONTROLLER)
+}
+
+/// True when our entry on the route has condition `type_` = `status`, observed at `generation`
+/// or later (so it is about the route as changed, not as it was).
+fn route_says(r: &HttpRoute, type_: &str, status: &str, generation: i64) -> bool {
+    our_parents(r).any(|p| {
+        p.conditions.iter().any(|c| {
+            c.type_ == type_
+                && c.status == status
+                && c.observed_generation.unwrap_or(i64::MIN) >= generation
+        })
+    })
+}
+
+/// The replicas that wrote the object's status, with the time of their managedFields entry.
+fn status_writers(meta: &ObjectMeta) -> Vec<(String, Option<Timestamp>)> {
+    fn is_status(m: &ManagedFieldsEntry) -> bool {
+        match m.subresource.as_deref() {
+            Some(s) => s == "status",
+            // Apiservers before 1.22 (the local v1.20 one) do not record the subresource; the
+            // fields the entry owns tell.
+            None => m
+                .fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.get("f:status").is_some()),
+        }
+    }
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| is_status(m))
+        .filter_map(|m| {
+            let name = m.manager.as_deref()?.strip_prefix("gateway-leader/")?;
+            Some((name.to_string(), m.time.as_ref().map(|t| t.0)))
+        })
+        .collect()
+}
+
+/// One object's status as the table shows it.
+struct Status {
+    lines: Vec<(String, Tone)>,
+    writers: Vec<(String, Option<Timestamp>)>,
+}
+
+async fn read_status(client: &Client, key: Key) -> Result<Status> {
+    let ns = key.namespace.unwrap_or_default();
+    let context = || format!("reading {key}");
+    let (lines, meta) = match key.kind {
+        "GatewayClass" => {
+            let o = Api::<GatewayClass>::all(client.clone())
+                .get(key.name)
+                .await
+                .with_context(context)?;
+            let conds = o
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.clone())
+                .unwrap_or_default();
+            (conditions_text(&conds, ""), o.metadata)
+        }
+        "Gateway" => {
+            let o = Api::<Gateway>::namespaced(client.clone(), ns)
+                .get(key.name)
+                .await
+                .with_context(context)?;
+            let status = o.status.clone().unwrap_or_default();
+            let mut lines = conditions_text(&status.conditions.unwrap_or_default(), "");
+            for l in status.listeners.unwrap_or_default() {
+                lines.push((
+                    format!("listener {}: attachedRoutes {}", l.name, l.attached_routes),
+                    Tone::Plain,
+                ));
+                lines.extend(conditions_text(&l.conditions, "  "));
+            }
+            (lines, o.metadata)
+        }
+        _ => {
+            let o = Api::<HttpRoute>::namespaced(client.clone(), ns)
+                .get(key.name)
+                .await
+                .with_context(context)?;
+            let mut lines = Vec::new();
+            let ours: Vec<_> = our_parents(&o).collect();
+            for p in &ours {
+                if ours.len() > 1 {
+                    lines.push((format!("parent {}:", p.parent_ref.name), Tone::Plain));
+                }
+                lines.extend(conditions_text(&p.conditions, ""));
+            }
+            (lines, o.metadata.clone())
+        }
+    };
+    Ok(Status {
+        lines,
+        writers: status_writers(&meta),
+    })
+}
+
+/// Waits until a replica has written the object's status. The conditions alone would not
+/// tell: the upstream CRDs default them to `Unknown (Pending)` when the object is created.
+async fn has_status(client: &Client, key: Key, logs: &Path) -> Result<()> {
+    fn written<K: Resource<DynamicType = ()>>(o: &K) -> bool {
+        !status_writers(o.meta()).is_empty()
+    }
+    let ns = key.namespace.unwrap_or_default();
+    let what = "a status from a replica";
+    match key.kind {
+        "GatewayClass" => {
+            await_object(
+                Api::<GatewayClass>::all(client.clone()),
+                key,
+                what,
+                logs,
+                written,
+            )
+            .await?;
+        }
+        "Gateway" => {
+            await_object(
+                Api::<Gateway>::namespaced(client.clone(), ns),
+                key,
+                what,
+                logs,
+                written,
+            )
+            .await?;
+        }
+        _ => {
+            await_object(
+                Api::<HttpRoute>::namespaced(client.clone(), ns),
+                key,
+                what,
+                logs,
+                written,
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Waits on a watch until the object satisfies `cond`; fails after [`PATIENCE`].
+async fn await_object<K>(
+    api: Api<K>,
+    key: Key,
+    what: &str,
+    logs: &Path,
+    cond: impl Fn(&K) -> bool + Send + 'static,
+) -> Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let waited = tokio::time::timeout(
+        PATIENCE,
+        await_condition(api, key.name, move |o: Option<&K>| o.is_some_and(&cond)),
+    )
+    .await;
+    match waited {
+        Ok(Ok(Some(o))) => Ok(o),
+        Ok(Ok(None)) => bail!("{key} is gone while waiting for {what}"),
+        Ok(Err(e)) => Err(e).with_context(|| format!("watching {key} for {what}")),
+        Err(_) => bail!(
+            "{key} did not get {what} within {PATIENCE:?} (replica logs: {})",
+            logs.display()
+        ),
+    }
+}
+
+// === the demo ===
+
+/// Whether the replicas compute statuses for the sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Computes {
+    /// Statuses were written.
+    Statuses,
+    /// Nothing was written for [`QUIET`] after the first leader started.
+    Nothing,
+}
+
+/// The route change made during a handover, and what its ResolvedRefs must turn to.
+struct Change {
+    route: Key,
+    service: &'static str,
+    resolved: &'static str,
+}
+
+/// One handover: the new leader, and its first status write when there was one.
+struct Handover {
+    leader: Leading,
+    led_after: Duration,
+    first_write: Option<Duration>,
+}
+
+struct Demo<'a> {
+    out: &'a Out,
+    client: Client,
+    fleet: Fleet,
+    lock: LockServer,
+}
+
+impl Demo<'_> {
+    /// Which replica wrote the object's status, under which term.
+    ///
+    /// managedFields names the replicas that own fields of the status; the newest entry wins,
+    /// and within its one-second resolution the newest "status written" line. That replica's
+    /// last such line for the object carries the term (waited for: the line follows the write).
+    async fn attribute(
+        &self,
+        key: Key,
+        writers: &[(String, Option<Timestamp>)],
+    ) -> Result<Option<(String, String)>> {
+        let last_line = |name: &str| -> Option<SystemTime> {
+            let view = self.fleet.logs.lock();
+            view.get(name)?
+                .lines
+                .iter()
+                .rev()
+                .find(|l| key.written_by(l))
+                .map(|l| l.at)
+        };
+        let Some((writer, _)) = writers
+            .iter()
+            .max_by_key(|(name, time)| (*time, last_line(name)))
+        else {
+            return Ok(None);
+        };
+        if !REPLICAS.contains(&writer.as_str()) {
+            return Ok(Some((writer.clone(), "?".into())));
+        }
+        let line = self
+            .fleet
+            .wait_line(
+                writer,
+                &Mark::new(),
+                &format!("a \"status written\" line for {key}"),
+                |l| key.written_by(l),
+            )
+            .await?;
+        Ok(Some((
+            writer.clone(),
+            line.term().unwrap_or_else(|| "?".into()),
+        )))
+    }
+
+    async fn table(&self) -> Result<()> {
+        struct Row {
+            key: Key,
+            lines: Vec<(String, Tone)>,
+            writer: String,
+            term: String,
+        }
+        let mut rows = Vec::new();
+        for key in TABLE {
+            let status = read_status(&self.client, key).await?;
+            let (writer, term) = self
+                .attribute(key, &status.writers)
+                .await?
+                .unwrap_or_else(|| ("-".into(), "-".into()));
+            let lines = if status.lines.is_empty() {
+                vec![("(no status)".to_string(), Tone::Dim)]
+            } else {
+                status.lines
+            };
+            rows.push(Row {
+                key,
+                lines,
+                writer,
+                term,
+            });
+        }
+        let header = ["KIND", "OBJECT", "STATUS", "WRITTEN BY", "TERM"];
+        let width = |i: usize, f: &dyn Fn(&Row) -> usize| {
+            rows.iter().map(f).max().unwrap_or(0).max(header[i].len())
+        };
+        let w = [
+            width(0, &|r| r.key.kind.len()),
+            width(1, &|r| r.key.object().len()),
+            width(2, &|r| {
+                r.lines.iter().map(|(t, _)| t.len()).max().unwrap_or(0)
+            }),
+            width(3, &|r| r.writer.len()),
+        ];
+        let out = self.out;
+        let cell =
+            |text: &str, width: usize, tone: Tone| out.paint(tone, &format!("{text:<width$}"));
+        println!(
+            "{}  {}  {}  {}  {}",
+            cell(header[0], w[0], Tone::Bold),
+            cell(header[1], w[1], Tone::Bold),
+            cell(header[2], w[2], Tone::Bold),
+            cell(header[3], w[3], Tone::Bold),
+            out.paint(Tone::Bold, header[4])
+        );
+        for row in &rows {
+            for (i, (text, tone)) in row.lines.iter().enumerate() {
+                let (kind, object, writer, term) = if i == 0 {
+                    (
+                        row.key.kind.to_string(),
+                        row.key.object(),
+                        row.writer.as_str(),
+                        row.term.as_str(),
+                    )
+                } else {
+                    (String::new(), String::new(), "", "")
+                };
+                let line = format!(
+                    "{}  {}  {}  {}  {}",
+                    cell(&kind, w[0], Tone::Plain),
+                    cell(&object, w[1], Tone::Plain),
+                    cell(text, w[2], *tone),
+                    cell(writer, w[3], Tone::Plain),
+                    term
+                );
+                println!("{}", line.trim_end());
+            }
+        }
+        Ok(())
+    }
+
+    /// The first leader, with a word on Redis's restart guard when it holds everyone back.
+    async fn first_leader(&self) -> Result<Leading> {
+        let mut told = false;
+        let redis_up = match &self.lock {
+            LockServer::Redis { up_since, .. } => Some(*up_since),
+            _ => None,
+        };
+        self.fleet
+            .wait("a first leader", |view| {
+                if let Some(l) = leader_in(view, &REPLICAS, &Mark::new()) {
+                    return Ok(Some(l));
+                }
+                // A follower that sees no holder on a fresh Redis is held back by the guard.
+                let guarded = REPLICAS.iter().any(|n| {
+                    since(view, n, &Mark::new()).iter().any(|l| {
+                        l.message() == "leadership: following"
+                            && l.str("holder").as_deref() == Some("unknown")
+                    })
+                });
+                if let (Some(up), true, false) = (redis_up, guarded, told) {
+                    told = true;
+                    let left = (LEASE + Duration::from_secs(1)).saturating_sub(up.elapsed());
+                    self.out.note(format!(
+                        "a fresh Redis hands out no lock until it has been up for one lease \
+                         (restart guard, docs/redis.md): nobody leads for about {}",
+                        human(left)
+                    ));
+                }
+                self.fleet.ensure_alive(view, &REPLICAS)?;
+                Ok(None)
+            })
+            .await
+    }
+
+    /// Phase 1: who leads, and the statuses it wrote.
+    async fn start(&self) -> Result<(Leading, Computes)> {
+        let leader = self.first_leader().await?;
+        let others: Vec<&str> = REPLICAS
+            .iter()
+            .copied()
+            .filter(|n| *n != leader.replica)
+            .collect();
+        for name in &others {
+            self.fleet
+                .wait_line(name, &Mark::new(), "\"leadership: following\"", |l| {
+                    l.message() == "leadership: following"
+                })
+                .await?;
+        }
+        self.out.step(format!(
+            "{} leads with term {}; {} follow",
+            leader.replica,
+            leader.term,
+            list(&others.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        ));
+        // Either every object gets its status, or nothing is written at all for QUIET.
+        let all = async {
+            for key in TABLE {
+                has_status(&self.client, key, &self.fleet.dir).await?;
+            }
+            Ok::<_, anyhow::Error>(Computes::Statuses)
+        };
+        let quiet = async {
+            let written = self
+                .fleet
+                .wait_until(Instant::now() + QUIET, |view| {
+                    Ok(REPLICAS
+                        .iter()
+                        .any(|n| {
+                            since(view, n, &Mark::new())
+                                .iter()
+                                .any(|l| l.message() == "status written")
+                        })
+                        .then_some(()))
+                })
+                .await?;
+            match written {
+                // Statuses are coming: the objects decide.
+                Some(()) => std::future::pending().await,
+                None => Ok::<_, anyhow::Error>(Computes::Nothing),
+            }
+        };
+        let computes = tokio::select! {
+            r = all => r?,
+            r = quiet => r?,
+        };
+        if computes == Computes::Nothing {
+            self.out.note(format!(
+                "no replica wrote a status within {} s: this build computes none for the sample, \
+                 so the tables show no status of ours",
+                QUIET.as_secs()
+            ));
+        }
+        self.out.heading(format!(
+            "Statuses, computed by every replica, written by the leader only ({CONTROLLER})"
+        ));
+        self.table().await?;
+        Ok((leader, computes))
+    }
+
+    /// The line of `leader`'s first status write after `mark`.
+    ///
+    /// "first status write of this leadership" says so, but only while the new leader is still
+    /// checking its cached statuses; a write after that check (a change that reached it later)
+    /// has only its "status written" line. Both come from the same moment of the same write, the
+    /// first just before the second, so waiting for the second finds the first if there is one.
+    async fn first_write(&self, leader: &Leading, mark: &Mark) -> Result<Line> {
+        let of_term = |l: &Line| l.term().as_deref() == Some(leader.term.as_str());
+        let written = self
+            .fleet
+            .wait_line(&leader.replica, mark, "a status write", |l| {
+                l.message() == "status written" && of_term(l)
+            })
+            .await?;
+        let view = self.fleet.logs.lock();
+        let lines = since(&view, &leader.replica, mark);
+        let first = lines
+            .iter()
+            .find(|l| l.message() == "first status write of this leadership" && of_term(l))
+            .or_else(|| {
+                lines
+                    .iter()
+                    .find(|l| l.message() == "status written" && of_term(l))
+            });
+        Ok(first.cloned().unwrap_or(written))
+    }
+
+    /// Stops or kills `leader`, changes `route`, and waits for the next leader to write it.
+    async fn handover(
+        &self,
+        leader: &Leading,
+        sig: Signal,
+        among: &[&str],
+        change: Change,
+        computes: Computes,
+    ) -> Result<Handover> {
+        let Change {
+            route,
+            service,
+            resolved,
+        } = change;
+        let mark = self.fleet.mark();
+        let sent = self.fleet.signal(&leader.replica, sig)?;
+        let signame = if sig == Signal::SIGKILL {
+            "SIGKILL"
+        } else {
+            "SIGTERM"
+        };
+        self.out.step(format!(
+            "{signame} to {} (term {})",
+            leader.replica, leader.term
+        ));
+        // At once, so the change lands while the lock changes hands.
+        let generation = point_route(&self.client, route, service).await?;
+        self.out.step(format!(
+            "{route} now points at {service}:80, so its ResolvedRefs must turn {resolved}"
+        ));
+        let next = self.fleet.wait_leader(among, &mark).await?;
+        let led_after = next.at.duration_since(sent).unwrap_or_default();
+        self.out.step(format!(
+            "{} leads with term {}, {} after the {signame}",
+            next.replica,
+            next.term,
+            human(led_after)
+        ));
+        // The writer's own account of its new leadership: how many statuses it holds.
+        let sweep_start = self
+            .fleet
+            .wait_line(
+                &next.replica,
+                &mark,
+                "\"leading: writing every cached status\"",
+                |l| {
+                    l.message() == "leading: writing every cached status"
+                        && l.term().as_deref() == Some(next.term.as_str())
+                },
+            )
+            .await?;
+        let cached = sweep_start.count("statuses").unwrap_or(0);
+        if cached == 0 && computes == Computes::Nothing {
+            self.out.note(format!(
+                "{} holds no computed status, so it has nothing to write",
+                next.replica
+            ));
+            return Ok(Handover {
+                leader: next,
+                led_after,
+                first_write: None,
+            });
+        }
+        let api = Api::<HttpRoute>::namespaced(self.client.clone(), route.namespace.unwrap_or(NS));
+        let what = format!("ResolvedRefs {resolved} from a replica");
+        let r = await_object(api, route, &what, &self.fleet.dir, move |r| {
+            route_says(r, "ResolvedRefs", resolved, generation)
+        })
+        .await?;
+        let writer = self.attribute(route, &status_writers(&r.metadata)).await?;
+        let mut first_write = None;
+        match writer {
+            Some((w, _)) if w == next.replica => {
+                let first = self.first_write(&next, &mark).await?;
+                let after = first.at.duration_since(sent).unwrap_or_default();
+                first_write = Some(after);
+                self.out.step(format!(
+                    "{}'s first status write ({}): {} after the {signame}",
+                    next.replica,
+                    first.object(),
+                    human(after)
+                ));
+                // Only a leadership that began with cached statuses checks them all and says so.
+                if cached > 0 {
+                    let done = self
+                        .fleet
+                        .wait_line(
+                            &next.replica,
+                            &mark,
+                            "\"every cached status checked\"",
+                            |l| {
+                                l.message() == "every cached status checked"
+                                    && l.term().as_deref() == Some(next.term.as_str())
+                            },
+                        )
+                        .await?;
+                    self.out.step(format!(
+                        "{} checked its {cached} cached statuses in {}: {} written, {} unchanged, {} other",
+                        next.replica,
+                        human(done.millis("took_ms").unwrap_or_default()),
+                        done.count("written").unwrap_or_default(),
+                        done.count("unchanged").unwrap_or_default(),
+                        done.count("other").unwrap_or_default(),
+                    ));
+                }
+            }
+            Some((w, term)) if w == leader.replica => self.out.note(format!(
+                "{route} was written by {w} under term {term}, just before it stepped down"
+            )),
+            Some((w, term)) => self
+                .out
+                .note(format!("{route} names {w} (term {term}) as its writer")),
+            None => self
+                .out
+                .note(format!("no replica is named as the writer of {route}")),
+        }
+        Ok(Handover {
+            leader: next,
+            led_after,
+            first_write,
+        })
+    }
+}
+
+async fn run(out: &Out, bin: &Path, backend: Backend, dir: &Path) -> Result<()> {
+    println!(
+        "{}",
+        out.paint(
+            Tone::Bold,
+            &format!(
+                "gateway-leader demo: 3 replicas, lock on {}, lease {LEASE_DURATION}, \
+                 renew deadline {RENEW_DEADLINE}, retry {RETRY_PERIOD}",
+                backend.name()
+            )
+        )
+    );
+    let began = Instant::now();
+    out.step("starting a local kube-apiserver v1.20.2 (with its own etcd)");
+    // Always a local one, even when a test cluster is configured: the demo writes its sample.
+    let server = KubeApiServer::start_local()
+        .await
+        .context("starting kube-apiserver")?;
+    out.step(format!(
+        "kube-apiserver ready at {} after {}",
+        server.url().trim_end_matches('/'),
+        human(began.elapsed())
+    ));
+    match testkit::gateway_api::crd_dir() {
+        Some(d) => out.step(format!(
+            "installing the Gateway API CRDs from {}",
+            d.display()
+        )),
+        None => out.note(format!(
+            "stand-in CRDs without schemas; for the upstream ones set {} to a copy of \
+             config/crd/standard of gateway-api {}",
+            testkit::gateway_api::CRDS_ENV,
+            testkit::gateway_api::BUNDLE_VERSION
+        )),
+    }
+    server
+        .install_gateway_api()
+        .await
+        .context("installing the Gateway API CRDs")?;
+    let client = server.admin_client();
+    apply_sample(&server, &client).await?;
+    for line in [
+        format!("sample: {CLASS} (controllerName {CONTROLLER})"),
+        format!("        {GATEWAY} (listener http, port 80, routes from all namespaces)"),
+        format!("        Service {NS}/web (port 80)"),
+        format!("        {VALID} -> web:80"),
+        format!("        {MISSING} -> {MISSING_SERVICE}:80 (no such Service)"),
+        format!("        {CROSS} -> {NS}/web:80 (no ReferenceGrant)"),
+    ] {
+        out.step(line);
+    }
+    let lock = LockServer::start(backend).await?;
+    out.step(format!("the lock: {}", lock.describe()));
+    let kubeconfig = server.kubeconfig_path().display().to_string();
+    let flags = lock.flags();
+    let fleet = Fleet::start(
+        bin,
+        |name| {
+            let mut a = vec!["--lock-backend".to_string(), lock.backend().to_string()];
+            a.extend(["--kubeconfig".to_string(), kubeconfig.clone()]);
+            a.extend(flags.clone());
+            a.extend(
+                [
+                    "--lease-duration",
+                    LEASE_DURATION,
+                    "--renew-deadline",
+                    RENEW_DEADLINE,
+                    "--retry-period",
+                    RETRY_PERIOD,
+                    "--leader-election-identity",
+                    name,
+                    "--log-format",
+                    "json",
+                ]
+                .map(String::from),
+            );
+            a
+        },
+        dir,
+    )?;
+    out.step(format!(
+        "started {}; their logs: {}",
+        list(&REPLICAS.map(String::from)),
+        dir.display()
+    ));
+    let demo = Demo {
+        out,
+        client,
+        fleet,
+        lock,
+    };
+    let (first, computes) = demo.start().await?;
+
+    out.heading("Graceful stop: the leader releases the lock, a follower takes over at once");
+    let rest: Vec<&str> = REPLICAS
+        .iter()
+        .copied()
+        .filter(|n| *n != first.replica)
+        .collect();
+    let graceful = demo
+        .handover(
+            &first,
+            Signal::SIGTERM,
+            &rest,
+            Change {
+                route: MISSING,
+                service: "web",
+                resolved: "True",
+            },
+            computes,
+        )
+        .await?;
+    println!();
+    demo.table().await?;
+
+    out.heading(format!(
+        "Crash: the last replica must wait for the lease ({LEASE_DURATION}) to run out"
+    ));
+    let last: Vec<&str> = rest
+        .iter()
+        .copied()
+        .filter(|n| *n != graceful.leader.replica)
+        .collect();
+    let crash = demo
+        .handover(
+            &graceful.leader,
+            Signal::SIGKILL,
+            &last,
+            Change {
+                route: VALID,
+                service: MISSING_SERVICE,
+                resolved: "False",
+            },
+            computes,
+        )
+        .await?;
+    println!();
+    demo.table().await?;
+
+    // The time to the first status write when both handovers had one, else to the new leader.
+    let (what, term_ended, crashed) = match (graceful.first_write, crash.first_write) {
+        (Some(a), Some(b)) => ("first write", a, b),
+        _ => ("new leader", graceful.led_after, crash.led_after),
+    };
+    println!();
+    out.step(format!(
+        "summary: terms {} -> {} -> {}; {what} {} after SIGTERM, {} after SIGKILL \
+         (lease {LEASE_DURATION})",
+        first.term,
+        graceful.leader.term,
+        crash.leader.term,
+        human(term_ended),
+        human(crashed),
+    ));
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM; the children go when the demo's future is dropped.
+async fn stop_signal() -> &'static str {
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        // Without handlers the default action ends the demo, and its children with the group.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "Ctrl-C",
+        _ = term.recv() => "SIGTERM",
+    }
+}
+
+/// The replicas' log files: removed after a successful run, kept (and named) otherwise.
+struct LogDir(Option<TempDir>);
+
+impl LogDir {
+    fn path(&self) -> &Path {
+        self.0
+            .as_ref()
+            .map(TempDir::path)
+            .expect("the log dir lives until finish or drop")
+    }
+
+    fn finish(mut self) {
+        if let Some(d) = self.0.take() {
+            let _ = d.close();
+        }
+    }
+}
+
+impl Drop for LogDir {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            eprintln!("replica logs kept in {}", d.keep().display());
+        }
+    }
+}
+
+fn parse_args() -> Result<(PathBuf, Backend), String> {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let (bin, backend) = match args.as_slice() {
+        [bin] => (bin, "kubernetes".to_string()),
+        [bin, b] => (bin, b.to_string_lossy().into_owned()),
+        _ => return Err("expected the binary's path and at most a backend".into()),
+    };
+    let backend = Backend::parse(&backend).ok_or_else(|| format!("unknown backend {backend:?}"))?;
+    let bin = PathBuf::from(bin);
+    if !bin.is_file() {
+        return Err(format!("{} is not a file", bin.display()));
+    }
+    Ok((bin, backend))
+}
+
+fn main() -> ExitCode {
+    let (bin, backend) = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let dir = match tempfile::Builder::new()
+        .prefix("gateway-leader-demo-")
+        .tempdir()
+    {
+        Ok(d) => LogDir(Some(d)),
+        Err(e) => {
+            eprintln!("demo failed: creating a temporary dir: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("demo failed: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let out = Out::new();
+    let result = runtime.block_on(async {
+        tokio::select! {
+            biased;
+            sig = stop_signal() => Err(anyhow!("interrupted ({sig})")),
+            r = run(&out, &bin, backend, dir.path()) => r,
+        }
+    });
+    // The replicas and servers went with the demo's future; their readers go with the runtime.
+    drop(runtime);
+    match result {
+        Ok(()) => {
+            dir.finish();
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("demo failed: {e:#}");
+            drop(dir);
+            ExitCode::FAILURE
+        }
+    }
+}
