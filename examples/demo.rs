@@ -67,10 +67,6 @@ const LEASE: Duration = Duration::from_secs(5);
 /// How long any one wait may take: apiserver, watches, three replicas and a lease expiry on a
 /// busy 2-core machine stay far below it; reaching it means something is broken.
 const PATIENCE: Duration = Duration::from_secs(120);
-/// With a computation that yields statuses, the first leader writes within moments of its
-/// watches syncing. When nothing at all is written for this long, the build computes none for
-/// the sample, and the demo goes on to show leadership alone rather than fail.
-const QUIET: Duration = Duration::from_secs(10);
 
 // === objects ===
 
@@ -934,15 +930,6 @@ where
 
 // === the demo ===
 
-/// Whether the replicas compute statuses for the sample.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Computes {
-    /// Statuses were written.
-    Statuses,
-    /// Nothing was written for [`QUIET`] after the first leader started.
-    Nothing,
-}
-
 /// The route change made during a handover, and what its ResolvedRefs must turn to.
 struct Change {
     route: Key,
@@ -1118,7 +1105,7 @@ impl Demo<'_> {
     }
 
     /// Phase 1: who leads, and the statuses it wrote.
-    async fn start(&self) -> Result<(Leading, Computes)> {
+    async fn start(&self) -> Result<Leading> {
         let leader = self.first_leader().await?;
         let others: Vec<&str> = REPLICAS
             .iter()
@@ -1138,49 +1125,14 @@ impl Demo<'_> {
             leader.term,
             list(&others.iter().map(|s| s.to_string()).collect::<Vec<_>>())
         ));
-        // Either every object gets its status, or nothing is written at all for QUIET.
-        let all = async {
-            for key in TABLE {
-                has_status(&self.client, key, &self.fleet.dir).await?;
-            }
-            Ok::<_, anyhow::Error>(Computes::Statuses)
-        };
-        let quiet = async {
-            let written = self
-                .fleet
-                .wait_until(Instant::now() + QUIET, |view| {
-                    Ok(REPLICAS
-                        .iter()
-                        .any(|n| {
-                            since(view, n, &Mark::new())
-                                .iter()
-                                .any(|l| l.message() == "status written")
-                        })
-                        .then_some(()))
-                })
-                .await?;
-            match written {
-                // Statuses are coming: the objects decide.
-                Some(()) => std::future::pending().await,
-                None => Ok::<_, anyhow::Error>(Computes::Nothing),
-            }
-        };
-        let computes = tokio::select! {
-            r = all => r?,
-            r = quiet => r?,
-        };
-        if computes == Computes::Nothing {
-            self.out.note(format!(
-                "no replica wrote a status within {} s: this build computes none for the sample, \
-                 so the tables show no status of ours",
-                QUIET.as_secs()
-            ));
+        for key in TABLE {
+            has_status(&self.client, key, &self.fleet.dir).await?;
         }
         self.out.heading(format!(
             "Statuses, computed by every replica, written by the leader only ({CONTROLLER})"
         ));
         self.table().await?;
-        Ok((leader, computes))
+        Ok(leader)
     }
 
     /// The line of `leader`'s first status write after `mark`.
@@ -1217,7 +1169,6 @@ impl Demo<'_> {
         sig: Signal,
         among: &[&str],
         change: Change,
-        computes: Computes,
     ) -> Result<Handover> {
         let Change {
             route,
@@ -1262,17 +1213,6 @@ impl Demo<'_> {
             )
             .await?;
         let cached = sweep_start.count("statuses").unwrap_or(0);
-        if cached == 0 && computes == Computes::Nothing {
-            self.out.note(format!(
-                "{} holds no computed status, so it has nothing to write",
-                next.replica
-            ));
-            return Ok(Handover {
-                leader: next,
-                led_after,
-                first_write: None,
-            });
-        }
         let api = Api::<HttpRoute>::namespaced(self.client.clone(), route.namespace.unwrap_or(NS));
         let what = format!("ResolvedRefs {resolved} from a replica");
         let r = await_object(api, route, &what, &self.fleet.dir, move |r| {
@@ -1407,6 +1347,9 @@ async fn run(out: &Out, bin: &Path, backend: Backend, dir: &Path) -> Result<()> 
                     name,
                     "--log-format",
                     "json",
+                    // Three replicas on one machine: each its own free health port.
+                    "--health-addr",
+                    "127.0.0.1:0",
                 ]
                 .map(String::from),
             );
@@ -1425,7 +1368,7 @@ async fn run(out: &Out, bin: &Path, backend: Backend, dir: &Path) -> Result<()> 
         fleet,
         lock,
     };
-    let (first, computes) = demo.start().await?;
+    let first = demo.start().await?;
 
     out.heading("Graceful stop: the leader releases the lock, a follower takes over at once");
     let rest: Vec<&str> = REPLICAS
@@ -1443,7 +1386,6 @@ async fn run(out: &Out, bin: &Path, backend: Backend, dir: &Path) -> Result<()> 
                 service: "web",
                 resolved: "True",
             },
-            computes,
         )
         .await?;
     println!();
@@ -1467,7 +1409,6 @@ async fn run(out: &Out, bin: &Path, backend: Backend, dir: &Path) -> Result<()> 
                 service: MISSING_SERVICE,
                 resolved: "False",
             },
-            computes,
         )
         .await?;
     println!();

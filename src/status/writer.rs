@@ -160,6 +160,7 @@ impl StatusWriter {
                         sweep = Sweep::start(term, self.cache.mark_all_dirty());
                         info!(%term, identity = %self.config.identity, statuses = sweep.left.len(),
                             "leading: writing every cached status");
+                        sweep.finish_check(&self.config.identity);
                     }
                     None => {
                         info!(identity = %self.config.identity, "not leading: no status writes")
@@ -284,6 +285,8 @@ struct Sweep {
     term: Option<Term>,
     began: Option<Instant>,
     first_write: bool,
+    /// Still going through the statuses cached when the leadership began.
+    checking: bool,
     left: HashSet<ObjectKey>,
     written: usize,
     unchanged: usize,
@@ -295,6 +298,7 @@ impl Sweep {
         Sweep {
             term: Some(term),
             began: Some(Instant::now()),
+            checking: true,
             left: keys,
             ..Sweep::default()
         }
@@ -321,7 +325,7 @@ impl Sweep {
                 first = Some(after);
             }
         }
-        if !self.left.remove(key) {
+        if !self.checking || !self.left.remove(key) {
             return first;
         }
         match result {
@@ -329,13 +333,22 @@ impl Sweep {
             Ok(Written::Unchanged) => self.unchanged += 1,
             _ => self.other += 1,
         }
-        if self.left.is_empty() {
+        self.finish_check(identity);
+        first
+    }
+
+    /// Logs the end of the first pass once nothing of it is left (at once when nothing was
+    /// cached); the first write of the leadership may still come later.
+    fn finish_check(&mut self, identity: &str) {
+        let (Some(term), Some(began)) = (self.term, self.began) else {
+            return;
+        };
+        if self.checking && self.left.is_empty() {
             info!(%term, %identity, written = self.written, unchanged = self.unchanged,
                 other = self.other, took_ms = began.elapsed().as_secs_f64() * 1e3,
                 "every cached status checked");
-            self.term = None;
+            self.checking = false;
         }
-        first
     }
 }
 
@@ -428,5 +441,55 @@ impl Job {
             })
             .await
             .map_err(WriteError::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::namespaced(Kind::HttpRoute, "ns", name)
+    }
+
+    #[test]
+    fn the_first_write_counts_even_after_the_first_pass_is_over() {
+        let mut sweep = Sweep::start(Term(3), [key("a")].into());
+        assert_eq!(
+            sweep.settled(&key("a"), &Ok(Written::Unchanged), "me"),
+            None
+        );
+        assert!(!sweep.checking, "the pass over what was cached is done");
+        let first = sweep.settled(&key("b"), &Ok(Written::Written { term: Term(3) }), "me");
+        assert!(
+            first.is_some(),
+            "a change that arrived later is still the first write"
+        );
+        let second = sweep.settled(&key("c"), &Ok(Written::Written { term: Term(3) }), "me");
+        assert_eq!(second, None, "only the first");
+    }
+
+    #[test]
+    fn a_write_of_an_older_term_is_not_this_leaderships_first() {
+        let mut sweep = Sweep::start(Term(4), [key("a")].into());
+        let old = sweep.settled(&key("a"), &Ok(Written::Written { term: Term(3) }), "me");
+        assert_eq!(old, None);
+        assert_eq!(sweep.written, 1, "it still counts in the pass");
+    }
+
+    #[test]
+    fn only_conflicts_throttling_and_server_errors_are_retried_at_once() {
+        let api = |code: u16| {
+            WriteError::Kube(kube::Error::Api(
+                kube::core::Status::failure("x", "y")
+                    .with_code(code)
+                    .boxed(),
+            ))
+        };
+        assert!(api(409).is_transient() && api(429).is_transient() && api(503).is_transient());
+        assert!(!api(422).is_transient() && !api(403).is_transient());
+        assert!(WriteError::NotLeader(NotLeader::ShuttingDown).is_leadership());
+        assert!(WriteError::Deadline(Term(1)).is_leadership());
+        assert!(!api(409).is_leadership());
     }
 }
