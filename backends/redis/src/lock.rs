@@ -36,7 +36,8 @@ pub struct RedisLock {
     scripts: Arc<Scripts>,
     /// The term each holder of this process last led under: a renew expects exactly it.
     held: Mutex<HashMap<String, Term>>,
-    /// The highest term seen; a new term is always above it, even if the counter went back.
+    /// The highest term seen; a new term is always above it, even if the counter and the
+    /// server clock both went back.
     max_seen: AtomicU64,
 }
 
@@ -271,7 +272,7 @@ impl RedisLock {
     }
 
     fn saw(&self, term: Term) {
-        if term.0 < MAX_TERM {
+        if term.0 <= MAX_TERM {
             self.max_seen.fetch_max(term.0, Ordering::Relaxed);
         }
     }
@@ -344,7 +345,11 @@ impl LeaderLock for RedisLock {
             ));
         }
         let expect = self.held().get(&me).map(|t| t.0.to_string());
-        let floor = self.max_seen.load(Ordering::Relaxed);
+        // Never hand out a term at or below one this client has seen.
+        let floor = match self.max_seen.load(Ordering::Relaxed) {
+            0 => 0,
+            seen => seen.saturating_add(1),
+        };
         let mut inv = self.scripts.acquire.prepare_invoke();
         inv.key(&self.keys.holder)
             .key(&self.keys.term)

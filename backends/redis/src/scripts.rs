@@ -1,18 +1,42 @@
 //! The Lua scripts; each runs atomically on the server.
 
-/// Shared helpers. `num` prints a Lua number (a double) as an integer without exponent, exact
-/// below 2^53; `ours` never throws on foreign input.
+/// Shared helpers.
+///
+/// Terms are handled as decimal strings, never as Lua numbers: those are doubles, which stop
+/// counting by one at 2^53 (a counter at 2^53 + 1 handed out 2^53 + 4 three times). `canon`,
+/// `gt` and `inc` are exact integer arithmetic on strings of digits, and `term_of` reads a
+/// record's term as written instead of through `cjson` (which yields a double). `ours` never
+/// throws on foreign input.
 const PRELUDE: &str = r#"
-local function num(x) return string.format('%.0f', x) end
+local function canon(s)
+  if type(s) ~= 'string' or not string.match(s, '^%d+$') then return nil end
+  s = (string.gsub(s, '^0+', ''))
+  if s == '' then return '0' end
+  return s
+end
+local function gt(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+local function inc(a)
+  local i = #a
+  while i > 0 and string.sub(a, i, i) == '9' do i = i - 1 end
+  if i == 0 then return '1' .. string.rep('0', #a) end
+  return string.sub(a, 1, i - 1) .. string.char(string.byte(a, i) + 1) .. string.rep('0', #a - i)
+end
+local function term_of(raw)
+  return canon(string.match(raw, ',"term":(%d+),"lease_ms":'))
+end
 local function decode(raw)
   local ok, rec = pcall(cjson.decode, raw)
   if ok and type(rec) == 'table' then return rec end
   return nil
 end
-local function ours(rec, holder)
+local function ours(rec, raw, holder)
   return rec ~= nil and rec.v == 1 and type(rec.holder) == 'string' and rec.holder == holder
-    and type(rec.term) == 'number'
+    and type(rec.term) == 'number' and term_of(raw) ~= nil
 end
+local function num(x) return string.format('%.0f', x) end
 local function encode(holder, term, lease, acquired, renewed)
   return '{"v":1,"holder":' .. cjson.encode(holder) .. ',"term":' .. term .. ',"lease_ms":' .. lease
     .. ',"acquired_ms":' .. acquired .. ',"renewed_ms":' .. renewed .. '}'
@@ -22,7 +46,7 @@ end
 /// Acquire or renew.
 ///
 /// KEYS: holder, term. ARGV: holder, lease_ms, now_ms (client clock, informational),
-/// expected term ('' unless we believe we hold it), term floor, events channel.
+/// expected term ('' unless we believe we hold it), the lowest term to hand out, events channel.
 /// Returns `{1, term}` (leader), `{2, value, pttl}` (held by another or foreign),
 /// `{3}` (we held it but it is gone: step down), `{4, wait_ms}` (server restarted too recently).
 const ACQUIRE_BODY: &str = r#"
@@ -30,10 +54,9 @@ local holder, lease, now, expect, floor, channel = ARGV[1], ARGV[2], ARGV[3], AR
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local rec = decode(cur)
-  if ours(rec, holder) and (expect == '' or num(rec.term) == expect) then
-    local acquired = now
-    if type(rec.acquired_ms) == 'number' then acquired = num(rec.acquired_ms) end
-    local term = num(rec.term)
+  if ours(rec, cur, holder) and (expect == '' or term_of(cur) == expect) then
+    local acquired = string.match(cur, ',"acquired_ms":(%d+),') or now
+    local term = term_of(cur)
     redis.call('SET', KEYS[1], encode(holder, term, lease, acquired, now), 'PX', lease)
     return {1, term}
   end
@@ -53,25 +76,23 @@ local wait = tonumber(lease) - (up - 1) * 1000
 if wait > 0 then
   return {4, num(wait)}
 end
-local term
-local floor_n = tonumber(floor) or 0
+-- The term: max(counter + 1, server time in microseconds, the caller's floor), exactly. The
+-- clock part keeps a counter that was lost or set back from handing out an old term again.
+local t = redis.call('TIME')
+local term = canon(t[1] .. string.format('%06d', tonumber(t[2])))
 if redis.call('EXISTS', KEYS[2]) == 1 then
   local r = redis.pcall('INCR', KEYS[2])
   if type(r) ~= 'number' then
-    return redis.error_reply('GLBADTERM the term counter key ' .. KEYS[2] .. ' does not hold an integer')
+    return redis.error_reply('GLBADTERM the term counter key ' .. KEYS[2] .. ' cannot count on: '
+      .. tostring(r.err))
   end
-  term = r
-  if term <= floor_n then
-    term = floor_n + 1
-    redis.call('SET', KEYS[2], num(term))
-  end
-else
-  local t = redis.call('TIME')
-  term = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if term <= floor_n then term = floor_n + 1 end
-  redis.call('SET', KEYS[2], num(term))
+  local c = canon(redis.call('GET', KEYS[2]))
+  if c and gt(c, term) then term = c end
 end
-local term_s = num(term)
+local floor_s = canon(floor)
+if floor_s and gt(floor_s, term) then term = floor_s end
+redis.call('SET', KEYS[2], term)
+local term_s = term
 local value = encode(holder, term_s, lease, now, now)
 redis.call('SET', KEYS[1], value, 'PX', lease)
 redis.call('PUBLISH', channel, value)
@@ -85,7 +106,7 @@ const RELEASE_BODY: &str = r#"
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
 local rec = decode(cur)
-if ours(rec, ARGV[1]) and num(rec.term) == ARGV[2] then
+if ours(rec, cur, ARGV[1]) and term_of(cur) == ARGV[2] then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[3], '{"v":1,"released":true,"holder":' .. cjson.encode(ARGV[1]) .. ',"term":' .. ARGV[2] .. '}')
   return 1

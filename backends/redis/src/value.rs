@@ -9,8 +9,9 @@ pub(crate) const FORMAT_VERSION: u64 = 1;
 /// A lease longer than this is not one we wrote (the CLI caps far below it).
 const MAX_LEASE_MS: u64 = 366 * 24 * 3600 * 1000;
 
-/// Terms stay below 2^53 so that Lua (doubles) handles them exactly.
-pub(crate) const MAX_TERM: u64 = 1 << 53;
+/// The greatest term: Redis counts (`INCR`) in signed 64-bit integers. The scripts keep terms
+/// as decimal strings, so they stay exact all the way up.
+pub(crate) const MAX_TERM: u64 = i64::MAX as u64;
 
 /// The value in the holder key:
 /// `{"v":1,"holder":"pod-a_5f3c9e1a","term":7,"lease_ms":15000,"acquired_ms":..,"renewed_ms":..}`.
@@ -45,7 +46,7 @@ pub(crate) fn parse(raw: &[u8]) -> Result<LockRecord, String> {
     if s.holder.is_empty() {
         return Err("empty holder".into());
     }
-    if s.term == 0 || s.term >= MAX_TERM {
+    if s.term == 0 || s.term > MAX_TERM {
         return Err(format!("term {} out of range", s.term));
     }
     if s.lease_ms == 0 || s.lease_ms > MAX_LEASE_MS {
@@ -107,6 +108,16 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
+        // Terms are exact over Redis' integer range, and foreign beyond it.
+        let big = parse(br#"{"v":1,"holder":"a","term":9007199254740993,"lease_ms":1000,"acquired_ms":0,"renewed_ms":0}"#);
+        assert_eq!(big.expect("ours").term, Term(9_007_199_254_740_993));
+        let max = parse(br#"{"v":1,"holder":"a","term":9223372036854775807,"lease_ms":1000,"acquired_ms":0,"renewed_ms":0}"#);
+        assert_eq!(max.expect("ours").term, Term(i64::MAX as u64));
+        assert!(parse(br#"{"v":1,"holder":"a","term":9223372036854775808,"lease_ms":1000,"acquired_ms":0,"renewed_ms":0}"#).is_err());
+        assert!(parse(
+            br#"{"v":1,"holder":"a","term":0,"lease_ms":1000,"acquired_ms":0,"renewed_ms":0}"#
+        )
+        .is_err());
         // A renew time far in the future is informational; it must not panic.
         let r = parse(br#"{"v":1,"holder":"a","term":1,"lease_ms":1000,"acquired_ms":0,"renewed_ms":18446744073709551615}"#);
         assert!(r.is_ok());
