@@ -45,25 +45,67 @@ end
 
 /// Acquire or renew.
 ///
-/// KEYS: holder, term. ARGV: holder, lease_ms, now_ms (client clock, informational),
-/// expected term ('' unless we believe we hold it), the lowest term to hand out, events channel.
+/// KEYS: holder, term, state. ARGV: holder, lease_ms, now_ms (client clock, informational),
+/// expected term ('' unless we believe we hold it), the lowest term to hand out, events channel,
+/// the client's guard for a lock gone without a trace (`''`: free, `'<ms>'`: wait, `'?'`: unknown).
+///
 /// Returns `{1, term}` (leader), `{2, value, pttl}` (held by another or foreign),
-/// `{3}` (we held it but it is gone: step down), `{4, wait_ms}` (server restarted too recently).
+/// `{3}` (we held it but it is gone: step down), `{4, wait_ms}` (server restarted too recently),
+/// `{5, wait_ms}` (the record vanished without a release: its holder may still believe it is
+/// valid for this long), `{6}` (gone without a trace, and the client asked: it counts a lease).
+///
+/// Every acquire and renew writes the state key (holder, term, lease, server time in µs) and
+/// publishes the record; a release writes the state key as released and publishes that.
 const ACQUIRE_BODY: &str = r#"
-local holder, lease, now, expect, floor, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local holder, lease, now, expect, floor, channel, guard =
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local t = redis.call('TIME')
+local now_s = canon(t[1] .. string.format('%06d', tonumber(t[2])))
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function hold(term, value)
+  redis.call('SET', KEYS[1], value, 'PX', lease)
+  redis.call('SET', KEYS[3], '{"v":1,"holder":' .. cjson.encode(holder) .. ',"term":' .. term
+    .. ',"lease_ms":' .. lease .. ',"renewed_us":' .. now_s .. '}')
+  redis.call('PUBLISH', channel, value)
+end
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local rec = decode(cur)
   if ours(rec, cur, holder) and (expect == '' or term_of(cur) == expect) then
     local acquired = string.match(cur, ',"acquired_ms":(%d+),') or now
     local term = term_of(cur)
-    redis.call('SET', KEYS[1], encode(holder, term, lease, acquired, now), 'PX', lease)
+    hold(term, encode(holder, term, lease, acquired, now))
     return {1, term}
   end
   return {2, cur, redis.call('PTTL', KEYS[1])}
 end
 if expect ~= '' then
   return {3}
+end
+-- The key is missing. Released, expired, or vanished (deleted, evicted) while its holder may
+-- still believe it is valid? The state key knows when the holder last renewed, on the server's
+-- clock; without it (flushed, failed over, lost) the client's own knowledge decides.
+local st = redis.call('GET', KEYS[3])
+local srec = st and decode(st)
+local since
+if srec and srec.v == 1 and type(srec.holder) == 'string' and type(srec.lease_ms) == 'number'
+    and type(srec.renewed_us) == 'number' then
+  since = now_us - srec.renewed_us
+end
+local wait = 0
+if since ~= nil and since >= 0 then
+  if srec.released ~= true and srec.holder ~= holder and since < srec.lease_ms * 1000 then
+    wait = math.ceil((srec.lease_ms * 1000 - since) / 1000)
+  end
+else
+  -- No usable trace (a server clock set back counts as none).
+  if guard == '?' then
+    return {6}
+  end
+  wait = tonumber(guard) or 0
+end
+if wait > 0 then
+  return {5, num(wait)}
 end
 local info = redis.call('INFO', 'server')
 local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
@@ -72,14 +114,14 @@ if up == nil then
 end
 -- uptime_in_seconds is the difference of two whole-second clocks: it may exceed the real uptime
 -- by up to a second, so only up - 1 seconds are certain.
-local wait = tonumber(lease) - (up - 1) * 1000
+wait = tonumber(lease) - (up - 1) * 1000
 if wait > 0 then
   return {4, num(wait)}
 end
--- The term: max(counter + 1, server time in microseconds, the caller's floor), exactly. The
--- clock part keeps a counter that was lost or set back from handing out an old term again.
-local t = redis.call('TIME')
-local term = canon(t[1] .. string.format('%06d', tonumber(t[2])))
+-- The term: max(counter + 1, server time in microseconds, the last term in the state key + 1,
+-- the caller's floor), exactly. The clock part keeps a counter that was lost or set back from
+-- handing out an old term again.
+local term = now_s
 if redis.call('EXISTS', KEYS[2]) == 1 then
   local r = redis.pcall('INCR', KEYS[2])
   if type(r) ~= 'number' then
@@ -89,25 +131,30 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   local c = canon(redis.call('GET', KEYS[2]))
   if c and gt(c, term) then term = c end
 end
+local last = st and canon(string.match(st, ',"term":(%d+),'))
+if last and gt(inc(last), term) then term = inc(last) end
 local floor_s = canon(floor)
 if floor_s and gt(floor_s, term) then term = floor_s end
 redis.call('SET', KEYS[2], term)
-local term_s = term
-local value = encode(holder, term_s, lease, now, now)
-redis.call('SET', KEYS[1], value, 'PX', lease)
-redis.call('PUBLISH', channel, value)
-return {1, term_s}
+hold(term, encode(holder, term, lease, now, now))
+return {1, term}
 "#;
 
-/// Release: delete only if holder and term are ours, and tell the followers.
+/// Release: delete only if holder and term are ours, mark the state released, and tell the
+/// followers.
 ///
-/// KEYS: holder. ARGV: holder, term, events channel. Returns 1 when released.
+/// KEYS: holder, state. ARGV: holder, term, events channel. Returns 1 when released.
 const RELEASE_BODY: &str = r#"
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
 local rec = decode(cur)
 if ours(rec, cur, ARGV[1]) and term_of(cur) == ARGV[2] then
+  local t = redis.call('TIME')
+  local lease = string.match(cur, ',"lease_ms":(%d+),') or '0'
   redis.call('DEL', KEYS[1])
+  redis.call('SET', KEYS[2], '{"v":1,"released":true,"holder":' .. cjson.encode(ARGV[1])
+    .. ',"term":' .. ARGV[2] .. ',"lease_ms":' .. lease .. ',"renewed_us":'
+    .. canon(t[1] .. string.format('%06d', tonumber(t[2]))) .. '}')
   redis.call('PUBLISH', ARGV[3], '{"v":1,"released":true,"holder":' .. cjson.encode(ARGV[1]) .. ',"term":' .. ARGV[2] .. '}')
   return 1
 end

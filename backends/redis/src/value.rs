@@ -30,6 +30,8 @@ struct Stored {
 struct Released {
     v: u64,
     released: bool,
+    holder: String,
+    term: u64,
 }
 
 fn at(ms: u64) -> Option<SystemTime> {
@@ -65,10 +67,15 @@ pub(crate) fn parse(raw: &[u8]) -> Result<LockRecord, String> {
 /// What a message on the events channel says.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Message {
-    /// Someone acquired; the record they wrote.
-    Acquired(LockRecord),
-    /// The holder released.
-    Released,
+    /// Someone acquired or renewed; the record they wrote.
+    Record(LockRecord),
+    /// The holder released its lease.
+    Released {
+        /// Who released.
+        holder: String,
+        /// The term it released.
+        term: Term,
+    },
     /// Something we do not understand.
     Unknown,
 }
@@ -76,11 +83,14 @@ pub(crate) enum Message {
 pub(crate) fn message(payload: &[u8]) -> Message {
     if let Ok(r) = serde_json::from_slice::<Released>(payload) {
         if r.v == FORMAT_VERSION && r.released {
-            return Message::Released;
+            return Message::Released {
+                holder: r.holder,
+                term: Term(r.term),
+            };
         }
     }
     match parse(payload) {
-        Ok(rec) => Message::Acquired(rec),
+        Ok(rec) => Message::Record(rec),
         Err(_) => Message::Unknown,
     }
 }
@@ -127,11 +137,14 @@ mod tests {
     fn messages() {
         assert_eq!(
             message(br#"{"v":1,"released":true,"holder":"a_1","term":3}"#),
-            Message::Released
+            Message::Released {
+                holder: "a_1".into(),
+                term: Term(3)
+            }
         );
         assert!(matches!(
             message(br#"{"v":1,"holder":"a_1","term":3,"lease_ms":1000,"acquired_ms":1,"renewed_ms":1}"#),
-            Message::Acquired(_)
+            Message::Record(_)
         ));
         assert_eq!(message(b"hello"), Message::Unknown);
     }
