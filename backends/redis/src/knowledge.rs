@@ -7,7 +7,7 @@
 //! - while a watch hears every change (every acquire, renew and release publishes a message), a
 //!   follower's attempt is answered from what the watch heard, without a round trip.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -84,6 +84,8 @@ struct State {
     subs: HashMap<u64, Instant>,
     /// The term each holder of this process last led under: a renew expects exactly it.
     held: HashMap<String, Term>,
+    /// Every holder this process campaigned as.
+    candidates: HashSet<String>,
     /// The highest term seen; a new term is always above it.
     max_term: u64,
 }
@@ -225,12 +227,32 @@ impl Knowledge {
         self.lock().held.remove(me)
     }
 
+    /// Notes that `me` campaigns through this client.
+    pub fn candidate(&self, me: &str) {
+        let mut st = self.lock();
+        if !st.candidates.contains(me) {
+            st.candidates.insert(me.to_string());
+        }
+    }
+
+    /// True when `holder` is one of our candidates that does not know it holds `term`: an
+    /// acquire whose reply was lost (timed out, connection dropped) was applied after all.
+    pub fn unaware_holder(&self, holder: &str, term: Term) -> bool {
+        let st = self.lock();
+        st.candidates.contains(holder) && st.held.get(holder) != Some(&term)
+    }
+
     /// The lowest term this client may hand out: above every term it has seen.
     pub fn floor(&self) -> u64 {
         match self.lock().max_term {
             0 => 0,
             t => t.saturating_add(1),
         }
+    }
+
+    /// Notes a term seen anywhere (a record, a message, a reply).
+    pub fn saw_term(&self, term: Term) {
+        self.lock().saw_term(term);
     }
 }
 
@@ -362,5 +384,9 @@ mod tests {
         k.won("me", Term(9));
         assert!(k.current().is_none());
         assert_eq!(k.held("me"), Some(Term(9)));
+        k.candidate("me");
+        assert!(!k.unaware_holder("me", Term(9)));
+        assert!(k.unaware_holder("me", Term(10)));
+        assert!(!k.unaware_holder("other", Term(10)));
     }
 }

@@ -339,6 +339,7 @@ impl LeaderLock for RedisLock {
             ));
         }
         let k = &self.knowledge;
+        k.candidate(&me);
         let expect = k.held(&me);
         let guard = match expect {
             // A leader always asks the server: only a renew that reached it extends validity.
@@ -400,7 +401,21 @@ impl LeaderLock for RedisLock {
                 k.drop_held(&me);
                 let raw = reply.get(1).and_then(bytes).ok_or_else(malformed)?;
                 let pttl = reply.get(2).and_then(int).ok_or_else(malformed)?;
-                self.follower(raw, pttl, got)
+                match value::parse(raw) {
+                    // Our own record, but not under the term we believed we held (an acquire of
+                    // ours landed unseen after that term was lost): we do not lead under the term
+                    // we thought. Look again at once as a candidate; that renews the record and
+                    // leads under its real term, valid from that attempt.
+                    Ok(rec) if rec.holder == me => {
+                        k.saw_term(rec.term);
+                        Ok(Attempt::Follower {
+                            holder: Some(me),
+                            term: Some(rec.term),
+                            retry_after: Some(Duration::ZERO),
+                        })
+                    }
+                    _ => self.follower(raw, pttl, got),
+                }
             }
             Some(3) => {
                 let lost = k.drop_held(&me);

@@ -14,7 +14,7 @@ use redis::aio::ConnectionManager;
 use redis::Value;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::keys::Keys;
 use crate::knowledge::{Knowledge, Subscription};
@@ -136,6 +136,14 @@ impl WatchTask {
                 if self.forwarded.as_ref() != Some(&key) {
                     events.push(LockEvent::Changed(Some(rec.clone())));
                     self.forwarded = Some(key);
+                }
+                if self.knowledge.unaware_holder(&rec.holder, rec.term) {
+                    // One of our candidates holds the lock without knowing it: its acquire was
+                    // applied although the reply was lost. The elector ignores its own record
+                    // on the stream, so ask it to look now: its next attempt renews the record
+                    // and leads, valid from that attempt's sending.
+                    debug!(holder = %rec.holder, term = %rec.term, "our own acquire landed unseen; asking the elector to look");
+                    events.push(LockEvent::Resynced);
                 }
                 self.hear(rec);
                 events
