@@ -9,6 +9,10 @@ pub(crate) struct Keys {
     pub holder: String,
     /// The fencing counter (no TTL; never reset by us).
     pub term: String,
+    /// The last holder's lease as the server saw it: holder, term, lease and the server time of
+    /// its last renew, or its release (no TTL). It tells a record that vanished while its holder
+    /// may still believe it valid from one that expired or was released.
+    pub state: String,
     /// Pub/sub channel of acquire and release messages.
     pub events: String,
 }
@@ -31,6 +35,7 @@ impl Keys {
         Keys {
             holder: format!("{base}:holder"),
             term: format!("{base}:term"),
+            state: format!("{base}:state"),
             events: format!("{base}:events"),
         }
     }
@@ -50,6 +55,7 @@ mod tests {
         let k = Keys::new("gateway-leader", "gateway-leader-lock");
         assert_eq!(k.holder, "gateway-leader:{gateway-leader-lock}:holder");
         assert_eq!(k.term, "gateway-leader:{gateway-leader-lock}:term");
+        assert_eq!(k.state, "gateway-leader:{gateway-leader-lock}:state");
         assert_eq!(k.events, "gateway-leader:{gateway-leader-lock}:events");
         assert_eq!(
             k.keyspace(0),

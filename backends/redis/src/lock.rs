@@ -1,12 +1,10 @@
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use leader_lock::{
-    Attempt, Candidate, LeaderLock, LockError, LockEvent, LockEventStream, LockRecord, Term, Timing,
+    Attempt, Candidate, LeaderLock, LockError, LockEventStream, LockRecord, Term, Timing,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{
@@ -14,13 +12,15 @@ use redis::{
     TlsCertificates, Value,
 };
 use tokio::sync::mpsc;
-use tokio::time::{sleep_until, Instant};
-use tracing::{debug, warn};
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
 
 use crate::config::{check_config, check_timing, read_ca, RedisConfig};
 use crate::keys::Keys;
+use crate::knowledge::{Knowledge, Plan};
 use crate::scripts;
-use crate::value::{self, Message, MAX_TERM};
+use crate::value;
+use crate::watch::WatchTask;
 
 /// A [`LeaderLock`] on one Redis server (or a cluster's primary for the lock's slot).
 ///
@@ -34,16 +34,15 @@ pub struct RedisLock {
     client: Client,
     conn: ConnectionManager,
     scripts: Arc<Scripts>,
-    /// The term each holder of this process last led under: a renew expects exactly it.
-    held: Mutex<HashMap<String, Term>>,
-    /// The highest term seen; a new term is always above it, even if the counter went back.
-    max_seen: AtomicU64,
+    /// What this client knows of the lock: the holders it campaigns as and the terms they hold,
+    /// the highest term seen, the last live holder seen and whether a watch hears every change.
+    knowledge: Arc<Knowledge>,
 }
 
-struct Scripts {
+pub(crate) struct Scripts {
     acquire: redis::Script,
     release: redis::Script,
-    get: redis::Script,
+    pub(crate) get: redis::Script,
 }
 
 fn endpoint(addr: &ConnectionAddr, db: i64) -> String {
@@ -121,7 +120,7 @@ fn classify(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
     LockError::Unavailable(format!("redis at {endpoint}: {e}"))
 }
 
-fn int(v: &Value) -> Option<i64> {
+pub(crate) fn int(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
         Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
@@ -130,7 +129,7 @@ fn int(v: &Value) -> Option<i64> {
     }
 }
 
-fn bytes(v: &Value) -> Option<&[u8]> {
+pub(crate) fn bytes(v: &Value) -> Option<&[u8]> {
     match v {
         Value::BulkString(b) => Some(b),
         Value::SimpleString(s) => Some(s.as_bytes()),
@@ -139,7 +138,7 @@ fn bytes(v: &Value) -> Option<&[u8]> {
 }
 
 /// A PTTL reply as a wait: `Some` for a running TTL, `Some(0)` for a key already gone.
-fn pttl_wait(pttl: i64) -> Option<Duration> {
+pub(crate) fn pttl_wait(pttl: i64) -> Option<Duration> {
     match pttl {
         p if p > 0 => Some(Duration::from_millis(p.unsigned_abs())),
         -2 | 0 => Some(Duration::ZERO),
@@ -246,8 +245,7 @@ impl RedisLock {
                 release: scripts::release(),
                 get: scripts::get(),
             }),
-            held: Mutex::new(HashMap::new()),
-            max_seen: AtomicU64::new(0),
+            knowledge: Arc::new(Knowledge::default()),
         })
     }
 
@@ -266,14 +264,9 @@ impl RedisLock {
         &self.keys.events
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Term>> {
-        self.held.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn saw(&self, term: Term) {
-        if term.0 < MAX_TERM {
-            self.max_seen.fetch_max(term.0, Ordering::Relaxed);
-        }
+    /// The key that keeps the last holder's lease (or its release) beyond the record's TTL.
+    pub fn state_key(&self) -> &str {
+        &self.keys.state
     }
 
     async fn run<T: redis::FromRedisValue>(
@@ -288,8 +281,9 @@ impl RedisLock {
         }
     }
 
-    /// Interprets a value that is not ours, found with `pttl` left.
-    fn follower(&self, raw: &[u8], pttl: i64) -> Result<Attempt, LockError> {
+    /// Interprets a value that is not ours, found with `pttl` left when the reply arrived at
+    /// `got`.
+    fn follower(&self, raw: &[u8], pttl: i64, got: Instant) -> Result<Attempt, LockError> {
         let wait = pttl_wait(pttl);
         match value::parse(raw) {
             Ok(rec) => {
@@ -300,7 +294,8 @@ impl RedisLock {
                         self.keys.holder, rec.holder, rec.term
                     )));
                 }
-                self.saw(rec.term);
+                self.knowledge
+                    .saw(&rec, got, wait.unwrap_or(Duration::ZERO));
                 Ok(Attempt::Follower {
                     holder: Some(rec.holder),
                     term: Some(rec.term),
@@ -343,22 +338,53 @@ impl LeaderLock for RedisLock {
                 "lease-duration must be at least 1ms for redis".into(),
             ));
         }
-        let expect = self.held().get(&me).map(|t| t.0.to_string());
-        let floor = self.max_seen.load(Ordering::Relaxed);
+        let k = &self.knowledge;
+        k.candidate(&me);
+        let expect = k.held(&me);
+        let guard = match expect {
+            // A leader always asks the server: only a renew that reached it extends validity.
+            Some(_) => crate::knowledge::Guard::Free,
+            None => match k.plan(&me, Instant::now()) {
+                Plan::Follow {
+                    holder,
+                    term,
+                    retry_after,
+                } => {
+                    // The watch heard every renew of this holder: no need to ask.
+                    return Ok(Attempt::Follower {
+                        holder: Some(holder),
+                        term: Some(term),
+                        retry_after: Some(retry_after),
+                    });
+                }
+                Plan::Ask(guard) => guard,
+            },
+        };
         let mut inv = self.scripts.acquire.prepare_invoke();
         inv.key(&self.keys.holder)
             .key(&self.keys.term)
+            .key(&self.keys.state)
             .arg(&me)
             .arg(lease_ms)
             .arg(now_ms())
-            .arg(expect.as_deref().unwrap_or(""))
-            .arg(floor)
-            .arg(&self.keys.events);
+            .arg(expect.map(|t| t.0.to_string()).unwrap_or_default())
+            .arg(k.floor())
+            .arg(&self.keys.events)
+            .arg(guard.arg());
         let reply: Vec<Value> = self.run(inv).await?;
+        let got = Instant::now();
         let malformed = || {
             LockError::Malformed(format!(
                 "unexpected reply from the acquire script: {reply:?}"
             ))
+        };
+        let wait_ms = |i: usize| {
+            reply
+                .get(i)
+                .and_then(int)
+                .and_then(|w| u64::try_from(w).ok())
+                .map(Duration::from_millis)
+                .ok_or_else(malformed)
         };
         match reply.first().and_then(int) {
             Some(1) => {
@@ -368,18 +394,31 @@ impl LeaderLock for RedisLock {
                     .and_then(|t| u64::try_from(t).ok())
                     .ok_or_else(malformed)?;
                 let term = Term(term);
-                self.saw(term);
-                self.held().insert(me, term);
+                k.won(&me, term);
                 Ok(Attempt::Leader { term })
             }
             Some(2) => {
-                self.held().remove(&me);
+                k.drop_held(&me);
                 let raw = reply.get(1).and_then(bytes).ok_or_else(malformed)?;
                 let pttl = reply.get(2).and_then(int).ok_or_else(malformed)?;
-                self.follower(raw, pttl)
+                match value::parse(raw) {
+                    // Our own record, but not under the term we believed we held (an acquire of
+                    // ours landed unseen after that term was lost): we do not lead under the term
+                    // we thought. Look again at once as a candidate; that renews the record and
+                    // leads under its real term, valid from that attempt.
+                    Ok(rec) if rec.holder == me => {
+                        k.saw_term(rec.term);
+                        Ok(Attempt::Follower {
+                            holder: Some(me),
+                            term: Some(rec.term),
+                            retry_after: Some(Duration::ZERO),
+                        })
+                    }
+                    _ => self.follower(raw, pttl, got),
+                }
             }
             Some(3) => {
-                let lost = self.held().remove(&me);
+                let lost = k.drop_held(&me);
                 warn!(lock = %self.describe(), term = ?lost, "our lock key is gone; stepping down");
                 Ok(Attempt::Follower {
                     holder: None,
@@ -388,20 +427,52 @@ impl LeaderLock for RedisLock {
                 })
             }
             Some(4) => {
-                let wait = reply
-                    .get(1)
-                    .and_then(int)
-                    .and_then(|w| u64::try_from(w).ok())
-                    .ok_or_else(malformed)?;
+                let wait = wait_ms(1)?;
                 debug!(
                     lock = %self.describe(),
-                    wait_ms = wait,
+                    ?wait,
                     "redis restarted less than a lease ago; not taking a vanished lock yet"
                 );
                 Ok(Attempt::Follower {
                     holder: None,
                     term: None,
-                    retry_after: Some(Duration::from_millis(wait)),
+                    retry_after: Some(wait),
+                })
+            }
+            Some(5) => {
+                let wait = wait_ms(1)?;
+                debug!(
+                    lock = %self.describe(),
+                    ?wait,
+                    "the lock record vanished without a release; waiting out its holder's lease"
+                );
+                Ok(Attempt::Follower {
+                    holder: None,
+                    term: None,
+                    retry_after: Some(wait),
+                })
+            }
+            Some(6) => {
+                let wait = match k.vanished(got) {
+                    Some((rec, wait)) => {
+                        info!(
+                            lock = %self.describe(),
+                            holder = %rec.holder,
+                            term = %rec.term,
+                            ?wait,
+                            "the lock vanished without a release or any trace on the server \
+                             (flushed, failed over or lost) while its holder was live; waiting \
+                             a lease before taking it"
+                        );
+                        wait
+                    }
+                    // The holder was seen released meanwhile: look again at once.
+                    None => Duration::ZERO,
+                };
+                Ok(Attempt::Follower {
+                    holder: None,
+                    term: None,
+                    retry_after: Some(wait),
                 })
             }
             _ => Err(malformed()),
@@ -412,11 +483,15 @@ impl LeaderLock for RedisLock {
         let me = candidate.holder();
         let mut inv = self.scripts.release.prepare_invoke();
         inv.key(&self.keys.holder)
+            .key(&self.keys.state)
             .arg(&me)
             .arg(term.0.to_string())
             .arg(&self.keys.events);
         let released: i64 = self.run(inv).await?;
-        self.held().remove(&me);
+        self.knowledge.drop_held(&me);
+        if released == 1 {
+            self.knowledge.released(&me, term);
+        }
         Ok(released == 1)
     }
 
@@ -424,18 +499,23 @@ impl LeaderLock for RedisLock {
         let mut inv = self.scripts.get.prepare_invoke();
         inv.key(&self.keys.holder);
         let reply: Vec<Value> = self.run(inv).await?;
+        let got = Instant::now();
         match reply.first() {
             None | Some(Value::Nil) => Ok(None),
             Some(v) => {
                 let raw = bytes(v).ok_or_else(|| {
                     LockError::Malformed(format!("unexpected reply from the get script: {reply:?}"))
                 })?;
-                value::parse(raw).map(Some).map_err(|why| {
+                let rec = value::parse(raw).map_err(|why| {
                     LockError::Malformed(format!(
                         "{} holds a foreign value: {why}",
                         self.keys.holder
                     ))
-                })
+                })?;
+                if let Some(ttl) = reply.get(1).and_then(int).and_then(pttl_wait) {
+                    self.knowledge.saw(&rec, got, ttl);
+                }
+                Ok(Some(rec))
             }
         }
     }
@@ -451,8 +531,9 @@ impl LeaderLock for RedisLock {
             .await
             .map_err(|_| LockError::Timeout(t))?
             .map_err(fail)?;
-        // Expiry notifications only come when the server has notify-keyspace-events with K and
-        // x; subscribing costs nothing otherwise, and a denied channel only loses this extra.
+        // Expiry, deletion and eviction notifications only come when the server has
+        // notify-keyspace-events with K and x, g or e; subscribing costs nothing otherwise, and a
+        // denied channel only loses this extra.
         let keyspace = self.keys.keyspace(self.db);
         match tokio::time::timeout(t, pubsub.subscribe(&keyspace)).await {
             Ok(Ok(())) => {}
@@ -460,110 +541,41 @@ impl LeaderLock for RedisLock {
             Err(_) => return Err(LockError::Timeout(t)),
         }
         let messages = pubsub.into_on_message();
-        // Arm the expiry timer from the current TTL so a crashed holder is noticed on time.
+        // Read the record once subscribed: from this read on, every change reaches us as a
+        // message, so what we know stays complete while the subscription lasts.
+        let since = Instant::now();
         let mut inv = self.scripts.get.prepare_invoke();
         inv.key(&self.keys.holder);
         let first: Vec<Value> = self.run(inv).await?;
-        let armed = first
-            .get(1)
-            .and_then(int)
-            .filter(|p| *p > 0)
-            .map(|p| Instant::now() + Duration::from_millis(p.unsigned_abs()));
-        let (tx, rx) = mpsc::channel(16);
+        let got = Instant::now();
+        let heard = match (first.first().and_then(bytes), first.get(1).and_then(int)) {
+            (Some(raw), Some(pttl)) => match (value::parse(raw), pttl_wait(pttl)) {
+                (Ok(rec), Some(ttl)) => {
+                    self.knowledge.saw(&rec, got, ttl);
+                    Some(rec)
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        let subscription = self.knowledge.subscribed(since);
+        let (tx, rx) = mpsc::channel(64);
         let task = WatchTask {
             conn: self.conn.clone(),
+            scripts: self.scripts.clone(),
             keys: self.keys.clone(),
             endpoint: self.endpoint.clone(),
             timeout: t,
+            knowledge: self.knowledge.clone(),
             tx,
+            heard,
+            forwarded: None,
+            probed: None,
         };
-        tokio::spawn(task.run(messages, armed));
+        tokio::spawn(task.run(messages, subscription));
         Ok(futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|item| (item, rx))
         })
         .boxed())
-    }
-}
-
-struct WatchTask {
-    conn: ConnectionManager,
-    keys: Keys,
-    endpoint: String,
-    timeout: Duration,
-    tx: mpsc::Sender<Result<LockEvent, LockError>>,
-}
-
-impl WatchTask {
-    async fn run(
-        mut self,
-        mut messages: impl futures::Stream<Item = redis::Msg> + Unpin,
-        mut timer: Option<Instant>,
-    ) {
-        loop {
-            let event = tokio::select! {
-                _ = self.tx.closed() => return,
-                msg = messages.next() => match msg {
-                    None => {
-                        let _ = self.tx.send(Err(LockError::Unavailable(format!(
-                            "redis at {}: the subscription to {} closed", self.endpoint, self.keys.events
-                        )))).await;
-                        return;
-                    }
-                    Some(m) => self.on_message(&m, &mut timer),
-                },
-                _ = sleep_until(timer.unwrap_or_else(Instant::now)), if timer.is_some() => {
-                    timer = None;
-                    self.on_timer(&mut timer).await
-                }
-            };
-            if let Some(ev) = event {
-                if self.tx.send(Ok(ev)).await.is_err() {
-                    return;
-                }
-            }
-        }
-    }
-
-    fn on_message(&self, m: &redis::Msg, timer: &mut Option<Instant>) -> Option<LockEvent> {
-        let payload = m.get_payload_bytes();
-        if m.get_channel_name() != self.keys.events {
-            // A keyspace notification: the payload is the event name.
-            return match payload {
-                b"expired" | b"del" | b"evicted" => {
-                    *timer = None;
-                    Some(LockEvent::Changed(None))
-                }
-                _ => None,
-            };
-        }
-        match value::message(payload) {
-            Message::Released => {
-                *timer = None;
-                Some(LockEvent::Changed(None))
-            }
-            Message::Acquired(rec) => {
-                *timer = Some(Instant::now() + rec.lease_duration);
-                Some(LockEvent::Changed(Some(rec)))
-            }
-            Message::Unknown => Some(LockEvent::Resynced),
-        }
-    }
-
-    /// The holder's lease may have run out: ask the server, which owns the TTL.
-    async fn on_timer(&mut self, timer: &mut Option<Instant>) -> Option<LockEvent> {
-        let mut cmd = redis::cmd("PTTL");
-        cmd.arg(&self.keys.holder);
-        let r: Result<Result<i64, _>, _> =
-            tokio::time::timeout(self.timeout, cmd.query_async(&mut self.conn)).await;
-        match r {
-            Ok(Ok(p)) if p > 0 => {
-                *timer = Some(Instant::now() + Duration::from_millis(p.unsigned_abs()));
-                None
-            }
-            Ok(Ok(-2)) => Some(LockEvent::Changed(None)),
-            Ok(Ok(_)) => None,
-            // The elector retries on its own schedule; a failed probe only loses this wake-up.
-            _ => Some(LockEvent::Resynced),
-        }
     }
 }

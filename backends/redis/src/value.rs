@@ -9,8 +9,9 @@ pub(crate) const FORMAT_VERSION: u64 = 1;
 /// A lease longer than this is not one we wrote (the CLI caps far below it).
 const MAX_LEASE_MS: u64 = 366 * 24 * 3600 * 1000;
 
-/// Terms stay below 2^53 so that Lua (doubles) handles them exactly.
-pub(crate) const MAX_TERM: u64 = 1 << 53;
+/// The greatest term: Redis counts (`INCR`) in signed 64-bit integers. The scripts keep terms
+/// as decimal strings, so they stay exact all the way up.
+pub(crate) const MAX_TERM: u64 = i64::MAX as u64;
 
 /// The value in the holder key:
 /// `{"v":1,"holder":"pod-a_5f3c9e1a","term":7,"lease_ms":15000,"acquired_ms":..,"renewed_ms":..}`.
@@ -29,6 +30,8 @@ struct Stored {
 struct Released {
     v: u64,
     released: bool,
+    holder: String,
+    term: u64,
 }
 
 fn at(ms: u64) -> Option<SystemTime> {
@@ -45,7 +48,7 @@ pub(crate) fn parse(raw: &[u8]) -> Result<LockRecord, String> {
     if s.holder.is_empty() {
         return Err("empty holder".into());
     }
-    if s.term == 0 || s.term >= MAX_TERM {
+    if s.term == 0 || s.term > MAX_TERM {
         return Err(format!("term {} out of range", s.term));
     }
     if s.lease_ms == 0 || s.lease_ms > MAX_LEASE_MS {
@@ -64,10 +67,15 @@ pub(crate) fn parse(raw: &[u8]) -> Result<LockRecord, String> {
 /// What a message on the events channel says.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Message {
-    /// Someone acquired; the record they wrote.
-    Acquired(LockRecord),
-    /// The holder released.
-    Released,
+    /// Someone acquired or renewed; the record they wrote.
+    Record(LockRecord),
+    /// The holder released its lease.
+    Released {
+        /// Who released.
+        holder: String,
+        /// The term it released.
+        term: Term,
+    },
     /// Something we do not understand.
     Unknown,
 }
@@ -75,11 +83,14 @@ pub(crate) enum Message {
 pub(crate) fn message(payload: &[u8]) -> Message {
     if let Ok(r) = serde_json::from_slice::<Released>(payload) {
         if r.v == FORMAT_VERSION && r.released {
-            return Message::Released;
+            return Message::Released {
+                holder: r.holder,
+                term: Term(r.term),
+            };
         }
     }
     match parse(payload) {
-        Ok(rec) => Message::Acquired(rec),
+        Ok(rec) => Message::Record(rec),
         Err(_) => Message::Unknown,
     }
 }
@@ -107,6 +118,16 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
+        // Terms are exact over Redis' integer range, and foreign beyond it.
+        let big = parse(br#"{"v":1,"holder":"a","term":9007199254740993,"lease_ms":1000,"acquired_ms":0,"renewed_ms":0}"#);
+        assert_eq!(big.expect("ours").term, Term(9_007_199_254_740_993));
+        let max = parse(br#"{"v":1,"holder":"a","term":9223372036854775807,"lease_ms":1000,"acquired_ms":0,"renewed_ms":0}"#);
+        assert_eq!(max.expect("ours").term, Term(i64::MAX as u64));
+        assert!(parse(br#"{"v":1,"holder":"a","term":9223372036854775808,"lease_ms":1000,"acquired_ms":0,"renewed_ms":0}"#).is_err());
+        assert!(parse(
+            br#"{"v":1,"holder":"a","term":0,"lease_ms":1000,"acquired_ms":0,"renewed_ms":0}"#
+        )
+        .is_err());
         // A renew time far in the future is informational; it must not panic.
         let r = parse(br#"{"v":1,"holder":"a","term":1,"lease_ms":1000,"acquired_ms":0,"renewed_ms":18446744073709551615}"#);
         assert!(r.is_ok());
@@ -116,11 +137,14 @@ mod tests {
     fn messages() {
         assert_eq!(
             message(br#"{"v":1,"released":true,"holder":"a_1","term":3}"#),
-            Message::Released
+            Message::Released {
+                holder: "a_1".into(),
+                term: Term(3)
+            }
         );
         assert!(matches!(
             message(br#"{"v":1,"holder":"a_1","term":3,"lease_ms":1000,"acquired_ms":1,"renewed_ms":1}"#),
-            Message::Acquired(_)
+            Message::Record(_)
         ));
         assert_eq!(message(b"hello"), Message::Unknown);
     }

@@ -1,0 +1,97 @@
+//! A follower costs the server next to nothing while its pub/sub watch is up (issue 9,
+//! section 3): it learns of renewals, releases and expiry from messages, not by polling.
+
+mod common;
+mod support;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leader_lock::conformance::{patience, wait_following, wait_leader};
+use leader_lock::{Elector, ElectorConfig, Identity, Timing};
+
+async fn spawn(r: &common::Redis, id: &str, timing: Timing) -> Elector {
+    let lock =
+        leader_lock_redis::RedisLock::connect(common::config(&r.server.url(), &timing), "cost")
+            .await
+            .expect("connects");
+    Elector::spawn(
+        Arc::new(lock),
+        ElectorConfig {
+            identity: Identity::new(id),
+            timing,
+            release_on_shutdown: true,
+        },
+    )
+}
+
+fn count(seen: &[(String, String)], who: &HashSet<String>) -> Vec<String> {
+    seen.iter()
+        .filter(|(addr, _)| who.contains(addr))
+        .map(|(_, cmd)| cmd.clone())
+        .collect()
+}
+
+/// Counts the commands a follower and the leader send over three leases, once the follower's
+/// watch is up; fails when the follower sends more than two.
+async fn follower_cost(timing: Timing) {
+    let r = common::Redis::start().await;
+    let url = r.server.url();
+    let before_a = support::client_addrs(&url).await;
+    let a = spawn(&r, "a", timing).await;
+    wait_leader(&a.leadership(), patience(&timing), "a").await;
+    let a_addrs: HashSet<String> = &support::client_addrs(&url).await - &before_a;
+    let b = spawn(&r, "b", timing).await;
+    wait_following(&b.leadership(), patience(&timing), "b").await;
+    // Let b's watch come up and its first wake-ups pass.
+    tokio::time::sleep(timing.lease_duration).await;
+    let b_addrs: HashSet<String> = &(&support::client_addrs(&url).await - &before_a) - &a_addrs;
+    assert_eq!(
+        b_addrs.len(),
+        2,
+        "b has a command and a pub/sub connection: {b_addrs:?}"
+    );
+
+    let mut monitor = support::Monitor::start(r.server.port()).await;
+    let window = timing.lease_duration * 3;
+    tokio::time::sleep(window).await;
+    let seen = monitor.drain();
+    let (by_a, by_b) = (count(&seen, &a_addrs), count(&seen, &b_addrs));
+    let per_s = |n: usize| n as f64 / window.as_secs_f64();
+    eprintln!(
+        "over {window:?} (lease {:?}, retry {:?}): leader sent {} commands ({:.2}/s), follower {} ({:.2}/s): {by_b:?}",
+        timing.lease_duration,
+        timing.retry_period,
+        by_a.len(),
+        per_s(by_a.len()),
+        by_b.len(),
+        per_s(by_b.len()),
+    );
+    assert!(!by_a.is_empty(), "the monitor sees the leader's renewals");
+    assert!(b.leadership().check().is_err() && a.leadership().check().is_ok());
+    assert!(
+        by_b.len() <= 2,
+        "a watching follower polls: {} commands in {window:?}: {by_b:?}",
+        by_b.len()
+    );
+    a.abort().await;
+    b.abort().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_sends_almost_nothing_while_watching() {
+    follower_cost(common::timing()).await;
+}
+
+/// The timing of the issue's measurement: a 5 s lease, renewed every 0.8 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_sends_almost_nothing_at_a_5s_lease() {
+    let timing = Timing::new(
+        Duration::from_secs(5),
+        Duration::from_secs(4),
+        Duration::from_millis(800),
+    )
+    .expect("timing");
+    follower_cost(timing).await;
+}
