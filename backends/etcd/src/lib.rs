@@ -835,14 +835,11 @@ impl Inner {
                 k.released(rev);
             }
         }
-        // Off the followers' path: they acted on the transaction. The lease holds no key now
-        // (or, if the transaction failed, revoking it removes what is left of ours).
-        let mut lease = h.lease;
-        lease.close();
-        let mut client = self.client.lease_client();
-        if let Err(e) = self.call("lease revoke", client.revoke(lease.id())).await {
-            debug!(lease = lease.id(), error = %e, "revoking the released lease failed; it will expire");
-        }
+        // Off the followers' path: they act on the transaction, and a revoke awaited here would
+        // be a second raft write competing with their acquire. The lease holds no key now (or,
+        // if the transaction failed, revoking it removes what is left of ours); should the
+        // process exit first, it expires on its own.
+        self.abandon(h.lease);
         released.map(|r| r.succeeded())
     }
 
