@@ -119,6 +119,15 @@ enum Acquired {
 impl Drop for EtcdLock {
     fn drop(&mut self) {
         self.spare_keeper.abort();
+        // A follower going away frees its spare lease at once instead of leaving it to expire.
+        // The held lease is left alone: dropping without a release is a crash by design.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            if let Ok(mut spare) = self.inner.spare.try_lock() {
+                if let Some(s) = spare.take() {
+                    self.inner.abandon(s);
+                }
+            }
+        }
     }
 }
 
