@@ -314,3 +314,125 @@ async fn graceful_release_hands_over_within_a_retry_period() {
     leader.abort().await;
     checker.finish().await;
 }
+
+/// A crash still hands over at the lease's expiry: the vanish rule counts from the last renew
+/// the follower saw, which is about when the lease's last keep-alive arrived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_hands_over_at_lease_expiry_not_a_lease_later() {
+    common::init_tracing();
+    let server = EtcdServer::start().await.expect("etcd starts");
+    let timing = common::timing();
+    let name = "crash";
+    let checker = SplitBrainChecker::new();
+    let a = common::contender(&server, name, "a").await;
+    checker.watch(a.leadership());
+    let t1 = wait_leader(&a.leadership(), patience(&timing), "a").await;
+    let b = common::contender(&server, name, "b").await;
+    checker.watch(b.leadership());
+    wait_following(&b.leadership(), patience(&timing), "b").await;
+    tokio::time::sleep(timing.retry_period * 3).await;
+    a.abort().await;
+    let crashed = Instant::now();
+    let t2 = wait_leader(&b.leadership(), patience(&timing), "b after a crashed").await;
+    let took = crashed.elapsed();
+    assert!(t2 > t1, "the term increases ({t1} -> {t2})");
+    // The lease runs out at most a lease after the crash; etcd checks expiry every 500 ms.
+    assert!(
+        took <= timing.lease_duration + Duration::from_millis(800),
+        "b led {took:?} after the crash"
+    );
+    eprintln!(
+        "crash handover after {took:?} (lease {:?})",
+        timing.lease_duration
+    );
+    b.abort().await;
+    checker.finish().await;
+}
+
+/// Without a watch, a follower that finds the key gone replays its history: renewals it never
+/// saw make it wait a lease from now, not from its last read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_without_a_watch_replays_the_history() {
+    use leader_lock::{Attempt, Candidate};
+    common::init_tracing();
+    let server = EtcdServer::start().await.expect("etcd starts");
+    let timing = common::timing();
+    let name = "replay";
+    let (la, lb) = (
+        common::lock(&server, name).await,
+        common::lock(&server, name).await,
+    );
+    let candidate = |id: &str| Candidate {
+        identity: Identity::new(id),
+        lease_duration: timing.lease_duration,
+    };
+    let (a, b) = (candidate("a"), candidate("b"));
+    assert!(matches!(
+        la.try_acquire_or_renew(&a).await,
+        Ok(Attempt::Leader { .. })
+    ));
+    assert!(matches!(
+        lb.try_acquire_or_renew(&b).await,
+        Ok(Attempt::Follower { .. })
+    ));
+    // Renewals b does not see, spread over more than the wait b would have from its read.
+    for _ in 0..4 {
+        tokio::time::sleep(timing.lease_duration / 4).await;
+        assert!(matches!(
+            la.try_acquire_or_renew(&a).await,
+            Ok(Attempt::Leader { .. })
+        ));
+    }
+    vanish(&server, name, Vanish::Delete).await;
+    match lb.try_acquire_or_renew(&b).await {
+        Ok(Attempt::Follower {
+            retry_after: Some(wait),
+            ..
+        }) => assert!(
+            wait + Duration::from_millis(200) >= timing.lease_duration,
+            "b waits {wait:?}, less than a lease after finding the key gone"
+        ),
+        other => panic!("b must wait for the vanished record: {other:?}"),
+    }
+    // The old leader finds its record gone and does not recreate it either.
+    match la.try_acquire_or_renew(&a).await {
+        Ok(Attempt::Follower {
+            retry_after: Some(wait),
+            ..
+        }) => assert!(wait > timing.lease_duration / 2, "a waits {wait:?}"),
+        other => panic!("a must not recreate its vanished record: {other:?}"),
+    }
+
+    // When b did see the last version, the replay recognises it: the wait counts from then.
+    let name = "replay-seen";
+    let (la, lb) = (
+        common::lock(&server, name).await,
+        common::lock(&server, name).await,
+    );
+    assert!(matches!(
+        la.try_acquire_or_renew(&a).await,
+        Ok(Attempt::Leader { .. })
+    ));
+    assert!(matches!(
+        lb.try_acquire_or_renew(&b).await,
+        Ok(Attempt::Follower { .. })
+    ));
+    let seen = Instant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    vanish(&server, name, Vanish::Delete).await;
+    match lb.try_acquire_or_renew(&b).await {
+        Ok(Attempt::Follower {
+            retry_after: Some(wait),
+            ..
+        }) => {
+            let due = seen + timing.lease_duration;
+            let at = Instant::now() + wait;
+            assert!(
+                at <= due + Duration::from_millis(100) && at + Duration::from_millis(500) >= due,
+                "b's wait ends {:?} from a lease after it saw the record",
+                if at > due { at - due } else { due - at }
+            );
+        }
+        other => panic!("b must wait for the vanished record: {other:?}"),
+    }
+}
