@@ -709,10 +709,7 @@ impl Inner {
         let ttl = whole_seconds(c.lease_duration)?;
         let own = c.lease_duration;
         let mut st = self.state.lock().await;
-        if st.held.as_ref().is_some_and(|h| h.holder == me) {
-            let Some(mut h) = st.held.take() else {
-                unreachable!("checked just above")
-            };
+        if let Some(mut h) = st.held.take_if(|h| h.holder == me) {
             match self.renew(&mut h).await {
                 Ok(Renewed::Yes(term)) => {
                     st.held = Some(h);
