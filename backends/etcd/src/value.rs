@@ -20,15 +20,30 @@ pub(crate) struct StoredValue {
     /// RFC 3339, by the holder's wall clock (informational only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acquire_time: Option<String>,
+    /// RFC 3339, by the holder's wall clock (informational only). Its presence also says the
+    /// holder rewrites the value on every renew, so a version that stops changing is stale;
+    /// values without it (older gateway-leader versions) are only ever left to expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_time: Option<String>,
 }
 
 impl StoredValue {
     /// The value a candidate writes when it takes the lock now.
     pub fn new(holder: String, lease_duration_seconds: u64) -> Self {
+        let now = Some(humantime::format_rfc3339_millis(SystemTime::now()).to_string());
         StoredValue {
             holder,
             lease_duration_seconds,
-            acquire_time: Some(humantime::format_rfc3339_millis(SystemTime::now()).to_string()),
+            acquire_time: now.clone(),
+            renew_time: now,
+        }
+    }
+
+    /// The same value with the renew time set to now: what every renew writes.
+    pub fn renewed(&self) -> Self {
+        StoredValue {
+            renew_time: Some(humantime::format_rfc3339_millis(SystemTime::now()).to_string()),
+            ..self.clone()
         }
     }
 
@@ -57,6 +72,13 @@ impl StoredValue {
     /// The lease duration as a `Duration`.
     pub fn lease_duration(&self) -> Duration {
         Duration::from_secs(self.lease_duration_seconds)
+    }
+
+    /// The renew time, when present and readable.
+    pub fn renew_time(&self) -> Option<SystemTime> {
+        self.renew_time
+            .as_deref()
+            .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
     }
 
     /// The acquire time, when present and readable.

@@ -1,0 +1,132 @@
+//! One `LeaseKeepAlive` stream per lease (issue 9, section 3), proved with etcd's own counters.
+//!
+//! etcd counts every gRPC call it starts and ends in `/metrics` on the client URL
+//! (`grpc_server_started_total`, `grpc_server_handled_total` by `grpc_code`). A leader that
+//! opened a stream per renew would start one `LeaseKeepAlive` call per renew and end each with a
+//! non-OK code (the `Unavailable` alerts on real clusters).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use leader_lock::conformance::{patience, wait_following, wait_leader};
+use testkit::etcd::EtcdServer;
+
+/// The gRPC counters of one method: calls started, and calls ended by code.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Calls {
+    started: f64,
+    handled: BTreeMap<String, f64>,
+}
+
+fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
+    let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
+    let len = labels[start..].find('"')?;
+    Some(&labels[start..start + len])
+}
+
+/// Reads `/metrics` from the client URL and sums the counters of `method`.
+fn calls(port: u16, method: &str) -> Calls {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connects");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .expect("sends");
+    let mut body = String::new();
+    s.read_to_string(&mut body).expect("reads metrics");
+    let mut out = Calls::default();
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Some((name, labels)) = series.split_once('{') else {
+            continue;
+        };
+        if label(labels, "grpc_method") != Some(method) {
+            continue;
+        }
+        let value: f64 = value.parse().unwrap_or(0.0);
+        match name {
+            "grpc_server_started_total" => out.started += value,
+            "grpc_server_handled_total" => {
+                let code = label(labels, "grpc_code").unwrap_or("?").to_string();
+                *out.handled.entry(code).or_default() += value;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Unary KV requests started (a renew sends one: a transaction, or a read before issue 9).
+fn requests(port: u16) -> f64 {
+    calls(port, "Txn").started + calls(port, "Range").started
+}
+
+fn not_ok(c: &Calls) -> f64 {
+    c.handled
+        .iter()
+        .filter(|(code, _)| code.as_str() != "OK")
+        .map(|(_, n)| n)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_share_one_keep_alive_stream() {
+    common::init_tracing();
+    let server = EtcdServer::start().await.expect("etcd starts");
+    let port = server.client_port();
+    let timing = common::timing();
+    let a = common::contender(&server, "streams", "a").await;
+    wait_leader(&a.leadership(), patience(&timing), "a").await;
+    let b = common::contender(&server, "streams", "b").await;
+    wait_following(&b.leadership(), patience(&timing), "b").await;
+    // Past the first renewals and the first keep-alive of the follower's spare lease (a third
+    // of its TTL after the grant).
+    tokio::time::sleep(timing.lease_duration).await;
+
+    let keep_before = tokio::task::spawn_blocking(move || calls(port, "LeaseKeepAlive"))
+        .await
+        .expect("metrics");
+    let txn_before = tokio::task::spawn_blocking(move || requests(port))
+        .await
+        .expect("metrics");
+    // About twenty renewals (one every retry period), and the follower's spare kept alive.
+    tokio::time::sleep(timing.retry_period * 20).await;
+    let keep_after = tokio::task::spawn_blocking(move || calls(port, "LeaseKeepAlive"))
+        .await
+        .expect("metrics");
+    let txn_after = tokio::task::spawn_blocking(move || requests(port))
+        .await
+        .expect("metrics");
+    assert!(
+        a.leadership().check().is_ok(),
+        "a kept leading while we counted"
+    );
+
+    let renews = txn_after - txn_before;
+    let streams = keep_after.started - keep_before.started;
+    let failed = not_ok(&keep_after) - not_ok(&keep_before);
+    eprintln!(
+        "{renews} KV requests; LeaseKeepAlive streams started {streams}, ended not OK {failed}; before {keep_before:?}, after {keep_after:?}"
+    );
+    assert!(renews >= 10.0, "the leader renewed ({renews} KV requests)");
+    assert_eq!(streams, 0.0, "no keep-alive stream opened per renew");
+    assert_eq!(failed, 0.0, "no keep-alive stream ended with an error code");
+    let open = keep_after.started - keep_after.handled.values().sum::<f64>();
+    assert_eq!(
+        open, 2.0,
+        "one open stream per lease: the leader's and the follower's spare"
+    );
+
+    // A graceful stop ends the streams cleanly.
+    a.shutdown().await.expect("release");
+    b.shutdown().await.expect("stop");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let keep_end = tokio::task::spawn_blocking(move || calls(port, "LeaseKeepAlive"))
+        .await
+        .expect("metrics");
+    eprintln!("after shutdown: {keep_end:?}");
+}
