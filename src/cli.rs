@@ -17,7 +17,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the elector (and, as leader, the status writer) until SIGTERM or Ctrl-C.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
+    /// Measure failover on each lock backend with real replicas and servers, and check the
+    /// replicas' logs for split brain (see docs/benchmarks.md).
+    Bench(Box<crate::bench::BenchArgs>),
 }
 
 /// Flags of `gateway-leader run`. Every flag also has a `GATEWAY_LEADER_*` environment variable

@@ -8,9 +8,10 @@ use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership, Loc
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::backend;
+use crate::clock;
 use crate::config::Settings;
 use crate::health::{self, Health};
 use crate::metrics::{InstrumentedLock, Metrics};
@@ -57,22 +58,32 @@ fn log_changes(leadership: &Leadership) -> tokio::task::JoinHandle<()> {
                 (None, _) => false,
             };
             last = Some(state.clone());
+            // `mono_ms` (CLOCK_MONOTONIC) lets `bench` and its split-brain checker compare these
+            // instants across processes; `valid_until_mono_ms` is the validity deadline, moved by
+            // each renew (logged at debug, so only when asked for).
+            let mono_ms = clock::mono_ms();
             if same {
+                if let LeaderState::Leader { term, valid_until } = state {
+                    debug!(%term, mono_ms, valid_until_mono_ms = clock::instant_mono_ms(valid_until),
+                        "leadership: renewed");
+                }
                 if rx.changed().await.is_err() {
                     return;
                 }
                 continue;
             }
             match state {
-                LeaderState::Leader { term, .. } => info!(%term, "leadership: leading"),
+                LeaderState::Leader { term, valid_until } => info!(%term, mono_ms,
+                    valid_until_mono_ms = clock::instant_mono_ms(valid_until), "leadership: leading"),
                 LeaderState::Follower { holder, term } => info!(
                     holder = holder.as_deref().unwrap_or("unknown"),
                     term = term.map(|t| t.0),
+                    mono_ms,
                     "leadership: following"
                 ),
                 LeaderState::Starting => {}
                 LeaderState::Stopped => {
-                    info!("leadership: stopped");
+                    info!(mono_ms, "leadership: stopped");
                     return;
                 }
             }
