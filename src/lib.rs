@@ -8,6 +8,7 @@ pub mod clock;
 pub mod config;
 pub mod health;
 pub mod metrics;
+pub mod poll;
 pub mod run;
 pub mod servers;
 pub mod status;

@@ -12,9 +12,10 @@ use tracing::{debug, info, warn};
 
 use crate::backend;
 use crate::clock;
-use crate::config::Settings;
+use crate::config::{Settings, Wakeup};
 use crate::health::{self, Health};
 use crate::metrics::{InstrumentedLock, Metrics};
+use crate::poll::PollingLock;
 use crate::status::{StatusController, WriterConfig};
 
 /// SIGTERM and SIGINT, caught from the start: a signal that arrives while the replica is still
@@ -191,6 +192,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         lease_duration = ?settings.timing.lease_duration,
         renew_deadline = ?settings.timing.renew_deadline,
         retry_period = ?settings.timing.retry_period,
+        wakeup = %settings.wakeup,
         "starting leader election"
     );
     // A backend that is down at startup is waited for, as Kubernetes' own client does; only a
@@ -216,8 +218,12 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             return Ok(());
         }
     };
+    let lock = match settings.wakeup {
+        Wakeup::Watch => connected.lock,
+        Wakeup::Poll => PollingLock::wrap(connected.lock),
+    };
     let elector = Elector::spawn(
-        InstrumentedLock::new(connected.lock, metrics.clone()),
+        InstrumentedLock::new(lock, metrics.clone()),
         ElectorConfig {
             identity: identity.clone(),
             timing: settings.timing,

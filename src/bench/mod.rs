@@ -96,8 +96,9 @@ pub fn main(args: BenchArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The wake-up modes every lane is measured in.
-const WAKEUPS: [&str; 1] = ["watch"];
+/// The wake-up modes every backend is measured in: ours, and client-go-like polling at the
+/// same timing as the baseline.
+const WAKEUPS: [&str; 2] = ["watch", "poll"];
 
 fn progress(plan: &Plan) -> ProgressBar {
     let total = plan.backends.len() * WAKEUPS.len() * plan.scenarios.len() * plan.rounds;
@@ -135,6 +136,7 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
                 controller,
             ]);
             args.extend(plan.timing_args.iter().cloned());
+            args.extend(["--wakeup".to_string(), wakeup.to_string()]);
             let logs: PathBuf = plan.out.join("logs").join(&label);
             pb.set_message(format!("{label}: starting {} replicas", plan.replicas));
             let mut lane = Lane::new(&label, exe.to_path_buf(), args, logs, plan.replicas, route)?;

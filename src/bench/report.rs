@@ -135,7 +135,7 @@ fn ratio(out: &mut String, label: &str, ours: Option<Summary>, poll: Option<Summ
         let r = |a: f64, b: f64| if a > 0.0 { b / a } else { f64::NAN };
         let _ = writeln!(
             out,
-            "  {label:<38} {:>4} {:>9} {:>8.0}× {:>9} {:>8.0}×",
+            "  {label:<38} {:>4} {:>9} {:>8.1}× {:>9} {:>8.1}×",
             "",
             "",
             r(o.p50, p.p50),
