@@ -42,6 +42,10 @@ pub struct BenchArgs {
     /// The replicas' --retry-period.
     #[arg(long, default_value = "1s", value_name = "DURATION")]
     pub retry_period: String,
+    /// How long to measure the steady-state cost (requests/s, CPU, memory) of each lane before
+    /// its rounds; 0s skips it.
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub steady: String,
     /// Where the results (JSON), the replicas' logs and the plot are written.
     #[arg(long, default_value = "bench-out", value_name = "DIR")]
     pub out: PathBuf,
@@ -71,6 +75,8 @@ pub struct Plan {
     pub timing: Timing,
     /// The timing flags as given, passed on to the replicas.
     pub timing_args: Vec<String>,
+    /// The steady-state window (zero: not measured).
+    pub steady: Duration,
     /// The output dir.
     pub out: PathBuf,
     /// `--kubeconfig`.
@@ -166,6 +172,11 @@ impl BenchArgs {
             timing = Some(settings.timing);
         }
         let timing = timing.ok_or("no backend to measure")?;
+        let steady = crate::config::parse_duration(&self.steady)
+            .map_err(|e| format!("--steady {:?}: {e}", self.steady))?;
+        if steady > Duration::from_secs(3600) {
+            return Err(format!("--steady {:?}: accepted: 0s to 1h", self.steady));
+        }
         if let Some(k) = &self.kubeconfig {
             if !k.is_file() {
                 return Err(format!("--kubeconfig {}: not a file", k.display()));
@@ -185,6 +196,7 @@ impl BenchArgs {
                 "--retry-period".into(),
                 self.retry_period.clone(),
             ],
+            steady,
             out: self.out.clone(),
             kubeconfig: self.kubeconfig.clone(),
             endpoints: Endpoints {

@@ -8,11 +8,12 @@
 //! One concept per file: [`args`] (flags and their check), [`scenario`], [`lockserver`] (the
 //! lock's server), [`cluster`] (the apiserver and the route), [`replica`] (one process),
 //! [`events`] (its log lines), [`lane`] (the replicas of one lock), [`round`] (one failover),
-//! [`stats`], [`checker`], [`report`].
+//! [`cost`] (steady state), [`stats`], [`checker`], [`report`].
 
 pub mod args;
 pub mod checker;
 pub mod cluster;
+pub mod cost;
 pub mod events;
 pub mod lane;
 pub mod lockserver;
@@ -118,6 +119,7 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
     let cluster = Cluster::start(plan.kubeconfig.as_deref()).await?;
     let mut results = Vec::new();
     let mut verdicts = Vec::new();
+    let mut costs = Vec::new();
     for &backend in &plan.backends {
         pb.set_message(format!("starting the {backend} server"));
         let server = LockServer::start(backend, &plan.endpoints).await?;
@@ -140,6 +142,28 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
             let logs: PathBuf = plan.out.join("logs").join(&label);
             pb.set_message(format!("{label}: starting {} replicas", plan.replicas));
             let mut lane = Lane::new(&label, exe.to_path_buf(), args, logs, plan.replicas, route)?;
+            if !plan.steady.is_zero() {
+                let leader = lane.settle(plan.leader_patience()).await?;
+                pb.set_message(format!("{label}: steady state for {:?}", plan.steady));
+                let pids: Vec<(usize, u32)> = lane
+                    .slots
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(slot, r)| r.as_ref().map(|r| (slot, r.pid())))
+                    .collect();
+                let leader_pid = pids.iter().find(|(s, _)| *s == leader.slot).map(|p| p.1);
+                let followers: Vec<u32> = pids
+                    .iter()
+                    .filter(|(s, _)| *s != leader.slot)
+                    .map(|p| p.1)
+                    .collect();
+                if let Some(pid) = leader_pid {
+                    let mut c =
+                        cost::measure(&server, &cluster, pid, &followers, plan.steady).await;
+                    c.wakeup = wakeup.to_string();
+                    costs.push(c);
+                }
+            }
             for &scenario in &plan.scenarios {
                 let mut samples: Vec<Sample> = Vec::new();
                 for round in 0..plan.rounds {
@@ -177,5 +201,6 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
         timing: plan.timing_args.clone(),
         results,
         verdicts,
+        costs,
     })
 }

@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::bench::checker::Verdict;
+use crate::bench::cost::Cost;
 use crate::bench::round::Sample;
 use crate::bench::stats::Summary;
 
@@ -113,6 +114,8 @@ pub struct Report {
     pub results: Vec<ScenarioResult>,
     /// The checker's verdicts.
     pub verdicts: Vec<LaneVerdict>,
+    /// The steady-state cost of each lane.
+    pub costs: Vec<Cost>,
 }
 
 fn row(out: &mut String, label: &str, s: Option<Summary>) {
@@ -212,6 +215,27 @@ impl Report {
             }
         }
         let _ = writeln!(out);
+        for c in &self.costs {
+            let _ = writeln!(
+                out,
+                "steady state, {} ({}), {:.0} s, {} replicas: {} backend requests/s [{}]; \
+                 leader CPU {:.2} % RSS {:.1} MiB; followers (mean) CPU {:.2} % RSS {:.1} MiB",
+                c.backend,
+                c.wakeup,
+                c.window_s,
+                self.replicas,
+                c.requests_per_s
+                    .map_or("n/a".to_string(), |r| format!("{r:.1}")),
+                c.counted_by,
+                c.leader_cpu_pct,
+                c.leader_rss_mib,
+                c.follower_cpu_pct,
+                c.follower_rss_mib
+            );
+        }
+        if !self.costs.is_empty() {
+            let _ = writeln!(out);
+        }
         for v in &self.verdicts {
             let _ = writeln!(
                 out,
