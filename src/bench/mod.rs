@@ -8,7 +8,7 @@
 //! One concept per file: [`args`] (flags and their check), [`scenario`], [`lockserver`] (the
 //! lock's server), [`cluster`] (the apiserver and the route), [`replica`] (one process),
 //! [`events`] (its log lines), [`lane`] (the replicas of one lock), [`round`] (one failover),
-//! [`cost`] (steady state), [`stats`], [`checker`], [`report`].
+//! [`cost`] (steady state), [`plot`], [`stats`], [`checker`], [`report`].
 
 pub mod args;
 pub mod checker;
@@ -17,6 +17,7 @@ pub mod cost;
 pub mod events;
 pub mod lane;
 pub mod lockserver;
+pub mod plot;
 pub mod replica;
 pub mod report;
 pub mod round;
@@ -88,6 +89,11 @@ pub fn main(args: BenchArgs) -> ExitCode {
             eprintln!("gateway-leader bench: {e:#}");
             return ExitCode::FAILURE;
         }
+    }
+    match plot::draw(&report, &plan.out) {
+        Ok(p) => println!("plot: {}", p.display()),
+        // The figures are out already; a plot that cannot be drawn is no reason to fail.
+        Err(e) => eprintln!("gateway-leader bench: no plot: {e:#}"),
     }
     let violations = report.violations();
     println!("violations: {violations}");
