@@ -23,7 +23,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "BACKEND")]
     pub lock_backend: Vec<String>,
     /// Scenario: graceful (SIGTERM), crash (SIGKILL), pause (SIGSTOP past the lease, then
-    /// SIGCONT) or all; repeatable [default: all].
+    /// SIGCONT), vanish (the lock record deleted by hand) or all; repeatable [default: all].
     #[arg(long, value_name = "SCENARIO")]
     pub scenario: Vec<String>,
     /// Replicas per lock (at least 2).

@@ -31,6 +31,10 @@ pub struct Lane {
     pub killed: BTreeMap<usize, f64>,
     /// The route whose status the replicas write.
     pub route: Route,
+    /// The lock's name.
+    pub lock: String,
+    /// The lane's namespace (the Lease's too).
+    pub ns: String,
 }
 
 /// The current leader of a lane.
@@ -53,6 +57,7 @@ impl Lane {
         logs: PathBuf,
         replicas: usize,
         route: Route,
+        (ns, lock): (&str, &str),
     ) -> Result<Lane> {
         std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
         let (tx, rx) = unbounded_channel();
@@ -68,6 +73,8 @@ impl Lane {
             events: Vec::new(),
             killed: BTreeMap::new(),
             route,
+            lock: lock.to_string(),
+            ns: ns.to_string(),
         };
         for slot in 0..replicas {
             lane.spawn(slot)?;

@@ -5,6 +5,10 @@ use std::fmt;
 
 use anyhow::{Context, Result};
 
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, DeleteParams};
+
+use crate::bench::cluster::Cluster;
 use crate::config::Backend;
 use crate::servers::etcd::EtcdServer;
 use crate::servers::redis::RedisServer;
@@ -100,6 +104,41 @@ impl LockServer {
             }
         }
         a
+    }
+}
+
+impl LockServer {
+    /// Deletes the lock record `lock` by hand, as an operator or a stray script would: the
+    /// Lease in `ns`, the etcd key under the default prefix, the Redis holder key.
+    pub async fn delete_record(&self, cluster: &Cluster, ns: &str, lock: &str) -> Result<()> {
+        match self {
+            LockServer::Kubernetes => {
+                let api: Api<Lease> = Api::namespaced(cluster.client(), ns);
+                api.delete(lock, &DeleteParams::default())
+                    .await
+                    .with_context(|| format!("deleting Lease {ns}/{lock}"))?;
+            }
+            LockServer::Etcd { endpoints, .. } => {
+                let eps: Vec<&str> = endpoints.split(',').map(str::trim).collect();
+                let mut c = etcd_client::Client::connect(eps, None)
+                    .await
+                    .context("connecting to etcd")?;
+                c.delete(format!("/gateway-leader/{lock}"), None)
+                    .await
+                    .context("etcd del")?;
+            }
+            LockServer::Redis { url, .. } => {
+                let client = redis::Client::open(url.as_str()).context("the Redis URL")?;
+                let mut con = client.get_multiplexed_async_connection().await?;
+                // The backend's holder key: `{prefix}:{<name>}:holder` (DNS names need no escaping).
+                let _: i64 = redis::cmd("DEL")
+                    .arg(format!("gateway-leader:{{{lock}}}:holder"))
+                    .query_async(&mut con)
+                    .await
+                    .context("redis DEL")?;
+            }
+        }
+        Ok(())
     }
 }
 

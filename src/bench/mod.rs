@@ -147,7 +147,16 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
             args.extend(["--wakeup".to_string(), wakeup.to_string()]);
             let logs: PathBuf = plan.out.join("logs").join(&label);
             pb.set_message(format!("{label}: starting {} replicas", plan.replicas));
-            let mut lane = Lane::new(&label, exe.to_path_buf(), args, logs, plan.replicas, route)?;
+            let lock = format!("{ns}-lock");
+            let mut lane = Lane::new(
+                &label,
+                exe.to_path_buf(),
+                args,
+                logs,
+                plan.replicas,
+                route,
+                (&ns, &lock),
+            )?;
             if !plan.steady.is_zero() {
                 let leader = lane.settle(plan.leader_patience()).await?;
                 pb.set_message(format!("{label}: steady state for {:?}", plan.steady));
@@ -174,7 +183,7 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
                 let mut samples: Vec<Sample> = Vec::new();
                 for round in 0..plan.rounds {
                     pb.set_message(format!("{label} {scenario} round {}", round + 1));
-                    let sample = round::run(&mut lane, plan, scenario, round)
+                    let sample = round::run(&mut lane, plan, scenario, round, (&server, &cluster))
                         .await
                         .with_context(|| format!("{label} {scenario} round {}", round + 1))?;
                     if let Some(e) = &sample.error {

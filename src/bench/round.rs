@@ -8,9 +8,10 @@ use nix::sys::signal::Signal;
 use serde::Serialize;
 
 use crate::bench::args::Plan;
-use crate::bench::cluster::ROUTE;
+use crate::bench::cluster::{Cluster, ROUTE};
 use crate::bench::events::What;
 use crate::bench::lane::Lane;
+use crate::bench::lockserver::LockServer;
 use crate::bench::scenario::Scenario;
 use crate::clock;
 
@@ -35,14 +36,24 @@ pub struct Sample {
 const WRITE_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Runs one round of `scenario` on `lane`.
-pub async fn run(lane: &mut Lane, plan: &Plan, scenario: Scenario, round: usize) -> Result<Sample> {
+pub async fn run(
+    lane: &mut Lane,
+    plan: &Plan,
+    scenario: Scenario,
+    round: usize,
+    (server, cluster): (&LockServer, &Cluster),
+) -> Result<Sample> {
     let old = lane.settle(plan.leader_patience()).await?;
-    let sig = match scenario {
-        Scenario::Graceful => Signal::SIGTERM,
-        Scenario::Crash => Signal::SIGKILL,
-        Scenario::Pause => Signal::SIGSTOP,
+    let at = match scenario {
+        Scenario::Graceful => lane.signal(old.slot, Signal::SIGTERM)?,
+        Scenario::Crash => lane.signal(old.slot, Signal::SIGKILL)?,
+        Scenario::Pause => lane.signal(old.slot, Signal::SIGSTOP)?,
+        Scenario::Vanish => {
+            let at = clock::mono_ms();
+            server.delete_record(cluster, &lane.ns, &lane.lock).await?;
+            at
+        }
     };
-    let at = lane.signal(old.slot, sig)?;
     // Right after the signal: a change that only the next leader should write.
     lane.route.flip().await?;
     let mut sample = Sample {
@@ -53,9 +64,11 @@ pub async fn run(lane: &mut Lane, plan: &Plan, scenario: Scenario, round: usize)
         terms: (old.term, 0),
         error: None,
     };
+    // After a vanish the old leader may well lead again, under a new term.
+    let anyone = scenario == Scenario::Vanish;
     let led = lane
         .wait(plan.leader_patience(), |e| {
-            e.replica != old.index
+            (anyone || e.replica != old.index)
                 && e.mono_ms >= at
                 && matches!(e.what, What::Leading { term, .. } if term > old.term)
         })
@@ -74,11 +87,13 @@ pub async fn run(lane: &mut Lane, plan: &Plan, scenario: Scenario, round: usize)
     };
     sample.terms.1 = new_term;
     sample.to_leader_ms = Some(led.mono_ms - at);
+    // The old leadership's own write of the change (by term: after a vanish the same replica
+    // may lead again).
     let old_wrote = |lane: &Lane| {
         lane.events.iter().any(|e| {
             e.replica == old.index
                 && e.mono_ms >= at
-                && matches!(&e.what, What::Written { name, .. } if name == ROUTE)
+                && matches!(&e.what, What::Written { name, term, .. } if name == ROUTE && *term == old.term)
         })
     };
     // The new leader's first write of its term; or, when the old leader wrote the change
@@ -143,6 +158,8 @@ async fn finish(
             }
             lane.spawn(slot)?;
         }
+        // Nothing was stopped: the same replicas go on.
+        Scenario::Vanish => {}
         Scenario::Pause => {
             let frozen_for = plan.timing.lease_duration + Duration::from_millis(500);
             let left = at + frozen_for.as_secs_f64() * 1e3 - clock::mono_ms();

@@ -13,11 +13,19 @@ pub enum Scenario {
     /// SIGSTOP for longer than the lease, then SIGCONT: the frozen leader must not write when
     /// it thaws.
     Pause,
+    /// The lock record deleted by hand (Lease delete, etcd `del`, Redis `DEL`) under a running
+    /// leader: the replicas must settle on one new leadership, under a new term.
+    Vanish,
 }
 
 impl Scenario {
     /// Every scenario, in the order `all` runs them.
-    pub const ALL: [Scenario; 3] = [Scenario::Graceful, Scenario::Crash, Scenario::Pause];
+    pub const ALL: [Scenario; 4] = [
+        Scenario::Graceful,
+        Scenario::Crash,
+        Scenario::Pause,
+        Scenario::Vanish,
+    ];
 
     /// The name on the command line and in the output.
     pub fn name(self) -> &'static str {
@@ -25,6 +33,7 @@ impl Scenario {
             Scenario::Graceful => "graceful",
             Scenario::Crash => "crash",
             Scenario::Pause => "pause",
+            Scenario::Vanish => "vanish",
         }
     }
 
