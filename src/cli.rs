@@ -17,7 +17,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the elector (and, as leader, the status writer) until SIGTERM or Ctrl-C.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
+    /// Measure failover on each lock backend with real replicas and servers, and check the
+    /// replicas' logs for split brain (see docs/benchmarks.md).
+    Bench(Box<crate::bench::BenchArgs>),
 }
 
 /// Flags of `gateway-leader run`. Every flag also has a `GATEWAY_LEADER_*` environment variable
@@ -58,6 +61,9 @@ pub struct RunArgs {
     /// Release the lock on SIGTERM so a follower takes over at once [default: true].
     #[arg(long, value_name = "BOOL")]
     pub release_on_shutdown: Option<String>,
+    /// How followers learn the lock changed: watch, or poll as client-go does [default: watch].
+    #[arg(long, value_name = "MODE")]
+    pub wakeup: Option<String>,
     /// The Gateway API controllerName this controller owns.
     #[arg(long, value_name = "NAME")]
     pub controller_name: Option<String>,
@@ -134,6 +140,7 @@ impl RunArgs {
         put("renew_deadline", &self.renew_deadline);
         put("retry_period", &self.retry_period);
         put("release_on_shutdown", &self.release_on_shutdown);
+        put("wakeup", &self.wakeup);
         put("controller_name", &self.controller_name);
         put("health_addr", &self.health_addr);
         put("log_format", &self.log_format);

@@ -129,6 +129,12 @@ pub const SETTINGS: &[SettingSpec] = &[
         "release the lock on SIGTERM so a follower takes over at once"
     ),
     spec!(
+        "wakeup",
+        Some("watch"),
+        false,
+        "how followers learn the lock changed: watch, or poll (client-go's way, a baseline)"
+    ),
+    spec!(
         "controller_name",
         Some(DEFAULT_CONTROLLER_NAME),
         false,
@@ -377,6 +383,26 @@ pub enum LogFormat {
     Json,
 }
 
+/// How a follower learns that the lock changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wakeup {
+    /// The backend's change stream: a release or a deletion is seen at once, an expiry is
+    /// waited for exactly; polling only while the stream is down.
+    Watch,
+    /// No change stream: polling every retry period, jittered, as client-go does. A baseline
+    /// for `gateway-leader bench`, and a way out should a backend's watch misbehave.
+    Poll,
+}
+
+impl fmt::Display for Wakeup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Wakeup::Watch => "watch",
+            Wakeup::Poll => "poll",
+        })
+    }
+}
+
 /// A secret that never shows in Debug output or `--print-config`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -454,6 +480,8 @@ pub struct Settings {
     pub timing: Timing,
     /// Release the lock on graceful shutdown.
     pub release_on_shutdown: bool,
+    /// How followers learn the lock changed.
+    pub wakeup: Wakeup,
     /// Our Gateway API controllerName.
     pub controller_name: String,
     /// Where /healthz, /readyz and /metrics are served.
@@ -668,6 +696,16 @@ impl Layers {
                 ))
             }
         };
+        let wakeup = match self.get("wakeup")?.unwrap_or_default().as_str() {
+            "watch" => Wakeup::Watch,
+            "poll" => Wakeup::Poll,
+            other => {
+                return Err(err(
+                    "wakeup",
+                    format!("{other:?}; accepted values: watch, poll"),
+                ))
+            }
+        };
         let namespace = self.namespace()?;
         let endpoints: Vec<String> = self
             .get("etcd_endpoints")?
@@ -705,6 +743,7 @@ impl Layers {
             identity,
             timing,
             release_on_shutdown: self.bool("release_on_shutdown")?,
+            wakeup,
             controller_name,
             health_addr,
             log_format,
@@ -957,6 +996,7 @@ mod tests {
         assert_eq!(s.identity, "host-1");
         assert_eq!(s.timing, Timing::default());
         assert!(s.release_on_shutdown);
+        assert_eq!(s.wakeup, Wakeup::Watch);
         assert_eq!(s.etcd.endpoints, vec!["http://127.0.0.1:2379".to_string()]);
     }
 
@@ -1050,6 +1090,12 @@ mod tests {
         assert!(
             text.contains("--release-on-shutdown") && text.contains("true or false"),
             "{text}"
+        );
+        let e = load(&[], &[("wakeup", "push")]).unwrap_err();
+        assert!(e.to_string().contains("watch, poll"), "{e}");
+        assert_eq!(
+            load(&[], &[("wakeup", "poll")]).ok().map(|s| s.wakeup),
+            Some(Wakeup::Poll)
         );
         let e = load(&[], &[("log_format", "xml")]).unwrap_err();
         assert!(e.to_string().contains("text, json"), "{e}");

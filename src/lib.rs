@@ -2,11 +2,15 @@
 //! statuses. See the README for the settings and `docs/` for each backend.
 
 pub mod backend;
+pub mod bench;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod health;
 pub mod metrics;
+pub mod poll;
 pub mod run;
+pub mod servers;
 pub mod status;
 pub mod telemetry;
 
@@ -57,6 +61,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
         }
     };
     match cli.command {
+        Command::Bench(args) => bench::main(*args),
         Command::Run(args) => {
             let (layers, settings) = match load_settings(&args, std::env::vars_os()) {
                 Ok(x) => x,

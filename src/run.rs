@@ -8,12 +8,14 @@ use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership, Loc
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::backend;
-use crate::config::Settings;
+use crate::clock;
+use crate::config::{Settings, Wakeup};
 use crate::health::{self, Health};
 use crate::metrics::{InstrumentedLock, Metrics};
+use crate::poll::PollingLock;
 use crate::status::{StatusController, WriterConfig};
 
 /// SIGTERM and SIGINT, caught from the start: a signal that arrives while the replica is still
@@ -57,22 +59,32 @@ fn log_changes(leadership: &Leadership) -> tokio::task::JoinHandle<()> {
                 (None, _) => false,
             };
             last = Some(state.clone());
+            // `mono_ms` (CLOCK_MONOTONIC) lets `bench` and its split-brain checker compare these
+            // instants across processes; `valid_until_mono_ms` is the validity deadline, moved by
+            // each renew (logged at debug, so only when asked for).
+            let mono_ms = clock::mono_ms();
             if same {
+                if let LeaderState::Leader { term, valid_until } = state {
+                    debug!(%term, mono_ms, valid_until_mono_ms = clock::instant_mono_ms(valid_until),
+                        "leadership: renewed");
+                }
                 if rx.changed().await.is_err() {
                     return;
                 }
                 continue;
             }
             match state {
-                LeaderState::Leader { term, .. } => info!(%term, "leadership: leading"),
+                LeaderState::Leader { term, valid_until } => info!(%term, mono_ms,
+                    valid_until_mono_ms = clock::instant_mono_ms(valid_until), "leadership: leading"),
                 LeaderState::Follower { holder, term } => info!(
                     holder = holder.as_deref().unwrap_or("unknown"),
                     term = term.map(|t| t.0),
+                    mono_ms,
                     "leadership: following"
                 ),
                 LeaderState::Starting => {}
                 LeaderState::Stopped => {
-                    info!("leadership: stopped");
+                    info!(mono_ms, "leadership: stopped");
                     return;
                 }
             }
@@ -180,6 +192,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         lease_duration = ?settings.timing.lease_duration,
         renew_deadline = ?settings.timing.renew_deadline,
         retry_period = ?settings.timing.retry_period,
+        wakeup = %settings.wakeup,
         "starting leader election"
     );
     // A backend that is down at startup is waited for, as Kubernetes' own client does; only a
@@ -205,8 +218,12 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             return Ok(());
         }
     };
+    let lock = match settings.wakeup {
+        Wakeup::Watch => connected.lock,
+        Wakeup::Poll => PollingLock::wrap(connected.lock),
+    };
     let elector = Elector::spawn(
-        InstrumentedLock::new(connected.lock, metrics.clone()),
+        InstrumentedLock::new(lock, metrics.clone()),
         ElectorConfig {
             identity: identity.clone(),
             timing: settings.timing,

@@ -246,8 +246,9 @@ impl StatusWriter {
         };
         match result {
             Ok(Written::Written { term }) => {
+                // `mono_ms` (CLOCK_MONOTONIC) orders writes across replicas for bench's checker.
                 info!(%term, %identity, kind = %key.kind, namespace = key.namespace.as_deref().unwrap_or(""),
-                    name = %key.name, "status written");
+                    name = %key.name, mono_ms = crate::clock::mono_ms(), "status written");
             }
             Ok(Written::Unchanged) => debug!(object = %key, "status already right; nothing sent"),
             Ok(Written::Stale) => {

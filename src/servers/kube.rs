@@ -1,4 +1,5 @@
-//! A throwaway genuine kube-apiserver v1.20.2 for tests, with its own etcd, on loopback.
+//! A throwaway genuine kube-apiserver v1.20.2 for tests and `gateway-leader bench`, with its own
+//! etcd, on loopback.
 //!
 //! The binary comes from `GATEWAY_LEADER_KUBE_APISERVER`, else the cache that
 //! `scripts/build-kube-apiserver.sh` fills. When `GATEWAY_LEADER_TEST_KUBECONFIG` names a
@@ -23,8 +24,8 @@ use rcgen::{
 };
 use tokio::sync::OnceCell;
 
-use crate::etcd::EtcdServer;
-use crate::process::{free_port, tail, ServerProcess};
+use crate::servers::etcd::EtcdServer;
+use crate::servers::process::{free_port, tail, ServerProcess};
 
 /// Names an existing cluster's kubeconfig to test against instead of starting an apiserver.
 pub const TEST_KUBECONFIG_ENV: &str = "GATEWAY_LEADER_TEST_KUBECONFIG";
@@ -50,8 +51,8 @@ fn binary() -> Result<PathBuf> {
             p.display()
         );
     }
+    // The checkout this binary was built from: a binary run from elsewhere says how to get one.
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
         .join("scripts")
         .join("build-kube-apiserver.sh");
     let out = Command::new("bash")
@@ -415,10 +416,12 @@ impl KubeApiServer {
         Client::try_from(c).context("building a client for a token")
     }
 
-    /// Installs the Gateway API CRDs once per server (see [`crate::gateway_api::install`]).
+    /// Installs the Gateway API CRDs once per server (see [`crate::servers::gateway_api::install`]).
     pub async fn install_gateway_api(&self) -> Result<()> {
         self.gateway_api
-            .get_or_try_init(|| async { crate::gateway_api::install(&self.admin_client()).await })
+            .get_or_try_init(|| async {
+                crate::servers::gateway_api::install(&self.admin_client()).await
+            })
             .await
             .map(|_| ())
     }

@@ -1,0 +1,259 @@
+//! The flags of `gateway-leader bench`, and their check before anything starts.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use leader_lock::Timing;
+
+use crate::bench::lockserver::Endpoints;
+use crate::bench::scenario::Scenario;
+use crate::cli::RunArgs;
+use crate::config::Backend;
+
+/// The most replicas a lane may run: each is a full process with its own watches.
+pub const MAX_REPLICAS: usize = 64;
+/// The most rounds per backend and scenario.
+pub const MAX_ROUNDS: usize = 100_000;
+
+/// Flags of `gateway-leader bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Lock backend to measure: kubernetes, etcd, redis or all; repeatable [default: all].
+    #[arg(long, value_name = "BACKEND")]
+    pub lock_backend: Vec<String>,
+    /// Scenario: graceful (SIGTERM), crash (SIGKILL), pause (SIGSTOP past the lease, then
+    /// SIGCONT), vanish (the lock record deleted by hand) or all; repeatable [default: all].
+    #[arg(long, value_name = "SCENARIO")]
+    pub scenario: Vec<String>,
+    /// Replicas per lock (at least 2).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub replicas: usize,
+    /// Failovers per backend and scenario.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub rounds: usize,
+    /// The replicas' --lease-duration (shorter than run's default, so that a crash round takes
+    /// seconds).
+    #[arg(long, default_value = "4s", value_name = "DURATION")]
+    pub lease_duration: String,
+    /// The replicas' --renew-deadline.
+    #[arg(long, default_value = "3s", value_name = "DURATION")]
+    pub renew_deadline: String,
+    /// The replicas' --retry-period.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub retry_period: String,
+    /// How long to measure the steady-state cost (requests/s, CPU, memory) of each lane before
+    /// its rounds; 0s skips it.
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub steady: String,
+    /// Where the results (JSON), the replicas' logs and the plot are written.
+    #[arg(long, default_value = "bench-out", value_name = "DIR")]
+    pub out: PathBuf,
+    /// Use this cluster for statuses and the Lease instead of a local kube-apiserver.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Use these etcd endpoints instead of a local etcd.
+    #[arg(long, value_name = "URLS")]
+    pub etcd_endpoints: Option<String>,
+    /// Use this Redis instead of a local redis-server.
+    #[arg(long, value_name = "URL")]
+    pub redis_url: Option<String>,
+}
+
+/// What to run, checked.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The backends, in order.
+    pub backends: Vec<Backend>,
+    /// The scenarios, in order.
+    pub scenarios: Vec<Scenario>,
+    /// Replicas per lane.
+    pub replicas: usize,
+    /// Rounds per backend and scenario.
+    pub rounds: usize,
+    /// The replicas' timing.
+    pub timing: Timing,
+    /// The timing flags as given, passed on to the replicas.
+    pub timing_args: Vec<String>,
+    /// The steady-state window (zero: not measured).
+    pub steady: Duration,
+    /// The output dir.
+    pub out: PathBuf,
+    /// `--kubeconfig`.
+    pub kubeconfig: Option<PathBuf>,
+    /// Existing lock servers.
+    pub endpoints: Endpoints,
+}
+
+fn backend(s: &str) -> Option<Backend> {
+    match s {
+        "kubernetes" => Some(Backend::Kubernetes),
+        "etcd" => Some(Backend::Etcd),
+        "redis" => Some(Backend::Redis),
+        _ => None,
+    }
+}
+
+/// Expands repeatable values with `all`, keeping the order of first mention and no duplicate.
+fn pick<T: PartialEq + Copy>(
+    flag: &str,
+    given: &[String],
+    all: &[T],
+    parse: impl Fn(&str) -> Option<T>,
+    names: &str,
+) -> Result<Vec<T>, String> {
+    if given.is_empty() {
+        return Ok(all.to_vec());
+    }
+    let mut out = Vec::new();
+    for v in given {
+        let items = if v == "all" {
+            all.to_vec()
+        } else {
+            vec![parse(v).ok_or_else(|| format!("{flag} {v:?}: accepted: {names}, all"))?]
+        };
+        for i in items {
+            if !out.contains(&i) {
+                out.push(i);
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl BenchArgs {
+    /// Checks every flag, with the same rules `run` applies to each backend's settings, before
+    /// anything starts. The error is one line naming the flag.
+    pub fn plan(&self) -> Result<Plan, String> {
+        let backends = pick(
+            "--lock-backend",
+            &self.lock_backend,
+            &[Backend::Kubernetes, Backend::Etcd, Backend::Redis],
+            backend,
+            "kubernetes, etcd, redis",
+        )?;
+        let scenarios = pick(
+            "--scenario",
+            &self.scenario,
+            &Scenario::ALL,
+            Scenario::parse,
+            &Scenario::ALL.map(Scenario::name).join(", "),
+        )?;
+        if !(2..=MAX_REPLICAS).contains(&self.replicas) {
+            return Err(format!(
+                "--replicas {}: accepted: 2 to {MAX_REPLICAS} (a failover needs a follower)",
+                self.replicas
+            ));
+        }
+        if !(1..=MAX_ROUNDS).contains(&self.rounds) {
+            return Err(format!(
+                "--rounds {}: accepted: 1 to {MAX_ROUNDS}",
+                self.rounds
+            ));
+        }
+        let mut timing = None;
+        for b in &backends {
+            // The replicas will refuse what `run` refuses: ask `run`'s own checks now, with no
+            // environment, as the replicas get none of the user's settings.
+            let run = RunArgs {
+                lock_backend: Some(b.to_string()),
+                lease_duration: Some(self.lease_duration.clone()),
+                renew_deadline: Some(self.renew_deadline.clone()),
+                retry_period: Some(self.retry_period.clone()),
+                leader_election_identity: Some("bench".into()),
+                leader_election_namespace: Some("bench".into()),
+                kubeconfig: self.kubeconfig.as_ref().map(|p| p.display().to_string()),
+                etcd_endpoints: self.etcd_endpoints.clone(),
+                redis_url: self.redis_url.clone(),
+                ..RunArgs::default()
+            };
+            let (_, settings) =
+                crate::load_settings(&run, Vec::new()).map_err(|e| format!("{b}: {e}"))?;
+            timing = Some(settings.timing);
+        }
+        let timing = timing.ok_or("no backend to measure")?;
+        let steady = crate::config::parse_duration(&self.steady)
+            .map_err(|e| format!("--steady {:?}: {e}", self.steady))?;
+        if steady > Duration::from_secs(3600) {
+            return Err(format!("--steady {:?}: accepted: 0s to 1h", self.steady));
+        }
+        if let Some(k) = &self.kubeconfig {
+            if !k.is_file() {
+                return Err(format!("--kubeconfig {}: not a file", k.display()));
+            }
+        }
+        Ok(Plan {
+            backends,
+            scenarios,
+            replicas: self.replicas,
+            rounds: self.rounds,
+            timing,
+            timing_args: vec![
+                "--lease-duration".into(),
+                self.lease_duration.clone(),
+                "--renew-deadline".into(),
+                self.renew_deadline.clone(),
+                "--retry-period".into(),
+                self.retry_period.clone(),
+            ],
+            steady,
+            out: self.out.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            endpoints: Endpoints {
+                etcd: self.etcd_endpoints.clone(),
+                redis: self.redis_url.clone(),
+            },
+        })
+    }
+}
+
+impl Plan {
+    /// How long a round may wait for a new leader: a lease, the server's expiry tick, a retry
+    /// period of polling, and room for a busy machine.
+    pub fn leader_patience(&self) -> Duration {
+        self.timing.lease_duration * 3 + self.timing.retry_period * 2 + Duration::from_secs(10)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn plan(args: &[&str]) -> Result<Plan, String> {
+        let cli = Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        cli.bench.plan()
+    }
+
+    #[test]
+    fn defaults_and_all() {
+        let p = plan(&[]).expect("defaults are valid");
+        assert_eq!(p.backends.len(), 3);
+        assert_eq!(p.scenarios, Scenario::ALL.to_vec());
+        assert_eq!((p.replicas, p.rounds), (3, 20));
+        let p = plan(&["--lock-backend", "redis", "--lock-backend", "all"]).expect("valid");
+        assert_eq!(
+            p.backends,
+            vec![Backend::Redis, Backend::Kubernetes, Backend::Etcd]
+        );
+    }
+
+    #[test]
+    fn bad_input_names_the_flag() {
+        let e = plan(&["--scenario", "nap"]).unwrap_err();
+        assert!(e.contains("--scenario \"nap\""), "{e}");
+        let e = plan(&["--replicas", "1"]).unwrap_err();
+        assert!(e.contains("--replicas 1"), "{e}");
+        let e = plan(&["--lock-backend", "etcd", "--lease-duration", "1500ms"]).unwrap_err();
+        assert!(e.contains("lease"), "{e}");
+        let e = plan(&["--renew-deadline", "5s"]).unwrap_err();
+        assert!(e.contains("renew"), "{e}");
+    }
+}

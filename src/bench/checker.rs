@@ -1,0 +1,260 @@
+//! The split-brain checker: proves from the replicas' own logs that no two of them held a valid
+//! leadership at once and that no write of an older term came after a newer term's first write.
+//!
+//! # What the logs give, and what is checked
+//!
+//! Every instant is the replica's `mono_ms` (`CLOCK_MONOTONIC`, one clock for the machine).
+//!
+//! - A **leadership** of replica R under term T starts at R's `leadership: leading` line. It
+//!   ends at the earliest of: its validity deadline (`valid_until_mono_ms` of that line or of
+//!   the latest `leadership: renewed` line, logged at debug), R's next `leadership: following`
+//!   or `leadership: stopped` line, and the instant the bench sent R a SIGKILL.
+//! - Two leaderships of different replicas **overlap** when each starts before the other ends.
+//!   No tolerance is added: the documented margin (`lease-duration − renew-deadline`) is what
+//!   keeps a follower's takeover after the old leader's deadline even though the lease is timed
+//!   by the server (etcd, Redis) or by the follower's own clock (Kubernetes), so with that
+//!   margin holding, valid leaderships never overlap at all. The report gives the smallest gap
+//!   seen between consecutive leaderships of different replicas, to compare with the margin.
+//! - A **late write**: a `status written` line of term T logged after the first `status written`
+//!   line of a newer term. A write is logged when its request has completed, so this compares
+//!   completions.
+//! - Terms must grow: a leadership that starts after another replica's must carry a higher term.
+//!
+//! The logger stamps a line when it sees the change, a little after it happened: a leadership's
+//! logged start is slightly late and its logged end slightly late too. A renew published in the
+//! instant before a SIGSTOP or SIGKILL may not reach the log; then the deadline used is the
+//! previous one, a retry period early.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::bench::events::{Event, What};
+
+/// One leadership as the logs show it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Interval {
+    /// The replica.
+    pub replica: usize,
+    /// The term.
+    pub term: u64,
+    /// Its logged start (`CLOCK_MONOTONIC` ms).
+    pub start: f64,
+    /// Its end (`CLOCK_MONOTONIC` ms), as defined in the module docs.
+    pub end: f64,
+}
+
+/// What the checker found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Verdict {
+    /// Every leadership seen.
+    pub leaderships: usize,
+    /// Every status write seen.
+    pub writes: usize,
+    /// Each violation, in words.
+    pub violations: Vec<String>,
+    /// The smallest gap (ms) from a leadership's end to the next start of another replica's
+    /// leadership; negative would be an overlap. `None` with fewer than two leaderships.
+    pub min_gap_ms: Option<f64>,
+}
+
+/// Builds the leaderships from the events of one lane (every replica of one lock), with the
+/// instants the bench killed replicas at (`replica -> mono ms`).
+pub fn leaderships(events: &[Event], killed: &BTreeMap<usize, f64>) -> Vec<Interval> {
+    let mut by_replica: BTreeMap<usize, Vec<&Event>> = BTreeMap::new();
+    for e in events {
+        by_replica.entry(e.replica).or_default().push(e);
+    }
+    let mut out = Vec::new();
+    for (replica, mut evs) in by_replica {
+        evs.sort_by(|a, b| a.mono_ms.total_cmp(&b.mono_ms));
+        let death = killed.get(&replica).copied().unwrap_or(f64::INFINITY);
+        let mut open: Option<Interval> = None;
+        let close = |i: Interval, at: f64, out: &mut Vec<Interval>| {
+            let end = i.end.min(at).min(death);
+            out.push(Interval { end, ..i });
+        };
+        for e in evs {
+            match &e.what {
+                What::Leading { term, valid_until } => {
+                    if let Some(i) = open.take() {
+                        close(i, e.mono_ms, &mut out);
+                    }
+                    open = Some(Interval {
+                        replica,
+                        term: *term,
+                        start: e.mono_ms,
+                        end: *valid_until,
+                    });
+                }
+                What::Renewed { term, valid_until } => {
+                    if let Some(i) = open.as_mut().filter(|i| i.term == *term) {
+                        i.end = i.end.max(*valid_until);
+                    }
+                }
+                What::Following | What::Stopped => {
+                    if let Some(i) = open.take() {
+                        close(i, e.mono_ms, &mut out);
+                    }
+                }
+                What::Written { .. } | What::SweepDone { .. } => {}
+            }
+        }
+        if let Some(i) = open.take() {
+            close(i, f64::INFINITY, &mut out);
+        }
+    }
+    out.sort_by(|a, b| a.start.total_cmp(&b.start));
+    out
+}
+
+/// Checks one lane's events; see the module docs for the rules.
+pub fn check(events: &[Event], killed: &BTreeMap<usize, f64>) -> Verdict {
+    let ls = leaderships(events, killed);
+    let mut v = Verdict {
+        leaderships: ls.len(),
+        ..Verdict::default()
+    };
+    for (i, a) in ls.iter().enumerate() {
+        for b in &ls[i + 1..] {
+            if a.replica == b.replica {
+                continue;
+            }
+            // Sorted by start: b starts at or after a.
+            if b.start < a.end {
+                v.violations.push(format!(
+                    "two valid leaders: replica {} (term {}) until {:.1} ms and replica {} \
+                     (term {}) from {:.1} ms, {:.1} ms at once",
+                    a.replica,
+                    a.term,
+                    a.end,
+                    b.replica,
+                    b.term,
+                    b.start,
+                    a.end.min(b.end) - b.start
+                ));
+            }
+            if b.term <= a.term {
+                v.violations.push(format!(
+                    "term did not grow: replica {} led under term {} from {:.1} ms, after \
+                     replica {} under term {}",
+                    b.replica, b.term, b.start, a.replica, a.term
+                ));
+            }
+        }
+        if let Some(next) = ls[i + 1..].iter().find(|b| b.replica != a.replica) {
+            let gap = next.start - a.end;
+            v.min_gap_ms = Some(v.min_gap_ms.map_or(gap, |g: f64| g.min(gap)));
+        }
+    }
+    let writes: Vec<(&Event, u64)> = events
+        .iter()
+        .filter_map(|e| match e.what {
+            What::Written { term, .. } => Some((e, term)),
+            _ => None,
+        })
+        .collect();
+    v.writes = writes.len();
+    let mut first: BTreeMap<u64, f64> = BTreeMap::new();
+    for (e, term) in &writes {
+        let f = first.entry(*term).or_insert(e.mono_ms);
+        *f = f.min(e.mono_ms);
+    }
+    for (e, term) in &writes {
+        // The newest term whose first write came before this one.
+        if let Some((newer, at)) = first.range(term + 1..).rfind(|(_, at)| **at < e.mono_ms) {
+            v.violations.push(format!(
+                "late write: replica {} wrote under term {term} at {:.1} ms, after term {newer}'s \
+                 first write at {at:.1} ms",
+                e.replica, e.mono_ms
+            ));
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(replica: usize, mono_ms: f64, what: What) -> Event {
+        Event {
+            replica,
+            mono_ms,
+            what,
+        }
+    }
+    fn lead(term: u64, valid_until: f64) -> What {
+        What::Leading { term, valid_until }
+    }
+    fn write(term: u64) -> What {
+        What::Written {
+            term,
+            object_kind: "HTTPRoute".into(),
+            name: "r".into(),
+        }
+    }
+
+    #[test]
+    fn a_clean_handover_passes() {
+        let events = vec![
+            ev(0, 0.0, lead(1, 2000.0)),
+            ev(
+                0,
+                900.0,
+                What::Renewed {
+                    term: 1,
+                    valid_until: 2900.0,
+                },
+            ),
+            ev(0, 5.0, write(1)),
+            ev(0, 1000.0, What::Stopped),
+            ev(1, 1010.0, lead(2, 3010.0)),
+            ev(1, 1020.0, write(2)),
+        ];
+        let v = check(&events, &BTreeMap::new());
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        assert_eq!((v.leaderships, v.writes), (2, 2));
+        assert_eq!(v.min_gap_ms, Some(10.0));
+    }
+
+    #[test]
+    fn a_frozen_leaders_deadline_and_a_kill_end_its_leadership() {
+        // Replica 0 froze with its deadline at 2900; replica 1 took over at 4000.
+        let events = vec![
+            ev(0, 0.0, lead(1, 2000.0)),
+            ev(
+                0,
+                900.0,
+                What::Renewed {
+                    term: 1,
+                    valid_until: 2900.0,
+                },
+            ),
+            ev(1, 4000.0, lead(2, 6000.0)),
+            ev(0, 5000.0, What::Following),
+        ];
+        assert!(check(&events, &BTreeMap::new()).violations.is_empty());
+        // Killed at 1500, another leads from 1600: fine though its deadline was later.
+        let events = vec![ev(0, 0.0, lead(1, 2000.0)), ev(1, 1600.0, lead(2, 3600.0))];
+        let killed = BTreeMap::from([(0, 1500.0)]);
+        assert!(check(&events, &killed).violations.is_empty());
+    }
+
+    #[test]
+    fn overlaps_late_writes_and_old_terms_are_violations() {
+        let events = vec![
+            ev(0, 0.0, lead(1, 2000.0)),
+            ev(1, 1500.0, lead(2, 3500.0)),
+            ev(1, 1600.0, write(2)),
+            ev(0, 1700.0, write(1)),
+        ];
+        let v = check(&events, &BTreeMap::new());
+        assert_eq!(v.violations.len(), 2, "{:?}", v.violations);
+        assert!(v.violations[0].starts_with("two valid leaders"));
+        assert!(v.violations[1].starts_with("late write"));
+        let events = vec![ev(0, 0.0, lead(5, 100.0)), ev(1, 200.0, lead(4, 300.0))];
+        let v = check(&events, &BTreeMap::new());
+        assert!(v.violations[0].starts_with("term did not grow"));
+    }
+}

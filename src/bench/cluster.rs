@@ -1,0 +1,175 @@
+//! The Kubernetes side every lane needs, whatever holds its lock: an apiserver with the Gateway
+//! API CRDs, and per lane a GatewayClass, a Gateway, a Service and an HTTPRoute whose status
+//! the replicas write. Each round changes the route so the new leader has something to write.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config, Resource};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::servers::gateway_api as crds;
+use crate::servers::kube::KubeApiServer;
+
+/// The route every lane's replicas compute and write the status of.
+pub const ROUTE: &str = "route";
+
+/// An apiserver: a throwaway local one, or the cluster of a kubeconfig.
+pub struct Cluster {
+    client: Client,
+    kubeconfig: PathBuf,
+    local: Option<KubeApiServer>,
+}
+
+impl Cluster {
+    /// Starts a local kube-apiserver (with its own etcd), or connects to `kubeconfig`; installs
+    /// the Gateway API CRDs either way (an existing one is left as it is).
+    pub async fn start(kubeconfig: Option<&Path>) -> Result<Cluster> {
+        let (client, kubeconfig, local) = match kubeconfig {
+            Some(path) => {
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                let kc = Kubeconfig::read_from(path)
+                    .with_context(|| format!("--kubeconfig {}", path.display()))?;
+                let config =
+                    Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+                let client = Client::try_from(config).context("a client for --kubeconfig")?;
+                (client, path.to_path_buf(), None)
+            }
+            None => {
+                let server = KubeApiServer::start_local()
+                    .await
+                    .context("starting a local kube-apiserver (or give --kubeconfig)")?;
+                (
+                    server.admin_client(),
+                    server.kubeconfig_path().to_path_buf(),
+                    Some(server),
+                )
+            }
+        };
+        crds::install(&client)
+            .await
+            .context("installing the Gateway API CRDs")?;
+        Ok(Cluster {
+            client,
+            kubeconfig,
+            local,
+        })
+    }
+
+    /// The kubeconfig the replicas use.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// A client with the kubeconfig's rights.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The local apiserver, when the bench started one.
+    pub fn local(&self) -> Option<&KubeApiServer> {
+        self.local.as_ref()
+    }
+
+    /// The local apiserver, mutably (to restart it).
+    pub fn local_mut(&mut self) -> Option<&mut KubeApiServer> {
+        self.local.as_mut()
+    }
+
+    /// Creates a lane's namespace and objects for `controller`: the class and the namespace are
+    /// named `ns`; the route points at Service `web`.
+    pub async fn lane(&self, ns: &str, controller: &str) -> Result<Route> {
+        let c = self.client.clone();
+        put(
+            &Api::<Namespace>::all(c.clone()),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await?;
+        put(
+            &Api::<GatewayClass>::all(c.clone()),
+            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+                   "metadata": {"name": ns}, "spec": {"controllerName": controller}}),
+        )
+        .await?;
+        put(
+            &Api::<Gateway>::namespaced(c.clone(), ns),
+            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                   "metadata": {"name": "gw", "namespace": ns},
+                   "spec": {"gatewayClassName": ns,
+                            "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}}),
+        )
+        .await?;
+        put(
+            &Api::<Service>::namespaced(c.clone(), ns),
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
+                   "spec": {"ports": [{"name": "http", "port": 80}]}}),
+        )
+        .await?;
+        let api = Api::<HttpRoute>::namespaced(c, ns);
+        put(&api, route_json(ns, "web")).await?;
+        // A route left by an earlier run against the same cluster starts from the same backend.
+        let spec = json!({"spec": route_json(ns, "web")["spec"]});
+        api.patch(ROUTE, &PatchParams::default(), &Patch::Merge(spec))
+            .await
+            .with_context(|| format!("resetting route {ns}/{ROUTE}"))?;
+        Ok(Route {
+            api,
+            ns: ns.to_string(),
+            flips: 0,
+        })
+    }
+}
+
+fn route_json(ns: &str, backend: &str) -> serde_json::Value {
+    json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+           "metadata": {"name": ROUTE, "namespace": ns},
+           "spec": {"parentRefs": [{"name": "gw"}],
+                    "rules": [{"backendRefs": [{"name": backend, "port": 80}]}]}})
+}
+
+/// Creates an object, or leaves an existing one as it is.
+async fn put<K>(api: &Api<K>, obj: serde_json::Value) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let obj: K = serde_json::from_value(obj).context("a bench object")?;
+    let name = obj.meta().name.clone().unwrap_or_default();
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating {name}")),
+    }
+}
+
+/// A lane's route, whose backend the bench flips between a Service that exists and one that
+/// does not, so that its `ResolvedRefs` condition changes each time.
+pub struct Route {
+    api: Api<HttpRoute>,
+    ns: String,
+    flips: u64,
+}
+
+impl Route {
+    /// Changes the route's backend (and so the status it should have).
+    pub async fn flip(&mut self) -> Result<()> {
+        self.flips += 1;
+        let backend = if self.flips % 2 == 1 {
+            "missing"
+        } else {
+            "web"
+        };
+        let patch = json!({"spec": route_json(&self.ns, backend)["spec"]});
+        self.api
+            .patch(ROUTE, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .with_context(|| format!("changing route {}/{ROUTE}", self.ns))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,204 @@
+//! Steady-state cost: backend requests per second as the server itself counts them, and each
+//! replica's CPU and memory from /proc, over a quiet window with one leader and N followers.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+
+use crate::bench::cluster::Cluster;
+use crate::bench::lockserver::LockServer;
+
+/// What one lane costs while nothing happens.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cost {
+    /// The backend.
+    pub backend: String,
+    /// The wake-up mode.
+    pub wakeup: String,
+    /// The window, in seconds.
+    pub window_s: f64,
+    /// Requests per second on the lock's server, when it can count them.
+    pub requests_per_s: Option<f64>,
+    /// What counted them (or why nothing did).
+    pub counted_by: String,
+    /// The leader's CPU use, percent of one core.
+    pub leader_cpu_pct: f64,
+    /// The followers' mean CPU use, percent of one core.
+    pub follower_cpu_pct: f64,
+    /// The leader's resident memory, MiB.
+    pub leader_rss_mib: f64,
+    /// The followers' mean resident memory, MiB.
+    pub follower_rss_mib: f64,
+}
+
+/// CPU seconds (user + system) a process used so far, from /proc/PID/stat.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    // USER_HZ is 100 on every Linux architecture the kernel exports to user space.
+    Some(ticks / 100.0)
+}
+
+/// Resident memory of a process in MiB, from /proc/PID/status.
+pub fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
+/// Sums the samples of `metric` (optionally only those whose labels contain `label`) in
+/// Prometheus text.
+fn sum_metric(text: &str, metric: &str, label: Option<&str>) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(metric)
+                .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
+        })
+        .filter(|l| label.is_none_or(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// One blocking plain-HTTP GET of `path` on `host:port`; the body.
+fn http_get(hostport: &str, path: &str) -> Result<String> {
+    let mut s =
+        TcpStream::connect(hostport).with_context(|| format!("connecting to {hostport}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {hostport}\r\n\r\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    Ok(text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default())
+}
+
+/// The server's own request counter for the lock's traffic, and what it is.
+async fn count(server: &LockServer, cluster: &Cluster) -> Result<(f64, String)> {
+    match server {
+        LockServer::Redis { url, .. } => {
+            let client = redis::Client::open(url.as_str()).context("the Redis URL")?;
+            let mut con = client.get_multiplexed_async_connection().await?;
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(&mut con)
+                .await?;
+            // Every command but our own INFO: `cmdstat_get:calls=12,usec=...`.
+            let calls = info
+                .lines()
+                .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+                .filter_map(|l| {
+                    l.split("calls=")
+                        .nth(1)?
+                        .split(',')
+                        .next()?
+                        .parse::<f64>()
+                        .ok()
+                })
+                .sum();
+            Ok((calls, "redis INFO commandstats (all commands)".into()))
+        }
+        LockServer::Etcd { endpoints, .. } => {
+            let first = endpoints.split(',').next().unwrap_or_default().trim();
+            let Some(hostport) = first.strip_prefix("http://") else {
+                bail!("etcd metrics are read over plain http only ({first})");
+            };
+            let hostport = hostport.trim_end_matches('/').to_string();
+            let text = tokio::task::spawn_blocking(move || http_get(&hostport, "/metrics"))
+                .await
+                .map_err(|e| anyhow!("{e}"))??;
+            Ok((
+                sum_metric(&text, "grpc_server_msg_received_total", None),
+                "etcd /metrics grpc_server_msg_received_total (every gRPC message)".into(),
+            ))
+        }
+        LockServer::Kubernetes => {
+            let req = http::Request::get("/metrics").body(Vec::new())?;
+            let text = cluster.client().request_text(req).await?;
+            Ok((
+                sum_metric(
+                    &text,
+                    "apiserver_request_total",
+                    Some("resource=\"leases\""),
+                ),
+                "apiserver /metrics apiserver_request_total{resource=\"leases\"}".into(),
+            ))
+        }
+    }
+}
+
+/// Measures over `window` with the lane's replicas (`leader` is the leader's pid).
+pub async fn measure(
+    server: &LockServer,
+    cluster: &Cluster,
+    leader: u32,
+    followers: &[u32],
+    window: Duration,
+) -> Cost {
+    let cpu = |pids: &[u32]| -> Vec<f64> {
+        pids.iter()
+            .map(|p| cpu_seconds(*p).unwrap_or(f64::NAN))
+            .collect()
+    };
+    let before = count(server, cluster).await;
+    let (l0, f0) = (cpu(&[leader]), cpu(followers));
+    let started = tokio::time::Instant::now();
+    tokio::time::sleep(window).await;
+    let after = count(server, cluster).await;
+    let secs = started.elapsed().as_secs_f64();
+    let (l1, f1) = (cpu(&[leader]), cpu(followers));
+    let pct = |a: &[f64], b: &[f64]| {
+        let d: Vec<f64> = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (y - x) / secs * 100.0)
+            .collect();
+        d.iter().sum::<f64>() / d.len().max(1) as f64
+    };
+    let mean_rss = |pids: &[u32]| {
+        let r: Vec<f64> = pids.iter().filter_map(|p| rss_mib(*p)).collect();
+        r.iter().sum::<f64>() / r.len().max(1) as f64
+    };
+    let (requests_per_s, counted_by) = match (before, after) {
+        (Ok((a, what)), Ok((b, _))) => (Some((b - a) / secs), what),
+        (Err(e), _) | (_, Err(e)) => (None, format!("not counted: {e:#}")),
+    };
+    Cost {
+        backend: server.backend().to_string(),
+        wakeup: String::new(),
+        window_s: secs,
+        requests_per_s,
+        counted_by,
+        leader_cpu_pct: pct(&l0, &l1),
+        follower_cpu_pct: pct(&f0, &f1),
+        leader_rss_mib: mean_rss(&[leader]),
+        follower_rss_mib: mean_rss(followers),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_prometheus_samples() {
+        let t = "# HELP x\nx_total{a=\"1\"} 2\nx_total{a=\"2\"} 3.5\nx_total_other 9\nx_total 1\n";
+        assert_eq!(sum_metric(t, "x_total", None), 6.5);
+        assert_eq!(sum_metric(t, "x_total", Some("a=\"2\"")), 3.5);
+        assert!(cpu_seconds(std::process::id()).is_some());
+        assert!(rss_mib(std::process::id()).is_some_and(|m| m > 0.0));
+    }
+}

@@ -1,0 +1,131 @@
+//! What a replica's JSON log says, as far as the bench and the checker need it.
+//!
+//! Every instant is `mono_ms`: `CLOCK_MONOTONIC` in milliseconds, logged by the replica itself
+//! (see [`crate::clock`]), so it compares with the bench's own signal instants.
+
+use serde::Serialize;
+
+/// One line of a replica's log that matters here.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    /// Which replica of its lane logged it.
+    pub replica: usize,
+    /// When, on `CLOCK_MONOTONIC`, in milliseconds.
+    pub mono_ms: f64,
+    /// What it says.
+    pub what: What,
+}
+
+/// The lines the bench reads.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum What {
+    /// `leadership: leading`: a new leadership, valid until the deadline.
+    Leading {
+        /// The fencing term.
+        term: u64,
+        /// The validity deadline (`CLOCK_MONOTONIC` ms).
+        valid_until: f64,
+    },
+    /// `leadership: renewed` (debug): the deadline moved.
+    Renewed {
+        /// The fencing term.
+        term: u64,
+        /// The new validity deadline (`CLOCK_MONOTONIC` ms).
+        valid_until: f64,
+    },
+    /// `leadership: following`: not leading (any more).
+    Following,
+    /// `leadership: stopped`: the elector stopped; nothing is written any more.
+    Stopped,
+    /// `status written` under a term.
+    Written {
+        /// The term the write carried.
+        term: u64,
+        /// GatewayClass, Gateway or HTTPRoute.
+        object_kind: String,
+        /// The object's name.
+        name: String,
+    },
+    /// `every cached status checked`: the new leader's first pass is over.
+    SweepDone {
+        /// The term of the leadership.
+        term: u64,
+    },
+}
+
+fn num(v: &serde_json::Value, key: &str) -> Option<f64> {
+    let f = &v[key];
+    f.as_f64()
+        .or_else(|| f.as_str().and_then(|s| s.parse().ok()))
+}
+
+fn term(v: &serde_json::Value) -> Option<u64> {
+    let t = &v["term"];
+    t.as_u64()
+        .or_else(|| t.as_str().and_then(|s| s.parse().ok()))
+}
+
+/// Reads one JSON log line of replica `replica`; `None` for lines that do not matter here.
+pub fn parse(replica: usize, line: &str) -> Option<Event> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let message = v["message"].as_str()?;
+    let what = match message {
+        "leadership: leading" => What::Leading {
+            term: term(&v)?,
+            valid_until: num(&v, "valid_until_mono_ms")?,
+        },
+        "leadership: renewed" => What::Renewed {
+            term: term(&v)?,
+            valid_until: num(&v, "valid_until_mono_ms")?,
+        },
+        "leadership: following" => What::Following,
+        "leadership: stopped" => What::Stopped,
+        "status written" => What::Written {
+            term: term(&v)?,
+            object_kind: v["kind"].as_str().unwrap_or_default().to_string(),
+            name: v["name"].as_str().unwrap_or_default().to_string(),
+        },
+        "every cached status checked" => What::SweepDone { term: term(&v)? },
+        _ => return None,
+    };
+    // Lines without the monotonic instant have no place on the common time line.
+    let mono_ms = match what {
+        // The sweep line carries no instant; it is only used to end a wait, never as a time.
+        What::SweepDone { .. } => num(&v, "mono_ms").unwrap_or(f64::NAN),
+        _ => num(&v, "mono_ms")?,
+    };
+    Some(Event {
+        replica,
+        mono_ms,
+        what,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_lines_that_matter() {
+        let l = r#"{"timestamp":"x","level":"INFO","message":"leadership: leading","term":"7","mono_ms":10.5,"valid_until_mono_ms":3010.5}"#;
+        assert_eq!(
+            parse(2, l),
+            Some(Event {
+                replica: 2,
+                mono_ms: 10.5,
+                what: What::Leading {
+                    term: 7,
+                    valid_until: 3010.5
+                }
+            })
+        );
+        let w = r#"{"message":"status written","term":"7","kind":"HTTPRoute","namespace":"n","name":"route","mono_ms":12.0}"#;
+        assert!(matches!(
+            parse(0, w).map(|e| e.what),
+            Some(What::Written { term: 7, .. })
+        ));
+        assert_eq!(parse(0, r#"{"message":"something else"}"#), None);
+        assert_eq!(parse(0, "not json"), None);
+    }
+}

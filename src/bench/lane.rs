@@ -1,0 +1,218 @@
+//! A lane: the replicas of one lock (one backend, one wake-up mode), their logs as events, and
+//! the route they write the status of.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use nix::sys::signal::Signal;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+use crate::bench::cluster::Route;
+use crate::bench::events::{Event, What};
+use crate::bench::replica::Replica;
+
+/// The replicas of one lock and everything they logged.
+pub struct Lane {
+    /// A name for files and the report, e.g. `etcd-watch`.
+    pub label: String,
+    exe: PathBuf,
+    args: Vec<String>,
+    logs: PathBuf,
+    /// The running replicas by slot.
+    pub slots: Vec<Option<Replica>>,
+    next: usize,
+    tx: UnboundedSender<Event>,
+    rx: UnboundedReceiver<Event>,
+    /// Every event so far, in arrival order.
+    pub events: Vec<Event>,
+    /// Replicas killed with SIGKILL, and when (`CLOCK_MONOTONIC` ms).
+    pub killed: BTreeMap<usize, f64>,
+    /// The route whose status the replicas write.
+    pub route: Route,
+    /// The lock's name.
+    pub lock: String,
+    /// The lane's namespace (the Lease's too).
+    pub ns: String,
+}
+
+/// The current leader of a lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leader {
+    /// Its slot.
+    pub slot: usize,
+    /// Its replica index.
+    pub index: usize,
+    /// Its term.
+    pub term: u64,
+}
+
+impl Lane {
+    /// A lane of `replicas` processes of `exe run <args>`, logging into `logs`.
+    pub fn new(
+        label: &str,
+        exe: PathBuf,
+        args: Vec<String>,
+        logs: PathBuf,
+        replicas: usize,
+        route: Route,
+        (ns, lock): (&str, &str),
+    ) -> Result<Lane> {
+        std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+        let (tx, rx) = unbounded_channel();
+        let mut lane = Lane {
+            label: label.to_string(),
+            exe,
+            args,
+            logs,
+            slots: (0..replicas).map(|_| None).collect(),
+            next: 0,
+            tx,
+            rx,
+            events: Vec::new(),
+            killed: BTreeMap::new(),
+            route,
+            lock: lock.to_string(),
+            ns: ns.to_string(),
+        };
+        for slot in 0..replicas {
+            lane.spawn(slot)?;
+        }
+        Ok(lane)
+    }
+
+    /// Starts a new replica in `slot` (the one there must be gone).
+    pub fn spawn(&mut self, slot: usize) -> Result<usize> {
+        let index = self.next;
+        self.next += 1;
+        let name = format!("{}-{index}", self.label);
+        let log = self.logs.join(format!("{name}.log"));
+        let r = Replica::start(&self.exe, index, &name, &self.args, log, self.tx.clone())?;
+        self.slots[slot] = Some(r);
+        Ok(index)
+    }
+
+    fn drain(&mut self) {
+        while let Ok(e) = self.rx.try_recv() {
+            self.events.push(e);
+        }
+    }
+
+    /// Waits up to `limit` for an event that satisfies `hit` (one already seen counts).
+    pub async fn wait(&mut self, limit: Duration, hit: impl Fn(&Event) -> bool) -> Option<Event> {
+        self.drain();
+        if let Some(e) = self.events.iter().find(|e| hit(e)) {
+            return Some(e.clone());
+        }
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Ok(Some(e)) => {
+                    self.events.push(e.clone());
+                    if hit(&e) {
+                        return Some(e);
+                    }
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn index_of(&self, slot: usize) -> Option<usize> {
+        self.slots[slot].as_ref().map(|r| r.index)
+    }
+
+    /// The last leadership line (`leading`, `following`, `stopped`) of replica `index`.
+    fn last_state(&self, index: usize) -> Option<&What> {
+        self.events
+            .iter()
+            .rev()
+            .filter(|e| e.replica == index)
+            .map(|e| &e.what)
+            .find(|w| matches!(w, What::Leading { .. } | What::Following | What::Stopped))
+    }
+
+    /// The replica that leads now, by the logs: the highest term among running replicas whose
+    /// last leadership line is `leading`.
+    pub fn leader(&mut self) -> Option<Leader> {
+        self.drain();
+        (0..self.slots.len())
+            .filter_map(|slot| {
+                let index = self.index_of(slot)?;
+                match self.last_state(index)? {
+                    What::Leading { term, .. } => Some(Leader {
+                        slot,
+                        index,
+                        term: *term,
+                    }),
+                    _ => None,
+                }
+            })
+            .max_by_key(|l| l.term)
+    }
+
+    /// Waits until one replica leads and every other running one follows, then a moment more
+    /// for the followers' watches to be up.
+    pub async fn settle(&mut self, limit: Duration) -> Result<Leader> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            self.drain();
+            let leader = self.leader();
+            let following = (0..self.slots.len())
+                .filter(|s| Some(*s) != leader.map(|l| l.slot))
+                .all(|s| {
+                    self.index_of(s)
+                        .is_some_and(|i| matches!(self.last_state(i), Some(What::Following)))
+                });
+            if let (Some(l), true) = (leader, following) {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                return Ok(l);
+            }
+            for r in self.slots.iter_mut().flatten() {
+                if !r.running() {
+                    return Err(anyhow!(
+                        "replica {} exited; its log: {}",
+                        r.name,
+                        r.log.display()
+                    ));
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(anyhow!(
+                    "{}: no single leader with every other replica following within {limit:?} \
+                     (logs in {})",
+                    self.label,
+                    self.logs.display()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Sends `sig` to the replica in `slot`; returns when (`CLOCK_MONOTONIC` ms).
+    pub fn signal(&mut self, slot: usize, sig: Signal) -> Result<f64> {
+        let r = self.slots[slot]
+            .as_mut()
+            .ok_or_else(|| anyhow!("slot {slot} is empty"))?;
+        let at = r.signal(sig)?;
+        if sig == Signal::SIGKILL {
+            self.killed.insert(r.index, at);
+        }
+        Ok(at)
+    }
+
+    /// Stops every replica gracefully (SIGTERM), as a rollout would, and collects their last
+    /// lines.
+    pub async fn stop(&mut self, limit: Duration) {
+        for r in self.slots.iter_mut().flatten() {
+            let _ = r.signal(Signal::SIGTERM);
+        }
+        for r in self.slots.iter_mut().flatten() {
+            let _ = r.wait_exit(limit).await;
+        }
+        // The reader threads finish with the pipes; give them a moment to pass the last lines.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.drain();
+    }
+}

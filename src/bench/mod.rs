@@ -1,0 +1,221 @@
+//! `gateway-leader bench`: failover figures and the split-brain proof over real processes.
+//!
+//! For each backend it starts real `gateway-leader run` replicas (this very executable) against
+//! real servers, stops the leader round after round, and times, on the machine's monotonic
+//! clock, the next acquisition and the next status write from the signal. Afterwards the
+//! split-brain checker reads every replica's log. See docs/benchmarks.md.
+//!
+//! One concept per file: [`args`] (flags and their check), [`scenario`], [`lockserver`] (the
+//! lock's server), [`cluster`] (the apiserver and the route), [`replica`] (one process),
+//! [`events`] (its log lines), [`lane`] (the replicas of one lock), [`round`] (one failover),
+//! [`cost`] (steady state), [`plot`], [`stats`], [`checker`], [`report`].
+
+pub mod args;
+pub mod checker;
+pub mod cluster;
+pub mod cost;
+pub mod events;
+pub mod lane;
+pub mod lockserver;
+pub mod plot;
+pub mod replica;
+pub mod report;
+pub mod round;
+pub mod scenario;
+pub mod stats;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub use args::{BenchArgs, Plan};
+
+use crate::bench::checker::check;
+use crate::bench::cluster::Cluster;
+use crate::bench::lane::Lane;
+use crate::bench::lockserver::LockServer;
+use crate::bench::report::{LaneVerdict, Machine, Report, ScenarioResult};
+use crate::bench::round::Sample;
+use crate::EXIT_USAGE;
+
+/// Exit code when the checker found a violation (the figures are still written).
+pub const EXIT_VIOLATIONS: u8 = 3;
+
+/// Runs `gateway-leader bench`; returns the exit code: 0, 1 (a failure at run time, such as a
+/// server that cannot start), 2 (bad input, nothing started), 3 (split-brain violations).
+pub fn main(args: BenchArgs) -> ExitCode {
+    let plan = match args.plan() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("gateway-leader bench: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    if let Err(e) = std::fs::create_dir_all(&plan.out) {
+        eprintln!(
+            "gateway-leader bench: --out {}: cannot create it: {e}",
+            plan.out.display()
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("gateway-leader bench: cannot find my own executable: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gateway-leader bench: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = match rt.block_on(run(&plan, &exe)) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gateway-leader bench: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", report.tables());
+    match report.write_json(&plan.out) {
+        Ok(p) => println!("every sample: {}", p.display()),
+        Err(e) => {
+            eprintln!("gateway-leader bench: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    }
+    match plot::draw(&report, &plan.out) {
+        Ok(p) => println!("plot: {}", p.display()),
+        // The figures are out already; a plot that cannot be drawn is no reason to fail.
+        Err(e) => eprintln!("gateway-leader bench: no plot: {e:#}"),
+    }
+    let violations = report.violations();
+    println!("violations: {violations}");
+    if violations > 0 {
+        return ExitCode::from(EXIT_VIOLATIONS);
+    }
+    ExitCode::SUCCESS
+}
+
+/// The wake-up modes every backend is measured in: ours, and client-go-like polling at the
+/// same timing as the baseline.
+const WAKEUPS: [&str; 2] = ["watch", "poll"];
+
+fn progress(plan: &Plan) -> ProgressBar {
+    let total = plan.backends.len() * WAKEUPS.len() * plan.scenarios.len() * plan.rounds;
+    let pb = ProgressBar::new(total as u64);
+    if let Ok(style) =
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} rounds  {msg}")
+    {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb
+}
+
+/// Starts the servers and runs every lane; the figures and the checker's verdicts.
+async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
+    let pb = progress(plan);
+    pb.set_message("starting the apiserver");
+    let cluster = Cluster::start(plan.kubeconfig.as_deref()).await?;
+    let mut results = Vec::new();
+    let mut verdicts = Vec::new();
+    let mut costs = Vec::new();
+    for &backend in &plan.backends {
+        pb.set_message(format!("starting the {backend} server"));
+        let server = LockServer::start(backend, &plan.endpoints).await?;
+        for wakeup in WAKEUPS {
+            let label = format!("{backend}-{wakeup}");
+            let ns = format!("bench-{label}");
+            let controller = format!("gateway-leader.dev/bench-{label}");
+            let route = cluster.lane(&ns, &controller).await?;
+            let mut args = server.replica_args(&ns);
+            args.extend([
+                "--kubeconfig".to_string(),
+                cluster.kubeconfig().display().to_string(),
+                "--leader-election-lock-name".into(),
+                format!("{ns}-lock"),
+                "--controller-name".into(),
+                controller,
+            ]);
+            args.extend(plan.timing_args.iter().cloned());
+            args.extend(["--wakeup".to_string(), wakeup.to_string()]);
+            let logs: PathBuf = plan.out.join("logs").join(&label);
+            pb.set_message(format!("{label}: starting {} replicas", plan.replicas));
+            let lock = format!("{ns}-lock");
+            let mut lane = Lane::new(
+                &label,
+                exe.to_path_buf(),
+                args,
+                logs,
+                plan.replicas,
+                route,
+                (&ns, &lock),
+            )?;
+            if !plan.steady.is_zero() {
+                let leader = lane.settle(plan.leader_patience()).await?;
+                pb.set_message(format!("{label}: steady state for {:?}", plan.steady));
+                let pids: Vec<(usize, u32)> = lane
+                    .slots
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(slot, r)| r.as_ref().map(|r| (slot, r.pid())))
+                    .collect();
+                let leader_pid = pids.iter().find(|(s, _)| *s == leader.slot).map(|p| p.1);
+                let followers: Vec<u32> = pids
+                    .iter()
+                    .filter(|(s, _)| *s != leader.slot)
+                    .map(|p| p.1)
+                    .collect();
+                if let Some(pid) = leader_pid {
+                    let mut c =
+                        cost::measure(&server, &cluster, pid, &followers, plan.steady).await;
+                    c.wakeup = wakeup.to_string();
+                    costs.push(c);
+                }
+            }
+            for &scenario in &plan.scenarios {
+                let mut samples: Vec<Sample> = Vec::new();
+                for round in 0..plan.rounds {
+                    pb.set_message(format!("{label} {scenario} round {}", round + 1));
+                    let sample = round::run(&mut lane, plan, scenario, round, (&server, &cluster))
+                        .await
+                        .with_context(|| format!("{label} {scenario} round {}", round + 1))?;
+                    if let Some(e) = &sample.error {
+                        pb.println(format!("{label} {scenario} round {}: {e}", round + 1));
+                    }
+                    samples.push(sample);
+                    pb.inc(1);
+                }
+                results.push(ScenarioResult {
+                    backend: backend.to_string(),
+                    wakeup: wakeup.to_string(),
+                    scenario: scenario.to_string(),
+                    samples,
+                });
+            }
+            pb.set_message(format!("{label}: stopping"));
+            lane.stop(plan.timing.renew_deadline + Duration::from_secs(10))
+                .await;
+            verdicts.push(LaneVerdict {
+                backend: backend.to_string(),
+                wakeup: wakeup.to_string(),
+                verdict: check(&lane.events, &lane.killed),
+            });
+        }
+    }
+    pb.finish_and_clear();
+    Ok(Report {
+        machine: Machine::read(),
+        replicas: plan.replicas,
+        timing: plan.timing_args.clone(),
+        results,
+        verdicts,
+        costs,
+    })
+}

@@ -1,0 +1,147 @@
+//! One `gateway-leader run` replica process started by the bench, its log kept in a file and
+//! read as it is written.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::bench::events::{self, Event};
+use crate::clock;
+use crate::config::ENV_PREFIX;
+
+/// The log filter of every replica: info, plus the leadership logger's debug lines (renewals
+/// with their validity deadlines, which the split-brain checker needs).
+pub const LOG_FILTER: &str = "info,gateway_leader::run=debug";
+
+/// A running replica.
+pub struct Replica {
+    /// Its index in the lane.
+    pub index: usize,
+    /// Its identity (`--leader-election-identity`).
+    pub name: String,
+    child: Child,
+    /// Where its log is kept.
+    pub log: PathBuf,
+}
+
+impl Replica {
+    /// Starts `exe run <args>` as replica `index` named `name`; its JSON log goes to `log` and
+    /// every line that matters to `events`.
+    pub fn start(
+        exe: &Path,
+        index: usize,
+        name: &str,
+        args: &[String],
+        log: PathBuf,
+        events: UnboundedSender<Event>,
+    ) -> Result<Replica> {
+        let mut cmd = Command::new(exe);
+        cmd.arg("run")
+            .args(args)
+            .args(["--leader-election-identity", name])
+            .args(["--health-addr", "127.0.0.1:0", "--log-format", "json"])
+            .args(["--log-level", LOG_FILTER])
+            .env("RUST_LOG", LOG_FILTER)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        // The user's own settings must not leak into the replicas: the bench decides them all.
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with(ENV_PREFIX) {
+                cmd.env_remove(k);
+            }
+        }
+        for k in ["POD_NAME", "POD_NAMESPACE"] {
+            cmd.env_remove(k);
+        }
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting replica {name}: {}", exe.display()))?;
+        let stderr = child
+            .stderr
+            .take()
+            .ok_or_else(|| anyhow!("replica {name}: no stderr pipe"))?;
+        let mut file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        std::thread::Builder::new()
+            .name(format!("log-{name}"))
+            .spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    let _ = writeln!(file, "{line}");
+                    if let Some(e) = events::parse(index, &line) {
+                        if events.send(e).is_err() {
+                            return;
+                        }
+                    }
+                }
+            })
+            .context("starting a log reader thread")?;
+        Ok(Replica {
+            index,
+            name: name.to_string(),
+            child,
+            log,
+        })
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `sig`; returns the `CLOCK_MONOTONIC` instant (ms) just before it was sent.
+    pub fn signal(&mut self, sig: Signal) -> Result<f64> {
+        if !self.running() {
+            return Err(anyhow!("replica {} has exited", self.name));
+        }
+        let pid = i32::try_from(self.child.id()).context("pid out of range")?;
+        let at = clock::mono_ms();
+        kill(Pid::from_raw(pid), sig).with_context(|| format!("{sig} to {}", self.name))?;
+        Ok(at)
+    }
+
+    /// True while the process runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Waits up to `limit` for the process to exit; kills it if it does not.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.running() {
+            if tokio::time::Instant::now() >= deadline {
+                self.kill();
+                return Err(anyhow!(
+                    "replica {} did not exit within {limit:?}; killed",
+                    self.name
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+
+    /// Kills and reaps the process (thawing it first, should it be frozen).
+    pub fn kill(&mut self) {
+        // Only a child not yet reaped: its pid could belong to another process afterwards.
+        if self.running() {
+            if let Ok(pid) = i32::try_from(self.child.id()) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+            }
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

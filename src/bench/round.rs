@@ -1,0 +1,188 @@
+//! One failover: stop the leader the scenario's way, change the route at once, and time the
+//! next leadership and its first status write from the signal.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use nix::sys::signal::Signal;
+use serde::Serialize;
+
+use crate::bench::args::Plan;
+use crate::bench::cluster::{Cluster, ROUTE};
+use crate::bench::events::What;
+use crate::bench::lane::Lane;
+use crate::bench::lockserver::LockServer;
+use crate::bench::scenario::Scenario;
+use crate::clock;
+
+/// What one round measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    /// The round, from 0.
+    pub round: usize,
+    /// Signal → the next replica's `leadership: leading` (ms).
+    pub to_leader_ms: Option<f64>,
+    /// Signal → the new leader's first status write (ms); `None` when not counted.
+    pub to_write_ms: Option<f64>,
+    /// The stopping leader wrote the change itself: the write is not counted.
+    pub old_leader_wrote: bool,
+    /// The term that was stopped, and the new one.
+    pub terms: (u64, u64),
+    /// What went wrong, if the round did not finish.
+    pub error: Option<String>,
+}
+
+/// How long a new leader may take for its first write after it leads.
+const WRITE_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Runs one round of `scenario` on `lane`.
+pub async fn run(
+    lane: &mut Lane,
+    plan: &Plan,
+    scenario: Scenario,
+    round: usize,
+    (server, cluster): (&LockServer, &Cluster),
+) -> Result<Sample> {
+    let old = lane.settle(plan.leader_patience()).await?;
+    let at = match scenario {
+        Scenario::Graceful => lane.signal(old.slot, Signal::SIGTERM)?,
+        Scenario::Crash => lane.signal(old.slot, Signal::SIGKILL)?,
+        Scenario::Pause => lane.signal(old.slot, Signal::SIGSTOP)?,
+        Scenario::Vanish => {
+            let at = clock::mono_ms();
+            server.delete_record(cluster, &lane.ns, &lane.lock).await?;
+            at
+        }
+    };
+    // Right after the signal: a change that only the next leader should write.
+    lane.route.flip().await?;
+    let mut sample = Sample {
+        round,
+        to_leader_ms: None,
+        to_write_ms: None,
+        old_leader_wrote: false,
+        terms: (old.term, 0),
+        error: None,
+    };
+    // After a vanish the old leader may well lead again, under a new term.
+    let anyone = scenario == Scenario::Vanish;
+    let led = lane
+        .wait(plan.leader_patience(), |e| {
+            (anyone || e.replica != old.index)
+                && e.mono_ms >= at
+                && matches!(e.what, What::Leading { term, .. } if term > old.term)
+        })
+        .await;
+    let Some(led) = led else {
+        sample.error = Some(format!(
+            "no new leader within {:?} of the signal",
+            plan.leader_patience()
+        ));
+        finish(lane, plan, scenario, old.slot, at).await?;
+        return Ok(sample);
+    };
+    let new_term = match led.what {
+        What::Leading { term, .. } => term,
+        _ => 0,
+    };
+    sample.terms.1 = new_term;
+    sample.to_leader_ms = Some(led.mono_ms - at);
+    // The old leadership's own write of the change (by term: after a vanish the same replica
+    // may lead again).
+    let old_wrote = |lane: &Lane| {
+        lane.events.iter().any(|e| {
+            e.replica == old.index
+                && e.mono_ms >= at
+                && matches!(&e.what, What::Written { name, term, .. } if name == ROUTE && *term == old.term)
+        })
+    };
+    // The new leader's first write of its term; or, when the old leader wrote the change
+    // itself, the end of the new leader's first pass (it then finds nothing to write).
+    let done = lane
+        .wait(WRITE_PATIENCE, |e| {
+            e.replica == led.replica
+                && match &e.what {
+                    What::Written { term, .. } => *term == new_term,
+                    What::SweepDone { term } => *term == new_term,
+                    _ => false,
+                }
+        })
+        .await;
+    let mut done = done;
+    // A sweep that ended without a write counts only if the old leader wrote the change;
+    // otherwise the change may still be on its way to the new leader: keep waiting.
+    if matches!(done.as_ref().map(|e| &e.what), Some(What::SweepDone { .. })) && !old_wrote(lane) {
+        done = lane
+            .wait(WRITE_PATIENCE, |e| {
+                e.replica == led.replica
+                    && matches!(e.what, What::Written { term, .. } if term == new_term)
+            })
+            .await;
+    }
+    finish(lane, plan, scenario, old.slot, at).await?;
+    sample.old_leader_wrote = old_wrote(lane);
+    match done {
+        Some(e) if matches!(e.what, What::Written { .. }) && !sample.old_leader_wrote => {
+            sample.to_write_ms = Some(e.mono_ms - at)
+        }
+        Some(_) if sample.old_leader_wrote => {}
+        _ => {
+            sample.error = Some(format!(
+                "the new leader wrote nothing within {WRITE_PATIENCE:?}"
+            ))
+        }
+    }
+    Ok(sample)
+}
+
+/// Brings the stopped replica back as a follower: a new process after a stop or a crash, the
+/// same one thawed after a pause (held frozen longer than the lease first).
+async fn finish(
+    lane: &mut Lane,
+    plan: &Plan,
+    scenario: Scenario,
+    slot: usize,
+    at: f64,
+) -> Result<()> {
+    let patience = plan.timing.renew_deadline + Duration::from_secs(10);
+    match scenario {
+        Scenario::Graceful => {
+            if let Some(r) = lane.slots[slot].as_mut() {
+                r.wait_exit(patience).await?;
+            }
+            lane.spawn(slot)?;
+        }
+        Scenario::Crash => {
+            if let Some(r) = lane.slots[slot].as_mut() {
+                r.kill();
+            }
+            lane.spawn(slot)?;
+        }
+        // Nothing was stopped: the same replicas go on.
+        Scenario::Vanish => {}
+        Scenario::Pause => {
+            let frozen_for = plan.timing.lease_duration + Duration::from_millis(500);
+            let left = at + frozen_for.as_secs_f64() * 1e3 - clock::mono_ms();
+            if left > 0.0 {
+                tokio::time::sleep(Duration::from_secs_f64(left / 1e3)).await;
+            }
+            let thawed = lane.signal(slot, Signal::SIGCONT)?;
+            let index = lane.slots[slot]
+                .as_ref()
+                .map(|r| r.index)
+                .ok_or_else(|| anyhow!("slot {slot} is empty"))?;
+            // The thawed replica finds its deadline passed and steps down.
+            let stepped = lane
+                .wait(patience, |e| {
+                    e.replica == index && e.mono_ms >= thawed && matches!(e.what, What::Following)
+                })
+                .await;
+            if stepped.is_none() {
+                return Err(anyhow!(
+                    "the thawed replica did not step down within {patience:?}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}

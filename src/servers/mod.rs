@@ -1,0 +1,13 @@
+//! Throwaway local servers: `etcd`, `redis-server` and `kube-apiserver` processes on free loopback
+//! ports with temporary data dirs, and the Gateway API CRDs on an apiserver.
+//!
+//! `gateway-leader bench` starts its backends with these, and the test suite uses them through
+//! `testkit`, which re-exports this module: one set of launchers for both.
+
+pub mod etcd;
+pub mod gateway_api;
+pub mod kube;
+pub mod process;
+pub mod redis;
+
+pub use process::{free_port, require_binary, tail, wait_until, ServerProcess};
