@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership};
+use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership, Term};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing::{info, warn};
 
@@ -59,10 +59,13 @@ fn log_changes(leadership: &Leadership) -> tokio::task::JoinHandle<()> {
                 continue;
             }
             match state {
-                LeaderState::Leader { term, .. } => info!(%term, "leadership: leading"),
+                // Terms are logged as text (`Display`), so `term` has one JSON type everywhere,
+                // the disabled marker included.
+                LeaderState::Leader { term, .. } => info!(term = %term, "leadership: leading"),
                 LeaderState::Follower { holder, term } => info!(
                     holder = holder.as_deref().unwrap_or("unknown"),
-                    term = term.map(|t| t.0),
+                    // `display` comes with the macro.
+                    term = term.map(display),
                     "leadership: following"
                 ),
                 LeaderState::Starting => {}
@@ -129,8 +132,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         shutdown_grace: settings.timing.renew_deadline,
     };
     if settings.disabled {
-        let (leadership, _keep) = Leadership::always_leader();
-        info!(identity = %identity, term = 0, controller = %settings.controller_name,
+        let leadership = Leadership::always_leader();
+        info!(identity = %identity, term = %Term::DISABLED, controller = %settings.controller_name,
             "leader election disabled: this replica always writes");
         let logger = log_changes(&leadership);
         let status = StatusController::start(client, leadership, writer);

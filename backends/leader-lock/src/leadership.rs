@@ -166,32 +166,67 @@ pub enum GuardedError<E> {
     Write(E),
 }
 
+/// The sending side of a [`Leadership`]: every change of state goes out through it.
+#[derive(Debug)]
+pub(crate) struct Publisher {
+    tx: watch::Sender<LeaderState>,
+}
+
+impl Publisher {
+    /// A publisher starting at `initial`, and the leadership handle it feeds.
+    pub(crate) fn channel(initial: LeaderState) -> (Arc<Publisher>, Leadership) {
+        let (tx, rx) = watch::channel(initial);
+        let leadership = Leadership {
+            rx,
+            closing: Arc::new(AtomicBool::new(false)),
+            in_flight: TaskTracker::new(),
+            _publisher: None,
+        };
+        (Arc::new(Publisher { tx }), leadership)
+    }
+
+    /// Publishes `state` unless it is the current one; returns whether it changed.
+    pub(crate) fn publish(&self, state: LeaderState) -> bool {
+        self.tx.send_if_modified(|cur| {
+            if *cur == state {
+                return false;
+            }
+            *cur = state;
+            true
+        })
+    }
+
+    /// The state last published.
+    pub(crate) fn current(&self) -> LeaderState {
+        self.tx.borrow().clone()
+    }
+}
+
 /// A cheap, cloneable view of this replica's leadership, for any task.
 #[derive(Debug, Clone)]
 pub struct Leadership {
     rx: watch::Receiver<LeaderState>,
     closing: Arc<AtomicBool>,
     in_flight: TaskTracker,
+    /// The sender of an [`always_leader`](Self::always_leader) handle, kept alive so that a wait
+    /// for the next change waits instead of failing at once.
+    _publisher: Option<Arc<Publisher>>,
 }
 
 impl Leadership {
-    pub(crate) fn new(rx: watch::Receiver<LeaderState>) -> Self {
-        Leadership {
-            rx,
-            closing: Arc::new(AtomicBool::new(false)),
-            in_flight: TaskTracker::new(),
-        }
-    }
-
-    /// A leadership that always holds under term 0, for `--leader-election-disable`.
-    pub fn always_leader() -> (Self, watch::Sender<LeaderState>) {
+    /// A leadership that always holds, for `--leader-election-disable`.
+    ///
+    /// Its term is [`Term::DISABLED`] (shown as `disabled`), not a number: no election took place,
+    /// and no real term may be mistaken for it.
+    pub fn always_leader() -> Self {
         // Far enough to never expire in practice, near enough not to overflow Instant.
         let valid_until = Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600);
-        let (tx, rx) = watch::channel(LeaderState::Leader {
-            term: Term(0),
+        let (publisher, mut leadership) = Publisher::channel(LeaderState::Leader {
+            term: Term::DISABLED,
             valid_until,
         });
-        (Leadership::new(rx), tx)
+        leadership._publisher = Some(publisher);
+        leadership
     }
 
     /// Asks whether a write may start now. Synchronous and cheap: call it before every write.
@@ -242,7 +277,7 @@ impl Leadership {
     /// # async fn main() {
     /// use leader_lock::{GuardedError, Leadership, NotLeader};
     ///
-    /// let (leadership, _keep) = Leadership::always_leader();
+    /// let leadership = Leadership::always_leader();
     /// let written = leadership
     ///     .run(|permit| async move {
     ///         // ... read and prepare ...
@@ -250,7 +285,7 @@ impl Leadership {
     ///         Ok::<_, NotLeader>(format!("written under term {term}"))
     ///     })
     ///     .await;
-    /// assert!(matches!(written, Ok(ref s) if s.contains("term")));
+    /// assert_eq!(written.as_deref().ok(), Some("written under term disabled"));
     /// # let _: Option<GuardedError<NotLeader>> = written.err();
     /// # }
     /// ```
@@ -279,6 +314,9 @@ impl Leadership {
     }
 
     /// Waits until `check()` passes (or the elector stops); returns the permit.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future before it completes takes no permit.
     pub async fn wait_leader(&self) -> Result<WritePermit, NotLeader> {
         let mut rx = self.rx.clone();
         loop {
@@ -307,16 +345,15 @@ mod tests {
 
     #[tokio::test]
     async fn expired_leadership_does_not_pass() {
-        let (tx, rx) = watch::channel(LeaderState::Leader {
+        let (tx, l) = Publisher::channel(LeaderState::Leader {
             term: Term(3),
             valid_until: Instant::now() - Duration::from_millis(1),
         });
-        let l = Leadership::new(rx);
         assert!(matches!(
             l.check(),
             Err(NotLeader::Expired { term: Term(3), .. })
         ));
-        tx.send_replace(LeaderState::Leader {
+        tx.publish(LeaderState::Leader {
             term: Term(4),
             valid_until: Instant::now() + Duration::from_secs(60),
         });
@@ -334,8 +371,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_permit_held_across_a_stall_longer_than_the_lease_writes_nothing() {
-        let (tx, rx) = watch::channel(leader(3, Duration::from_secs(10)));
-        let l = Leadership::new(rx);
+        let (tx, l) = Publisher::channel(leader(3, Duration::from_secs(10)));
         let permit = l.check().expect("valid now");
         // Frozen: nothing renews, the clock runs on past the lease.
         tokio::time::advance(Duration::from_secs(16)).await;
@@ -359,18 +395,17 @@ mod tests {
         // Even a renewal of the same term published after the thaw does not revive an old
         // permit past its own deadline.
         let permit = {
-            tx.send_replace(leader(3, Duration::from_secs(10)));
+            tx.publish(leader(3, Duration::from_secs(10)));
             l.check().expect("renewed")
         };
         tokio::time::advance(Duration::from_secs(11)).await;
-        tx.send_replace(leader(3, Duration::from_secs(10)));
+        tx.publish(leader(3, Duration::from_secs(10)));
         assert!(permit.check().is_err(), "the permit's own deadline holds");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_write_that_outlives_its_validity_is_abandoned_at_the_deadline() {
-        let (_tx, rx) = watch::channel(leader(5, Duration::from_secs(10)));
-        let l = Leadership::new(rx);
+        let (_tx, l) = Publisher::channel(leader(5, Duration::from_secs(10)));
         let started = Instant::now();
         let r = l
             .run(|_| async {
@@ -384,14 +419,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_check_before_sending_sees_a_leadership_that_ended_meanwhile() {
-        let (tx, rx) = watch::channel(leader(7, Duration::from_secs(10)));
-        let l = Leadership::new(rx);
+        let (tx, l) = Publisher::channel(leader(7, Duration::from_secs(10)));
         let r = l
             .run(|permit| async move {
                 assert_eq!(permit.check(), Ok(Term(7)));
                 // The read before the request takes a while, and the record vanishes meanwhile.
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                tx.send_replace(LeaderState::Follower {
+                tx.publish(LeaderState::Follower {
                     holder: None,
                     term: None,
                 });
@@ -407,10 +441,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_new_term_of_ours_is_another_leadership() {
-        let (tx, rx) = watch::channel(leader(7, Duration::from_secs(10)));
-        let l = Leadership::new(rx);
+        let (tx, l) = Publisher::channel(leader(7, Duration::from_secs(10)));
         let permit = l.check().expect("leader");
-        tx.send_replace(leader(8, Duration::from_secs(10)));
+        tx.publish(leader(8, Duration::from_secs(10)));
         assert!(
             permit.check().is_err(),
             "a permit of term 7 is void under term 8"
@@ -420,7 +453,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_write_in_flight_may_finish_during_the_drain_but_none_starts() {
-        let (l, _tx) = Leadership::always_leader();
+        let l = Leadership::always_leader();
         let permit = l.check().expect("leader");
         let l2 = l.clone();
         let drained = tokio::spawn(async move { l2.close_and_drain().await });
@@ -438,7 +471,7 @@ mod tests {
 
     #[tokio::test]
     async fn drain_waits_for_permits() {
-        let (l, _tx) = Leadership::always_leader();
+        let l = Leadership::always_leader();
         let permit = l.check().expect("leader");
         let l2 = l.clone();
         let drained = tokio::spawn(async move { l2.close_and_drain().await });

@@ -1,14 +1,24 @@
-//! Elector behaviour beyond the conformance suite, on the in-memory lock.
+//! Elector behaviour beyond the conformance suite, on the in-memory lock and scripted locks.
+//!
+//! Timer logic runs under tokio's paused clock (`start_paused`): the in-memory lock measures
+//! with `tokio::time::Instant`, so these tests assert exact instants and take no real time.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use leader_lock::conformance::{wait_leader, wait_state, SplitBrainChecker};
+use futures::StreamExt;
+use leader_lock::conformance::{
+    wait_following, wait_leader, wait_state, Fault, Faulty, SplitBrainChecker,
+};
 use leader_lock::{
     Attempt, Candidate, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, LockError,
-    LockEventStream, LockRecord, MemoryStore, NotLeader, Term, Timing,
+    LockEventStream, LockRecord, MemoryStore, NotLeader, Term, Timing, SHUTDOWN_BUDGET,
 };
+use tokio::time::Instant;
 
 fn timing() -> Timing {
     Timing::new(
@@ -21,15 +31,26 @@ fn timing() -> Timing {
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
-fn spawn(lock: Arc<dyn LeaderLock>, id: &str, release: bool) -> Elector {
+fn spawn_with(lock: Arc<dyn LeaderLock>, id: &str, release: bool, timing: Timing) -> Elector {
     Elector::spawn(
         lock,
         ElectorConfig {
             identity: Identity::new(id),
-            timing: timing(),
+            timing,
             release_on_shutdown: release,
         },
     )
+}
+
+fn spawn(lock: Arc<dyn LeaderLock>, id: &str, release: bool) -> Elector {
+    spawn_with(lock, id, release, timing())
+}
+
+fn valid_until(s: &LeaderState) -> Instant {
+    match s {
+        LeaderState::Leader { valid_until, .. } => *valid_until,
+        other => panic!("not leading: {other:?}"),
+    }
 }
 
 /// A lock whose change stream never opens: followers must still take over by polling.
@@ -54,7 +75,131 @@ impl LeaderLock for NoWatch {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Counts the change streams a lock opened, so a test knows when a watch is up.
+struct Counted {
+    inner: Arc<dyn LeaderLock>,
+    watches: AtomicUsize,
+}
+
+#[async_trait]
+impl LeaderLock for Counted {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {
+        self.inner.try_acquire_or_renew(c).await
+    }
+    async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {
+        self.inner.release(c, term).await
+    }
+    async fn get(&self) -> Result<Option<LockRecord>, LockError> {
+        self.inner.get().await
+    }
+    async fn watch(&self) -> Result<LockEventStream, LockError> {
+        let stream = self.inner.watch().await;
+        self.watches.fetch_add(1, Ordering::SeqCst);
+        stream
+    }
+}
+
+/// One scripted answer: after `delay`, lead or follow under a term, or fail.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    Lead(u64),
+    Follow(u64),
+    Fail,
+}
+
+/// A lock that answers attempts from a script (the last answer repeats), each after a delay.
+struct Scripted {
+    answers: Mutex<VecDeque<(Duration, Answer)>>,
+    sent: Mutex<Vec<Instant>>,
+}
+
+impl Scripted {
+    fn new(answers: &[(Duration, Answer)]) -> Arc<Self> {
+        Arc::new(Scripted {
+            answers: Mutex::new(answers.iter().copied().collect()),
+            sent: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+#[async_trait]
+impl LeaderLock for Scripted {
+    fn describe(&self) -> String {
+        "scripted".into()
+    }
+    async fn try_acquire_or_renew(&self, _: &Candidate) -> Result<Attempt, LockError> {
+        self.sent.lock().expect("sent").push(Instant::now());
+        let (delay, answer) = {
+            let mut a = self.answers.lock().expect("answers");
+            if a.len() > 1 {
+                a.pop_front().expect("an answer")
+            } else {
+                *a.front().expect("an answer")
+            }
+        };
+        tokio::time::sleep(delay).await;
+        match answer {
+            Answer::Lead(t) => Ok(Attempt::Leader { term: Term(t) }),
+            Answer::Follow(t) => Ok(Attempt::Follower {
+                holder: Some("b_1".into()),
+                term: Some(Term(t)),
+                retry_after: None,
+            }),
+            Answer::Fail => Err(LockError::Unavailable("scripted failure".into())),
+        }
+    }
+    async fn release(&self, _: &Candidate, _: Term) -> Result<bool, LockError> {
+        Ok(true)
+    }
+    async fn get(&self) -> Result<Option<LockRecord>, LockError> {
+        Ok(None)
+    }
+    async fn watch(&self) -> Result<LockEventStream, LockError> {
+        Ok(futures::stream::pending().boxed())
+    }
+}
+
+/// JSON log lines of the current thread's tasks, for tests that check what is logged.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("logs").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    /// Captures this thread's logs (current-thread runtimes run every task here).
+    fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(move || writer.clone())
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    fn lines(&self) -> Vec<serde_json::Value> {
+        let bytes = self.0.lock().expect("logs").clone();
+        String::from_utf8(bytes)
+            .expect("utf-8")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn followers_fall_back_to_polling_without_a_watch() {
     let store = MemoryStore::new();
     let checker = SplitBrainChecker::new();
@@ -63,18 +208,149 @@ async fn followers_fall_back_to_polling_without_a_watch() {
     let t1 = wait_leader(&a.leadership(), PATIENCE, "a").await;
     let b = spawn(Arc::new(NoWatch(Arc::new(store.lock("l")))), "b", true);
     checker.watch(b.leadership());
-    wait_state(&b.leadership(), PATIENCE, "b follows", |s| {
-        matches!(s, LeaderState::Follower { .. })
-    })
-    .await;
+    wait_following(&b.leadership(), PATIENCE, "b").await;
+    let released = Instant::now();
     assert!(a.shutdown().await.expect("release"));
     let t2 = wait_leader(&b.leadership(), PATIENCE, "b by polling").await;
     assert!(t2 > t1);
+    let took = released.elapsed();
+    assert!(
+        took <= timing().retry_period.mul_f64(1.2),
+        "the next poll, at most a jittered retry period later: {took:?}"
+    );
     b.abort().await;
     checker.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
+async fn a_follower_wakes_on_the_watch_not_on_its_next_poll() {
+    let store = MemoryStore::new();
+    let checker = SplitBrainChecker::new();
+    let a = spawn(Arc::new(store.lock("w")), "a", true);
+    checker.watch(a.leadership());
+    let t1 = wait_leader(&a.leadership(), PATIENCE, "a").await;
+    let counted = Arc::new(Counted {
+        inner: Arc::new(store.lock("w")),
+        watches: AtomicUsize::new(0),
+    });
+    let b = spawn(counted.clone(), "b", true);
+    checker.watch(b.leadership());
+    wait_following(&b.leadership(), PATIENCE, "b").await;
+    wait_until(|| counted.watches.load(Ordering::SeqCst) > 0).await;
+    let released = Instant::now();
+    assert!(a.shutdown().await.expect("release"));
+    let t2 = wait_leader(&b.leadership(), PATIENCE, "b").await;
+    assert!(t2 > t1);
+    assert_eq!(
+        released.elapsed(),
+        Duration::ZERO,
+        "woken by the release event, not by a timer"
+    );
+    b.abort().await;
+    checker.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_reply_counts_validity_from_the_send_instant() {
+    let t = timing();
+    let late = Duration::from_millis(150);
+    let lock = Scripted::new(&[(late, Answer::Lead(3))]);
+    let started = Instant::now();
+    let a = spawn(lock.clone(), "a", true);
+    let s = wait_state(&a.leadership(), PATIENCE, "a to lead", |s| {
+        matches!(s, LeaderState::Leader { .. })
+    })
+    .await;
+    let sent = lock.sent.lock().expect("sent")[0];
+    assert_eq!(sent, started, "the first attempt goes out at once");
+    assert_eq!(Instant::now(), started + late, "the reply came late");
+    assert_eq!(
+        valid_until(&s),
+        sent + t.renew_deadline,
+        "valid until the send instant + renew deadline, not the reply's"
+    );
+    // Renewals go out a retry period after the previous *send* (the first one may come earlier:
+    // the watch's first resync asks for a fresh look), and each counts from its own send.
+    let sends = || lock.sent.lock().expect("sent").clone();
+    wait_until(|| sends().len() >= 3).await;
+    let s = sends();
+    assert_eq!(s[2], s[1] + t.retry_period);
+    wait_state(&a.leadership(), PATIENCE, "the third renew", |st| {
+        matches!(st, LeaderState::Leader { valid_until, .. } if *valid_until == s[2] + t.renew_deadline)
+    })
+    .await;
+    assert_eq!(Instant::now(), s[2] + late);
+    a.abort().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renew_failing_until_the_deadline_steps_down_exactly_then() {
+    let store = MemoryStore::new();
+    let faulty = Faulty::new(Arc::new(store.lock("f")));
+    let a = spawn(faulty.clone(), "a", true);
+    let l = a.leadership();
+    wait_leader(&l, PATIENCE, "a").await;
+    faulty.set(Some(Fault::Fail));
+    let deadline = valid_until(&l.state());
+    // Renewals keep failing; the leadership holds up to its deadline and not a moment longer.
+    tokio::time::sleep_until(deadline - Duration::from_millis(1)).await;
+    assert!(l.check().is_ok(), "still valid just before the deadline");
+    assert!(matches!(l.state(), LeaderState::Leader { .. }));
+    wait_state(&l, PATIENCE, "a to step down", |s| {
+        matches!(s, LeaderState::Follower { .. })
+    })
+    .await;
+    assert_eq!(Instant::now(), deadline, "stepped down at the deadline");
+    assert!(matches!(l.check(), Err(NotLeader::Follower { .. })));
+    a.abort().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_renew_steps_down_at_the_deadline_too() {
+    let store = MemoryStore::new();
+    let faulty = Faulty::new(Arc::new(store.lock("h")));
+    let a = spawn(faulty.clone(), "a", true);
+    let l = a.leadership();
+    wait_leader(&l, PATIENCE, "a").await;
+    faulty.set(Some(Fault::Hang));
+    let deadline = valid_until(&l.state());
+    wait_state(&l, PATIENCE, "a to step down", |s| {
+        matches!(s, LeaderState::Follower { .. })
+    })
+    .await;
+    assert_eq!(Instant::now(), deadline);
+    a.abort().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_finishes_within_its_budget_whatever_hangs() {
+    // A long renew deadline: draining, an attempt in flight and the release could each take it.
+    let t = Timing::new(
+        Duration::from_secs(60),
+        Duration::from_secs(50),
+        Duration::from_secs(2),
+    )
+    .expect("valid");
+    let store = MemoryStore::new();
+    let faulty = Faulty::new(Arc::new(store.lock("budget")));
+    let a = spawn_with(faulty.clone(), "a", true, t);
+    let l = a.leadership();
+    wait_leader(&l, PATIENCE, "a").await;
+    // A write that never finishes, a renew that hangs, and a release that would hang too.
+    let permit = l.check().expect("leader");
+    faulty.set(Some(Fault::Hang));
+    // Past the next renew, which now hangs in flight.
+    tokio::time::sleep(t.retry_period + Duration::from_millis(10)).await;
+    let started = Instant::now();
+    let r = a.shutdown().await;
+    let took = started.elapsed();
+    assert!(matches!(r, Err(LockError::Timeout(_))), "{r:?}");
+    assert!(took <= SHUTDOWN_BUDGET, "took {took:?}");
+    assert_eq!(l.state(), LeaderState::Stopped);
+    drop(permit);
+}
+
+#[tokio::test(start_paused = true)]
 async fn shutdown_waits_for_writes_in_flight_before_releasing() {
     let store = MemoryStore::new();
     let lock = store.lock("drain");
@@ -99,7 +375,7 @@ async fn shutdown_waits_for_writes_in_flight_before_releasing() {
     assert_eq!(leadership.state(), LeaderState::Stopped);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn release_on_shutdown_off_leaves_the_lease_to_expire() {
     let store = MemoryStore::new();
     let lock = store.lock("keep");
@@ -112,7 +388,7 @@ async fn release_on_shutdown_off_leaves_the_lease_to_expire() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_follower_never_passes_check() {
     let store = MemoryStore::new();
     let a = spawn(Arc::new(store.lock("f")), "a", true);
@@ -145,6 +421,115 @@ async fn a_follower_never_passes_check() {
     b.abort().await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_term_lower_than_seen_is_logged_as_an_error_and_log_fields_are_typed() {
+    let (logs, _guard) = Logs::capture();
+    let step = Duration::from_millis(10);
+    let lock = Scripted::new(&[
+        (step, Answer::Lead(3)),
+        (step, Answer::Fail),
+        (step, Answer::Follow(5)),
+        (step, Answer::Lead(2)),
+    ]);
+    let a = spawn(lock.clone(), "a", true);
+    wait_state(&a.leadership(), PATIENCE, "a to lead under term 2", |s| {
+        s.term() == Some(Term(2))
+    })
+    .await;
+    a.abort().await;
+    let lines = logs.lines();
+    let regression = lines
+        .iter()
+        .find(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("term went backwards"))
+        })
+        .unwrap_or_else(|| panic!("no regression line in {lines:#?}"));
+    assert_eq!(regression["level"], "ERROR");
+    assert_eq!(regression["fields"]["term"], "2");
+    assert_eq!(regression["fields"]["previous_term"], "5");
+    let lost = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "lost leadership")
+        .expect("a lost-leadership line");
+    assert_eq!(
+        lost["fields"]["holder"], "b_1",
+        "a plain holder, not Some(..)"
+    );
+    for l in &lines {
+        for (k, v) in l["fields"].as_object().expect("fields") {
+            if k.ends_with("term") {
+                assert!(v.is_string(), "{k} must be a string like every term: {l}");
+            }
+            assert!(
+                !v.as_str().is_some_and(|s| s.contains("Some(")),
+                "{k} shows an Option's Debug form: {l}"
+            );
+        }
+    }
+}
+
+/// A lock whose first change stream panics when polled, as a bug in a backend's stream would.
+struct PanickyWatch {
+    inner: Arc<dyn LeaderLock>,
+    opened: AtomicUsize,
+}
+
+#[async_trait]
+impl LeaderLock for PanickyWatch {
+    fn describe(&self) -> String {
+        "panicky".into()
+    }
+    async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {
+        self.inner.try_acquire_or_renew(c).await
+    }
+    async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {
+        self.inner.release(c, term).await
+    }
+    async fn get(&self) -> Result<Option<LockRecord>, LockError> {
+        self.inner.get().await
+    }
+    async fn watch(&self) -> Result<LockEventStream, LockError> {
+        if self.opened.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Ok(futures::stream::once(async { panic!("bug in the watch stream") }).boxed());
+        }
+        self.inner.watch().await
+    }
+}
+
+// The real clock: a spinning loop keeps a paused clock from ever advancing.
+#[tokio::test]
+async fn a_panicking_watch_task_is_reported_and_restarted() {
+    let (logs, _guard) = Logs::capture();
+    let store = MemoryStore::new();
+    let lock = Arc::new(PanickyWatch {
+        inner: Arc::new(store.lock("p")),
+        opened: AtomicUsize::new(0),
+    });
+    let a = spawn(lock.clone(), "a", true);
+    wait_leader(&a.leadership(), PATIENCE, "a").await;
+    wait_until(|| lock.opened.load(Ordering::SeqCst) >= 2).await;
+    // Back on the watch: a follower wakes on the release event.
+    let b = spawn(Arc::new(store.lock("p")), "b", true);
+    wait_following(&b.leadership(), PATIENCE, "b").await;
+    b.abort().await;
+    a.abort().await;
+    let lines = logs.lines();
+    let failed = lines
+        .iter()
+        .find(|l| {
+            l["fields"]["message"] == "the lock watch task failed; polling until it is restarted"
+        })
+        .unwrap_or_else(|| panic!("the panic was not reported: {lines:#?}"));
+    assert_eq!(failed["level"], "ERROR");
+    assert_eq!(
+        failed["fields"]["error"],
+        "panicked: bug in the watch stream"
+    );
+}
+
+/// Waits on a condition by polling, for state that has no change notification.
 async fn wait_until(f: impl Fn() -> bool) {
     tokio::time::timeout(PATIENCE, async {
         while !f() {
