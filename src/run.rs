@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership, Term};
+use leader_lock_kubernetes::EVENT_POST_TIMEOUT;
 use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::backend;
@@ -87,6 +89,18 @@ const WRITE_CONCURRENCY: usize = 16;
 const REQUEUE_AFTER: Duration = Duration::from_secs(5);
 /// The longest field manager name the apiserver accepts.
 const FIELD_MANAGER_MAX: usize = 128;
+/// Kubernetes kills a pod this long after SIGTERM unless told otherwise
+/// (`terminationGracePeriodSeconds`; deploy/kubernetes/deployment.yaml keeps the default).
+const TERMINATION_GRACE: Duration = Duration::from_secs(30);
+/// What the whole stop after SIGTERM may take: the writer and the elector stop together within
+/// the elector's budget (drain, then release), then the last leader-election Event gets what is
+/// left. The rest of the grace period is margin for the exit itself.
+const SHUTDOWN_BUDGET: Duration = Duration::from_secs(25);
+const _: () = assert!(
+    leader_lock::SHUTDOWN_BUDGET.as_secs() + EVENT_POST_TIMEOUT.as_secs()
+        <= SHUTDOWN_BUDGET.as_secs()
+        && SHUTDOWN_BUDGET.as_secs() < TERMINATION_GRACE.as_secs()
+);
 
 /// The field manager of this replica's status writes: it names the replica in `managedFields`,
 /// so an object shows which replica wrote which of its fields.
@@ -129,7 +143,11 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         identity: identity.to_string(),
         concurrency: WRITE_CONCURRENCY,
         requeue_after: REQUEUE_AFTER,
-        shutdown_grace: settings.timing.renew_deadline,
+        // The elector drains for as long; writes still in flight then are abandoned.
+        shutdown_grace: settings
+            .timing
+            .renew_deadline
+            .min(leader_lock::SHUTDOWN_BUDGET / 2),
     };
     if settings.disabled {
         let leadership = Leadership::always_leader();
@@ -175,8 +193,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     });
     let status = StatusController::start(client, leadership, writer);
     let sig = signals.recv().await;
+    let deadline = Instant::now() + SHUTDOWN_BUDGET;
     info!(
         signal = sig,
+        budget = ?SHUTDOWN_BUDGET,
         "shutting down: no new writes, draining, then releasing"
     );
     // The writer stops scheduling while the elector refuses new permits, waits for the writes
@@ -188,8 +208,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     }
     let _ = logger.await;
     if let Some(ev) = events {
-        // Give the "stopped leading" event a moment to be posted, but never hang the exit.
-        let _ = tokio::time::timeout(Duration::from_secs(2), ev).await;
+        // The "stopped leading" Event (each post is bounded on its own), within the budget.
+        if tokio::time::timeout_at(deadline, ev).await.is_err() {
+            warn!("the last leader election event was not posted within the shutdown budget");
+        }
     }
     Ok(())
 }
