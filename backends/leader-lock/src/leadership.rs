@@ -1,9 +1,9 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
@@ -166,23 +166,37 @@ pub enum GuardedError<E> {
     Write(E),
 }
 
+/// One published state and the instant it took effect.
+pub(crate) type Stamped = (Instant, LeaderState);
+
+/// Observers of every publication (the conformance suite's split-brain checker).
+type Taps = Arc<Mutex<Vec<mpsc::UnboundedSender<Stamped>>>>;
+
+fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking observer must not poison publication for the elector.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The sending side of a [`Leadership`]: every change of state goes out through it.
 #[derive(Debug)]
 pub(crate) struct Publisher {
     tx: watch::Sender<LeaderState>,
+    taps: Taps,
 }
 
 impl Publisher {
     /// A publisher starting at `initial`, and the leadership handle it feeds.
     pub(crate) fn channel(initial: LeaderState) -> (Arc<Publisher>, Leadership) {
         let (tx, rx) = watch::channel(initial);
+        let taps = Taps::default();
         let leadership = Leadership {
             rx,
             closing: Arc::new(AtomicBool::new(false)),
             in_flight: TaskTracker::new(),
+            taps: taps.clone(),
             _publisher: None,
         };
-        (Arc::new(Publisher { tx }), leadership)
+        (Arc::new(Publisher { tx, taps }), leadership)
     }
 
     /// Publishes `state` unless it is the current one; returns whether it changed.
@@ -191,6 +205,10 @@ impl Publisher {
             if *cur == state {
                 return false;
             }
+            // Stamped under the channel's write lock: no `check()` can read the new state before
+            // this instant, nor the old one after it. Observers get exact publication times.
+            let at = Instant::now();
+            guard(&self.taps).retain(|tap| tap.send((at, state.clone())).is_ok());
             *cur = state;
             true
         })
@@ -208,6 +226,9 @@ pub struct Leadership {
     rx: watch::Receiver<LeaderState>,
     closing: Arc<AtomicBool>,
     in_flight: TaskTracker,
+    /// Read only by the conformance suite's checker (`record`).
+    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
+    taps: Taps,
     /// The sender of an [`always_leader`](Self::always_leader) handle, kept alive so that a wait
     /// for the next change waits instead of failing at once.
     _publisher: Option<Arc<Publisher>>,
@@ -227,6 +248,18 @@ impl Leadership {
         });
         leadership._publisher = Some(publisher);
         leadership
+    }
+
+    /// The current state, stamped now, then every state published afterwards with the instant
+    /// it took effect. For the split-brain checker, which needs exact publication times.
+    #[cfg(feature = "conformance")]
+    pub(crate) fn record(&self) -> (Stamped, mpsc::UnboundedReceiver<Stamped>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        // The channel's read lock keeps a publication from slipping in between the snapshot and
+        // the tap (a publication takes the write lock first, then the taps).
+        let current = self.rx.borrow();
+        guard(&self.taps).push(tx);
+        ((Instant::now(), current.clone()), rx)
     }
 
     /// Asks whether a write may start now. Synchronous and cheap: call it before every write.
