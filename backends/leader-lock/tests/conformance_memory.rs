@@ -53,6 +53,11 @@ impl Harness for Memory {
         self.store.put_raw(name, raw, ttl);
         Ok(Protect::For(ttl))
     }
+
+    async fn vanish(&self, name: &str) -> Result<(), HarnessError> {
+        self.store.vanish(name);
+        Ok(())
+    }
 }
 
 async fn memory() -> Memory {
@@ -98,6 +103,9 @@ impl Harness for Polling {
     }
     async fn tamper(&self, name: &str, case: Tamper) -> Result<Protect, HarnessError> {
         self.0.tamper(name, case).await
+    }
+    async fn vanish(&self, name: &str) -> Result<(), HarnessError> {
+        self.0.vanish(name).await
     }
 }
 

@@ -433,3 +433,94 @@ pub async fn same_identity_never_both_lead<H: Harness + ?Sized>(h: &H) {
     b.abort().await;
     checker.finish().await;
 }
+
+/// A record deleted by hand under a hung leader (its elector alive, `check()` truthful) is not
+/// free: nobody leads while the old leader may still believe it is valid, and someone leads
+/// afterwards.
+pub async fn vanished_record_is_not_free<H: Harness + ?Sized>(h: &H) {
+    let timing = h.timing();
+    let name = unique("vanish");
+    let checker = SplitBrainChecker::new();
+    let (a, faulty) = contender(h, &name, "a", timing).await;
+    let ia = checker.watch(a.leadership());
+    let t1 = wait_leader(&a.leadership(), patience(&timing), "a").await;
+    let (b, _) = contender(h, &name, "b", timing).await;
+    checker.watch(b.leadership());
+    wait_following(&b.leadership(), patience(&timing), "b").await;
+    faulty.set(Some(Fault::Hang));
+    let hung = Instant::now();
+    h.vanish(&name).await.expect("harness deletes the record");
+    let vanished = Instant::now();
+    let t2 = wait_leader(
+        &b.leadership(),
+        patience(&timing) + timing.lease_duration,
+        "b after the record vanished",
+    )
+    .await;
+    let led = Instant::now();
+    // The hung leader steps down by itself at its deadline; then its whole validity is known.
+    wait_state(&a.leadership(), patience(&timing), "a to step down", |s| {
+        !is_leader(s)
+    })
+    .await;
+    // The exact check: b's leadership must not overlap a's last validity at all.
+    let v = checker.violations();
+    assert!(v.is_empty(), "split brain: {}", v.join("; "));
+    let (_, valid_until) = step_down(&checker, ia, hung);
+    eprintln!(
+        "b led {:?} after the record vanished; a's validity ended {:?} after it",
+        led - vanished,
+        valid_until.saturating_duration_since(vanished)
+    );
+    assert!(t2 > t1, "the term never goes back ({t1} -> {t2})");
+    a.abort().await;
+    b.abort().await;
+    checker.finish().await;
+}
+
+/// A leader whose record is deleted by hand stops leading at once (it does not recreate the
+/// record on its next renew), and someone leads again later.
+pub async fn vanished_record_ends_leadership<H: Harness + ?Sized>(h: &H) {
+    let timing = h.timing();
+    let name = unique("vanish-leader");
+    let checker = SplitBrainChecker::new();
+    let (a, _) = contender(h, &name, "a", timing).await;
+    let ia = checker.watch(a.leadership());
+    let t1 = wait_leader(&a.leadership(), patience(&timing), "a").await;
+    let (b, _) = contender(h, &name, "b", timing).await;
+    checker.watch(b.leadership());
+    wait_following(&b.leadership(), patience(&timing), "b").await;
+    let before = Instant::now();
+    h.vanish(&name).await.expect("harness deletes the record");
+    // The deletion is seen on the watch, or at the latest by the next renew.
+    wait_state(
+        &a.leadership(),
+        timing.lease_duration,
+        "a to stop leading after its record vanished",
+        |s| !is_leader(s),
+    )
+    .await;
+    let (stepped_down, valid_until) = step_down(&checker, ia, before);
+    let limit = timing.retry_period * 2;
+    assert!(
+        stepped_down - before <= limit,
+        "a stepped down {:?} after its record vanished (limit {limit:?})",
+        stepped_down - before
+    );
+    assert!(stepped_down < valid_until, "not by the validity deadline");
+    let (who, t2) = wait_any_leader(
+        &[a.leadership(), b.leadership()],
+        patience(&timing) + timing.lease_duration,
+        "a leader after the record vanished",
+    )
+    .await;
+    eprintln!(
+        "a stepped down {:?} after the deletion; contender {who} led {:?} after it",
+        stepped_down - before,
+        before.elapsed()
+    );
+    assert!(t2 > t1, "the term never goes back ({t1} -> {t2})");
+    a.abort().await;
+    b.abort().await;
+    checker.finish().await;
+}

@@ -20,7 +20,8 @@ use crate::{LeaderLock, Timing};
 pub use cases::{
     crash_taken_after_expiry, graceful_release_is_prompt, mutual_exclusion,
     partitioned_holder_stops, paused_holder_stops, renew_keeps_holder,
-    same_identity_never_both_lead, tampered_records,
+    same_identity_never_both_lead, tampered_records, vanished_record_ends_leadership,
+    vanished_record_is_not_free,
 };
 pub use checker::{Interval, SplitBrainChecker};
 pub use faulty::{Fault, Faulty};
@@ -79,6 +80,9 @@ pub trait Harness: Send + Sync {
     async fn lock(&self, name: &str) -> Result<Arc<dyn LeaderLock>, HarnessError>;
     /// Plants a tampered record in lock `name`, as another writer might.
     async fn tamper(&self, name: &str, case: Tamper) -> Result<Protect, HarnessError>;
+    /// Deletes the lock record by hand, as an operator, an eviction or a lost backend state
+    /// would: no release.
+    async fn vanish(&self, name: &str) -> Result<(), HarnessError>;
 }
 
 /// A generous deadline for waits on a busy 2-core machine.
@@ -100,7 +104,9 @@ macro_rules! conformance_suite {
             paused_holder_stops,
             partitioned_holder_stops,
             tampered_records,
-            same_identity_never_both_lead
+            same_identity_never_both_lead,
+            vanished_record_is_not_free,
+            vanished_record_ends_leadership
         );
     };
     (@cases $make:expr; $($case:ident),*) => {
