@@ -329,11 +329,8 @@ fn decide(
             let valid_until = sent + t.renew_deadline;
             let regressed_from = regression(c.last_term, term);
             if now >= valid_until {
+                // As a failure: a leader's validity ended too (it was sent before this one).
                 let mut d = failed(None);
-                d.held = None;
-                if c.held.is_some() || c.starting {
-                    d.publish = Some(not_leading());
-                }
                 d.next = now;
                 d.last_term = Some(term);
                 d.regressed_from = regressed_from;

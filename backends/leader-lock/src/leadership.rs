@@ -84,9 +84,12 @@ pub struct WritePermit {
 }
 
 impl WritePermit {
-    /// Time left until the validity deadline, or `None` when it has passed.
+    /// Time left until the validity deadline, or `None` once it has come (as for
+    /// [`check`](Self::check), the deadline itself is no longer valid).
     pub fn remaining(&self) -> Option<Duration> {
-        self.valid_until.checked_duration_since(Instant::now())
+        self.valid_until
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
     }
 
     /// Asks whether a request may be sent under this permit *now*: the leadership it was taken
@@ -434,6 +437,38 @@ mod tests {
         tokio::time::advance(Duration::from_secs(11)).await;
         tx.publish(leader(3, Duration::from_secs(10)));
         assert!(permit.check().is_err(), "the permit's own deadline holds");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn validity_ends_exactly_at_the_deadline() {
+        let (_tx, l) = Publisher::channel(leader(3, Duration::from_secs(10)));
+        let permit = l.check().expect("valid");
+        assert_eq!(permit.remaining(), Some(Duration::from_secs(10)));
+        tokio::time::advance(Duration::from_secs(10) - Duration::from_nanos(1)).await;
+        assert!(
+            l.check().is_ok() && permit.check().is_ok(),
+            "valid up to the end"
+        );
+        assert_eq!(permit.remaining(), Some(Duration::from_nanos(1)));
+        tokio::time::advance(Duration::from_nanos(1)).await;
+        assert!(
+            matches!(l.check(), Err(NotLeader::Expired { ago, .. }) if ago.is_zero()),
+            "not at the deadline itself"
+        );
+        assert!(matches!(permit.check(), Err(NotLeader::Expired { .. })));
+        assert_eq!(permit.remaining(), None);
+    }
+
+    #[tokio::test]
+    async fn the_disabled_leadership_does_not_expire() {
+        let l = Leadership::always_leader();
+        let LeaderState::Leader { term, valid_until } = l.state() else {
+            panic!("always leads");
+        };
+        assert_eq!(term, Term::DISABLED);
+        let years = (valid_until - Instant::now()).as_secs() / (365 * 24 * 3600);
+        assert!(years >= 99, "valid for {years} years only");
+        assert_eq!(l.check().map(|p| p.term), Ok(Term::DISABLED));
     }
 
     #[tokio::test(start_paused = true)]

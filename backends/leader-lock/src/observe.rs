@@ -179,6 +179,11 @@ mod tests {
         assert_eq!(e0, t0 + Duration::from_secs(15));
         o.observe(&rec("a", 1, "2"), t0 + Duration::from_secs(5));
         assert_eq!(o.expires_at(Duration::from_secs(1)), Some(e0));
+        assert_eq!(
+            o.record().map(|r| (r.holder.as_str(), r.version.as_str())),
+            Some(("a", "2")),
+            "the latest version of the same lease"
+        );
         o.observe(&rec("a", 2, "3"), t0 + Duration::from_secs(6));
         assert_eq!(
             o.expires_at(Duration::from_secs(1)),

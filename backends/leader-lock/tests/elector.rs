@@ -16,8 +16,9 @@ use leader_lock::conformance::{
 };
 use leader_lock::{
     Attempt, Candidate, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, LockError,
-    LockEventStream, LockRecord, MemoryStore, NotLeader, Term, Timing, SHUTDOWN_BUDGET,
+    LockEvent, LockEventStream, LockRecord, MemoryStore, NotLeader, Term, Timing, SHUTDOWN_BUDGET,
 };
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 fn timing() -> Timing {
@@ -75,10 +76,21 @@ impl LeaderLock for NoWatch {
     }
 }
 
-/// Counts the change streams a lock opened, so a test knows when a watch is up.
+/// Counts the attempts and change streams of a lock, so a test knows when a watch is up.
 struct Counted {
     inner: Arc<dyn LeaderLock>,
+    attempts: AtomicUsize,
     watches: AtomicUsize,
+}
+
+impl Counted {
+    fn new(inner: Arc<dyn LeaderLock>) -> Arc<Self> {
+        Arc::new(Counted {
+            inner,
+            attempts: AtomicUsize::new(0),
+            watches: AtomicUsize::new(0),
+        })
+    }
 }
 
 #[async_trait]
@@ -87,6 +99,7 @@ impl LeaderLock for Counted {
         self.inner.describe()
     }
     async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
         self.inner.try_acquire_or_renew(c).await
     }
     async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {
@@ -102,26 +115,64 @@ impl LeaderLock for Counted {
     }
 }
 
-/// One scripted answer: after `delay`, lead or follow under a term, or fail.
+/// One scripted answer: after `delay`, lead or follow under a term, or fail (or be refused).
 #[derive(Debug, Clone, Copy)]
 enum Answer {
     Lead(u64),
     Follow(u64),
     Fail,
+    Refuse,
 }
 
 /// A lock that answers attempts from a script (the last answer repeats), each after a delay.
 struct Scripted {
     answers: Mutex<VecDeque<(Duration, Answer)>>,
     sent: Mutex<Vec<Instant>>,
+    /// How long a release takes, and the terms released.
+    release_delay: Duration,
+    released: Mutex<Vec<Term>>,
+    /// What the first change stream yields (events the test sends); later ones stay silent.
+    events: Mutex<Option<mpsc::UnboundedReceiver<LockEvent>>>,
 }
 
 impl Scripted {
     fn new(answers: &[(Duration, Answer)]) -> Arc<Self> {
+        Self::releasing_in(answers, Duration::ZERO)
+    }
+
+    fn releasing_in(answers: &[(Duration, Answer)], release_delay: Duration) -> Arc<Self> {
         Arc::new(Scripted {
             answers: Mutex::new(answers.iter().copied().collect()),
             sent: Mutex::new(Vec::new()),
+            release_delay,
+            released: Mutex::new(Vec::new()),
+            events: Mutex::new(None),
         })
+    }
+
+    /// A scripted lock whose change stream yields what the returned sender sends.
+    fn with_events(
+        answers: &[(Duration, Answer)],
+    ) -> (Arc<Self>, mpsc::UnboundedSender<LockEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let lock = Self::new(answers);
+        *lock.events.lock().expect("events") = Some(rx);
+        (lock, tx)
+    }
+
+    fn sends(&self) -> Vec<Instant> {
+        self.sent.lock().expect("sent").clone()
+    }
+}
+
+fn record(holder: &str, term: u64) -> LockRecord {
+    LockRecord {
+        holder: holder.into(),
+        term: Term(term),
+        lease_duration: timing().lease_duration,
+        acquire_time: None,
+        renew_time: None,
+        version: "1".into(),
     }
 }
 
@@ -149,16 +200,25 @@ impl LeaderLock for Scripted {
                 retry_after: None,
             }),
             Answer::Fail => Err(LockError::Unavailable("scripted failure".into())),
+            Answer::Refuse => Err(LockError::Refused("scripted refusal".into())),
         }
     }
-    async fn release(&self, _: &Candidate, _: Term) -> Result<bool, LockError> {
+    async fn release(&self, _: &Candidate, term: Term) -> Result<bool, LockError> {
+        tokio::time::sleep(self.release_delay).await;
+        self.released.lock().expect("released").push(term);
         Ok(true)
     }
     async fn get(&self) -> Result<Option<LockRecord>, LockError> {
         Ok(None)
     }
     async fn watch(&self) -> Result<LockEventStream, LockError> {
-        Ok(futures::stream::pending().boxed())
+        match self.events.lock().expect("events").take() {
+            Some(rx) => Ok(tokio_stream::wrappers::UnboundedReceiverStream::new(rx)
+                .map(Ok)
+                .chain(futures::stream::pending())
+                .boxed()),
+            None => Ok(futures::stream::pending().boxed()),
+        }
     }
 }
 
@@ -187,6 +247,14 @@ impl Logs {
             .with_writer(move || writer.clone())
             .finish();
         (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// The lines whose message is `message`.
+    fn with_message(&self, message: &str) -> Vec<serde_json::Value> {
+        self.lines()
+            .into_iter()
+            .filter(|l| l["fields"]["message"] == message)
+            .collect()
     }
 
     fn lines(&self) -> Vec<serde_json::Value> {
@@ -229,10 +297,7 @@ async fn a_follower_wakes_on_the_watch_not_on_its_next_poll() {
     let a = spawn(Arc::new(store.lock("w")), "a", true);
     checker.watch(a.leadership());
     let t1 = wait_leader(&a.leadership(), PATIENCE, "a").await;
-    let counted = Arc::new(Counted {
-        inner: Arc::new(store.lock("w")),
-        watches: AtomicUsize::new(0),
-    });
+    let counted = Counted::new(Arc::new(store.lock("w")));
     let b = spawn(counted.clone(), "b", true);
     checker.watch(b.leadership());
     wait_following(&b.leadership(), PATIENCE, "b").await;
@@ -348,6 +413,44 @@ async fn shutdown_finishes_within_its_budget_whatever_hangs() {
     assert!(took <= SHUTDOWN_BUDGET, "took {took:?}");
     assert_eq!(l.state(), LeaderState::Stopped);
     drop(permit);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_release_gets_the_rest_of_the_budget() {
+    let lock = Scripted::releasing_in(&[(Duration::ZERO, Answer::Lead(4))], Duration::from_secs(5));
+    let a = spawn(lock.clone(), "a", true);
+    wait_leader(&a.leadership(), PATIENCE, "a").await;
+    let started = Instant::now();
+    assert_eq!(a.shutdown().await.ok(), Some(true), "released");
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    assert_eq!(*lock.released.lock().expect("released"), vec![Term(4)]);
+    // A release slower than the budget is abandoned at its end.
+    let lock = Scripted::releasing_in(
+        &[(Duration::ZERO, Answer::Lead(4))],
+        Duration::from_secs(60),
+    );
+    let a = spawn(lock.clone(), "a", true);
+    wait_leader(&a.leadership(), PATIENCE, "a").await;
+    let started = Instant::now();
+    let r = a.shutdown_within(Duration::from_secs(8)).await;
+    assert!(matches!(r, Err(LockError::Timeout(_))), "{r:?}");
+    assert_eq!(started.elapsed(), Duration::from_secs(8));
+}
+
+#[tokio::test(start_paused = true)]
+async fn abort_stops_at_once_and_releases_nothing() {
+    let store = MemoryStore::new();
+    let lock = store.lock("abort");
+    let a = spawn(Arc::new(lock.clone()), "a", true);
+    let l = a.leadership();
+    wait_leader(&l, PATIENCE, "a").await;
+    a.abort().await;
+    assert_eq!(l.state(), LeaderState::Stopped);
+    assert!(matches!(l.check(), Err(NotLeader::ShuttingDown)));
+    assert!(lock.get().await.expect("read").is_some(), "not released");
+    // Nothing renews it any more: the server expires it.
+    tokio::time::sleep(timing().lease_duration).await;
+    assert!(lock.get().await.expect("read").is_none(), "left to expire");
 }
 
 #[tokio::test(start_paused = true)]
@@ -470,10 +573,12 @@ async fn a_term_lower_than_seen_is_logged_as_an_error_and_log_fields_are_typed()
     }
 }
 
-/// A lock whose first change stream panics when polled, as a bug in a backend's stream would.
+/// A lock whose first change stream (or every one) panics when polled, as a bug in a backend's
+/// stream would.
 struct PanickyWatch {
     inner: Arc<dyn LeaderLock>,
     opened: AtomicUsize,
+    always: bool,
 }
 
 #[async_trait]
@@ -491,7 +596,7 @@ impl LeaderLock for PanickyWatch {
         self.inner.get().await
     }
     async fn watch(&self) -> Result<LockEventStream, LockError> {
-        if self.opened.fetch_add(1, Ordering::SeqCst) == 0 {
+        if self.opened.fetch_add(1, Ordering::SeqCst) == 0 || self.always {
             return Ok(futures::stream::once(async { panic!("bug in the watch stream") }).boxed());
         }
         self.inner.watch().await
@@ -506,6 +611,7 @@ async fn a_panicking_watch_task_is_reported_and_restarted() {
     let lock = Arc::new(PanickyWatch {
         inner: Arc::new(store.lock("p")),
         opened: AtomicUsize::new(0),
+        always: false,
     });
     let a = spawn(lock.clone(), "a", true);
     wait_leader(&a.leadership(), PATIENCE, "a").await;
@@ -527,6 +633,124 @@ async fn a_panicking_watch_task_is_reported_and_restarted() {
         failed["fields"]["error"],
         "panicked: bug in the watch stream"
     );
+}
+
+/// Script for a follower whose watch is up before its first answer: the first attempt and the
+/// one the watch's first resync asks for both follow; the next answer comes at the next attempt.
+fn following_then(then: Answer) -> Vec<(Duration, Answer)> {
+    let settle = Duration::from_millis(10);
+    vec![
+        (settle, Answer::Follow(1)),
+        (Duration::ZERO, Answer::Follow(1)),
+        (Duration::ZERO, then),
+    ]
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_seen_on_the_watch_is_acted_on_at_once() {
+    let (lock, events) = Scripted::with_events(&following_then(Answer::Lead(2)));
+    let a = spawn(lock.clone(), "a", true);
+    wait_until(|| lock.sends().len() >= 2).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    // Kubernetes reports a release as a record with an empty holder.
+    events
+        .send(LockEvent::Changed(Some(record("", 1))))
+        .expect("send");
+    wait_leader(&a.leadership(), PATIENCE, "a after the release").await;
+    assert_eq!(released.elapsed(), Duration::ZERO, "no waiting for a timer");
+    a.abort().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn terms_seen_on_the_watch_count_for_the_term_order() {
+    let (logs, _guard) = Logs::capture();
+    let (lock, events) = Scripted::with_events(&following_then(Answer::Lead(3)));
+    let a = spawn(lock.clone(), "a", true);
+    wait_until(|| lock.sends().len() >= 2).await;
+    let seen = Instant::now();
+    events
+        .send(LockEvent::Changed(Some(record("b_1", 7))))
+        .expect("send");
+    wait_state(&a.leadership(), PATIENCE, "a to follow b at term 7", |s| {
+        *s == LeaderState::Follower {
+            holder: Some("b_1".into()),
+            term: Some(Term(7)),
+        }
+    })
+    .await;
+    wait_leader(&a.leadership(), PATIENCE, "a").await;
+    // Another holder's record is no reason to look at once: its lease has to run out first.
+    let sends = lock.sends();
+    assert!(sends[2] - seen >= Duration::from_secs(1), "{sends:?}");
+    a.abort().await;
+    let regression = logs.with_message(
+        "the lock's term went backwards: its backend lost or rewrote the lock's state, so terms no longer order leaderships",
+    );
+    assert_eq!(regression.len(), 1, "{:#?}", logs.lines());
+    assert_eq!(regression[0]["fields"]["previous_term"], "7");
+    assert_eq!(regression[0]["fields"]["term"], "3");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_follower_logs_each_change_once_and_refusals_as_errors() {
+    let (logs, _guard) = Logs::capture();
+    let step = Duration::from_millis(10);
+    let lock = Scripted::new(&[
+        (step, Answer::Follow(1)),
+        (step, Answer::Follow(1)),
+        (step, Answer::Follow(1)),
+        (step, Answer::Follow(1)),
+        (step, Answer::Refuse),
+    ]);
+    let a = spawn(lock.clone(), "a", true);
+    wait_until(|| lock.sends().len() >= 6).await;
+    a.abort().await;
+    assert_eq!(
+        logs.with_message("following").len(),
+        1,
+        "{:#?}",
+        logs.lines()
+    );
+    let failed = logs.with_message("lock attempt failed");
+    assert!(!failed.is_empty());
+    assert!(failed.iter().all(|l| l["level"] == "ERROR"), "{failed:#?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_follower_with_a_watch_does_not_poll() {
+    let store = MemoryStore::new();
+    let a = spawn(Arc::new(store.lock("quiet")), "a", true);
+    wait_leader(&a.leadership(), PATIENCE, "a").await;
+    let counted = Counted::new(Arc::new(store.lock("quiet")));
+    let b = spawn(counted.clone(), "b", true);
+    wait_following(&b.leadership(), PATIENCE, "b").await;
+    // An observation period: ten leases of a renewing leader.
+    tokio::time::sleep(timing().lease_duration * 10).await;
+    let attempts = counted.attempts.load(Ordering::SeqCst);
+    // About one attempt per lease (when it would expire), not one per retry period (75).
+    assert!(attempts <= 15, "{attempts} attempts in ten leases");
+    a.abort().await;
+    b.abort().await;
+}
+
+// The real clock: a watch task restarted without pause would keep a paused clock from advancing.
+#[tokio::test]
+async fn a_watch_that_keeps_failing_is_restarted_with_backoff() {
+    let store = MemoryStore::new();
+    let lock = Arc::new(PanickyWatch {
+        inner: Arc::new(store.lock("p")),
+        opened: AtomicUsize::new(0),
+        always: true,
+    });
+    let a = spawn(lock.clone(), "a", true);
+    wait_leader(&a.leadership(), PATIENCE, "a").await;
+    // An observation period: with backoff from 100 ms, a handful of restarts.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let opened = lock.opened.load(Ordering::SeqCst);
+    assert!((2..=8).contains(&opened), "{opened} watch restarts in 1 s");
+    assert!(a.leadership().is_leader(), "leading all along, by polling");
+    a.abort().await;
 }
 
 /// Waits on a condition by polling, for state that has no change notification.
