@@ -44,7 +44,7 @@ pub fn validate(s: &Settings) -> Result<(), ConfigError> {
         return Ok(());
     }
     let r = match s.backend {
-        Backend::Kubernetes => LeaseLock::validate(&s.timing),
+        Backend::Kubernetes => LeaseLock::validate(&s.timing, request_timeout(s)),
         Backend::Etcd => EtcdLock::validate(&etcd_config(s), &s.timing),
         Backend::Redis => RedisLock::validate(&redis_config(s), &s.timing),
     };
@@ -75,6 +75,11 @@ pub fn lease_namespace(s: &Settings, client_default: &str) -> String {
         .unwrap_or_else(|| client_default.to_string())
 }
 
+/// The Lease lock of the Kubernetes backend, its requests bounded like every backend's.
+fn lease_lock(s: &Settings, client: &kube::Client, namespace: &str) -> LeaseLock {
+    LeaseLock::new(client.clone(), namespace, &s.lock_name).with_request_timeout(request_timeout(s))
+}
+
 /// Connects to the configured backend; the Kubernetes lock uses `kube`, the client the status
 /// writer uses too, with its default namespace.
 ///
@@ -86,7 +91,7 @@ pub async fn connect(s: &Settings, kube: (&kube::Client, &str)) -> Result<Connec
         Backend::Kubernetes => {
             let (client, default_ns) = kube;
             let ns = lease_namespace(s, default_ns);
-            let lock = LeaseLock::new(client.clone(), &ns, &s.lock_name);
+            let lock = lease_lock(s, client, &ns);
             Ok(Connected {
                 lock: Arc::new(lock),
                 lease_namespace: Some(ns),
@@ -106,5 +111,43 @@ pub async fn connect(s: &Settings, kube: (&kube::Client, &str)) -> Result<Connec
                 lease_namespace: None,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::{Env, Layers};
+
+    fn settings(flags: &[(&'static str, &str)]) -> Settings {
+        let flags: Vec<(&'static str, String)> =
+            flags.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        let env = Env::from_os(std::iter::empty()).expect("env");
+        Layers::load(None, env, &flags)
+            .and_then(|l| l.settings(|| "host-1".to_string()))
+            .expect("valid settings")
+    }
+
+    #[tokio::test]
+    async fn kubernetes_requests_time_out_before_a_short_renew_deadline() {
+        let s = settings(&[
+            ("lease_duration", "30s"),
+            ("renew_deadline", "3s"),
+            ("retry_period", "2s"),
+        ]);
+        validate(&s).expect("valid for the Kubernetes backend");
+        leader_lock_kubernetes::install_crypto_provider();
+        // Never connected: the URL only has to parse.
+        let config = kube::Config::new("https://127.0.0.1:1".parse().expect("url"));
+        let client = kube::Client::try_from(config).expect("client");
+        let lock = lease_lock(&s, &client, "ns");
+        assert!(
+            lock.request_timeout() < s.timing.renew_deadline,
+            "{:?} is not below the renew deadline",
+            lock.request_timeout()
+        );
+        assert_eq!(lock.request_timeout(), Duration::from_millis(1500));
     }
 }

@@ -37,7 +37,7 @@ pub struct RunArgs {
     /// Where the lock lives: kubernetes, etcd or redis [default: kubernetes].
     #[arg(long, value_name = "BACKEND")]
     pub lock_backend: Option<String>,
-    /// Turn leader election off: this replica always writes (term 0).
+    /// Turn leader election off: this replica always writes (term shown as disabled).
     #[arg(long)]
     pub leader_election_disable: bool,
     /// The lock's name, a DNS-1123 subdomain [default: gateway-leader-leader-election-lock].

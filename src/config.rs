@@ -84,7 +84,7 @@ pub const SETTINGS: &[SettingSpec] = &[
         "leader_election_disable",
         Some("false"),
         false,
-        "turn leader election off: this replica always writes (term 0)"
+        "turn leader election off: this replica always writes (term shown as disabled)"
     ),
     spec!(
         "leader_election_lock_name",
@@ -470,7 +470,7 @@ pub struct KubeSettings {
 pub struct Settings {
     /// Which backend holds the lock.
     pub backend: Backend,
-    /// Leader election off: always leader with term 0.
+    /// Leader election off: always leader, under the `disabled` marker instead of a term.
     pub disabled: bool,
     /// The lock's name.
     pub lock_name: String,

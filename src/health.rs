@@ -129,9 +129,8 @@ mod tests {
         state: LeaderState,
         synced: bool,
         reachable: bool,
-    ) -> (Health, watch::Sender<LeaderState>) {
-        let (leadership, tx) = Leadership::always_leader();
-        tx.send_replace(state);
+    ) -> (Health, leader_lock::Scripted) {
+        let (tx, leadership) = Leadership::scripted(state);
         let (_ltx, leadership) = watch::channel(Some(leadership));
         let metrics = Metrics::new("l");
         metrics.set_lock_reachable(reachable);

@@ -51,7 +51,8 @@ pub struct Metrics {
     pub master_status: Family<LockLabel, Gauge>,
     /// Leaderships this replica took.
     pub transitions: Counter,
-    /// The fencing term of this replica's current leadership (0 while it does not lead).
+    /// The fencing term of this replica's current leadership (0 while it does not lead, and with
+    /// leader election disabled).
     pub term: Gauge<u64, AtomicU64>,
     /// Lock request latencies by operation and outcome.
     pub lock_requests: Family<OpLabel, Histogram>,
@@ -180,7 +181,9 @@ impl Metrics {
                         name: m.lock_name.clone(),
                     })
                     .set(leading);
-                m.term.set(now.map_or(0, |t| t.0));
+                // Disabled mode's marker is no term: the gauge says 0 there, as for a follower.
+                m.term
+                    .set(now.filter(|t| !t.is_disabled()).map_or(0, |t| t.0));
                 if matches!(state, LeaderState::Stopped) || rx.changed().await.is_err() {
                     m.master_status
                         .get_or_create(&LockLabel {
@@ -253,7 +256,10 @@ mod tests {
     #[tokio::test]
     async fn leadership_shows_in_the_gauges_as_client_go_names_them() {
         let m = Metrics::new("my-lock");
-        let (leadership, tx) = Leadership::always_leader();
+        let (tx, leadership) = Leadership::scripted(LeaderState::Leader {
+            term: Term(1),
+            valid_until: Instant::now() + Duration::from_secs(3600),
+        });
         let follow = m.follow(&leadership);
         tokio::task::yield_now().await;
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -267,7 +273,7 @@ mod tests {
         assert!(m
             .encode()
             .contains("gateway_leader_leadership_transitions_total 1"));
-        tx.send_replace(LeaderState::Stopped);
+        tx.publish(LeaderState::Stopped);
         follow.await.expect("stops with the elector");
         assert!(m
             .encode()

@@ -4,9 +4,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use backon::{ExponentialBuilder, Retryable};
-use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership, LockError};
+use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership, LockError, Term};
+use leader_lock_kubernetes::EVENT_POST_TIMEOUT;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -74,11 +76,14 @@ fn log_changes(leadership: &Leadership) -> tokio::task::JoinHandle<()> {
                 continue;
             }
             match state {
-                LeaderState::Leader { term, valid_until } => info!(%term, mono_ms,
+                // Terms are logged as text (`Display`), so `term` has one JSON type everywhere,
+                // the disabled marker included.
+                LeaderState::Leader { term, valid_until } => info!(term = %term, mono_ms,
                     valid_until_mono_ms = clock::instant_mono_ms(valid_until), "leadership: leading"),
                 LeaderState::Follower { holder, term } => info!(
                     holder = holder.as_deref().unwrap_or("unknown"),
-                    term = term.map(|t| t.0),
+                    // `display` comes with the macro.
+                    term = term.map(display),
                     mono_ms,
                     "leadership: following"
                 ),
@@ -101,6 +106,18 @@ const WRITE_CONCURRENCY: usize = 16;
 const REQUEUE_AFTER: Duration = Duration::from_secs(5);
 /// The longest field manager name the apiserver accepts.
 const FIELD_MANAGER_MAX: usize = 128;
+/// Kubernetes kills a pod this long after SIGTERM unless told otherwise
+/// (`terminationGracePeriodSeconds`; deploy/kubernetes/deployment.yaml keeps the default).
+const TERMINATION_GRACE: Duration = Duration::from_secs(30);
+/// What the whole stop after SIGTERM may take: the writer and the elector stop together within
+/// the elector's budget (drain, then release), then the last leader-election Event gets what is
+/// left. The rest of the grace period is margin for the exit itself.
+const SHUTDOWN_BUDGET: Duration = Duration::from_secs(25);
+const _: () = assert!(
+    leader_lock::SHUTDOWN_BUDGET.as_secs() + EVENT_POST_TIMEOUT.as_secs()
+        <= SHUTDOWN_BUDGET.as_secs()
+        && SHUTDOWN_BUDGET.as_secs() < TERMINATION_GRACE.as_secs()
+);
 
 /// The field manager of this replica's status writes: it names the replica in `managedFields`,
 /// so an object shows which replica wrote which of its fields.
@@ -163,12 +180,16 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         identity: identity.to_string(),
         concurrency: WRITE_CONCURRENCY,
         requeue_after: REQUEUE_AFTER,
-        shutdown_grace: settings.timing.renew_deadline,
+        // The elector drains for as long; writes still in flight then are abandoned.
+        shutdown_grace: settings
+            .timing
+            .renew_deadline
+            .min(leader_lock::SHUTDOWN_BUDGET / 2),
         metrics: metrics.clone(),
     };
     if settings.disabled {
-        let (leadership, _keep) = Leadership::always_leader();
-        info!(identity = %identity, term = 0, controller = %settings.controller_name,
+        let leadership = Leadership::always_leader();
+        info!(identity = %identity, term = %Term::DISABLED, controller = %settings.controller_name,
             "leader election disabled: this replica always writes");
         metrics.set_lock_reachable(true);
         let gauges = metrics.follow(&leadership);
@@ -245,8 +266,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     });
     let status = StatusController::start(client, leadership, writer, synced_tx);
     let sig = signals.recv().await;
+    let deadline = Instant::now() + SHUTDOWN_BUDGET;
     info!(
         signal = sig,
+        budget = ?SHUTDOWN_BUDGET,
         "shutting down: no new writes, draining, then releasing"
     );
     // The writer stops scheduling while the elector refuses new permits, waits for the writes
@@ -258,8 +281,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     }
     let _ = logger.await;
     if let Some(ev) = events {
-        // Give the "stopped leading" event a moment to be posted, but never hang the exit.
-        let _ = tokio::time::timeout(Duration::from_secs(2), ev).await;
+        // The "stopped leading" Event (each post is bounded on its own), within the budget.
+        if tokio::time::timeout_at(deadline, ev).await.is_err() {
+            warn!("the last leader election event was not posted within the shutdown budget");
+        }
     }
     let _ = gauges.await;
     server_stop.cancel();

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use common::graceful_handover;
 
-/// Far below the 15 s default lease: a handover this fast came from the release, not from expiry.
-const PROMPT: Duration = Duration::from_secs(5);
+/// A quarter of the default 2 s retry period: a follower that only polls looks again a whole
+/// retry period after its last look, so a handover this fast came from the watch seeing the
+/// release (not from a poll, and even less from expiry).
+const PROMPT: Duration = Duration::from_millis(500);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_graceful_handover_between_processes() {

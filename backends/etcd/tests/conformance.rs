@@ -8,6 +8,7 @@ use std::time::Duration;
 use etcd_client::PutOptions;
 use leader_lock::conformance::{Harness, HarnessError, Protect, Tamper};
 use leader_lock::{LeaderLock, Timing};
+use leader_lock_etcd::EtcdLock;
 use testkit::etcd::EtcdServer;
 use tokio::time::Instant;
 
@@ -56,6 +57,20 @@ impl Harness for Etcd {
             .await?;
         let ttl = Duration::from_secs(TAMPER_TTL.unsigned_abs());
         Ok(Protect::For(ttl.saturating_sub(granted.elapsed())))
+    }
+
+    async fn vanish(&self, name: &str) -> Result<(), HarnessError> {
+        // The key as the lock itself names it, prefix included.
+        let key = EtcdLock::connect(common::config(&self.server), name)
+            .await?
+            .key()
+            .to_string();
+        let mut client = common::raw_client(&self.server).await;
+        let deleted = client.delete(key, None).await?;
+        if deleted.deleted() != 1 {
+            return Err(format!("no lock key to delete for {name}").into());
+        }
+        Ok(())
     }
 }
 

@@ -1,5 +1,7 @@
 //! Kubernetes Events on the Lease when this replica becomes or stops being leader, as client-go posts.
 
+use std::time::Duration;
+
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -11,6 +13,10 @@ use tracing::{debug, warn};
 
 /// The event source component.
 const COMPONENT: &str = "gateway-leader";
+
+/// How long one Event may take to post (a read of the Lease's uid, then the create). Events are
+/// optional: a hung apiserver must not hold up the next one, nor a shutdown waiting for the last.
+pub const EVENT_POST_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Posts Kubernetes Events on the Lease whenever this replica becomes or stops being leader.
 pub fn spawn_leader_events(
@@ -61,9 +67,19 @@ struct Poster {
 }
 
 impl Poster {
-    /// Posts "<holder> <what>"; failures are logged, never fatal.
+    /// Posts "<holder> <what>" within [`EVENT_POST_TIMEOUT`]; failures are logged, never fatal.
     async fn post(&self, what: &str) {
         let message = format!("{} {what}", self.holder);
+        if tokio::time::timeout(EVENT_POST_TIMEOUT, self.send(&message))
+            .await
+            .is_err()
+        {
+            warn!(%message, lease = %format!("{}/{}", self.namespace, self.lease),
+                timeout = ?EVENT_POST_TIMEOUT, "posting the leader election event timed out");
+        }
+    }
+
+    async fn send(&self, message: &str) {
         // The uid ties the event to this Lease object; without it the event still lists by name.
         let uid = match self.leases.get_opt(&self.lease).await {
             Ok(Some(l)) => l.metadata.uid,
@@ -85,7 +101,7 @@ impl Poster {
                 ..ObjectReference::default()
             },
             reason: Some("LeaderElection".into()),
-            message: Some(message.clone()),
+            message: Some(message.to_string()),
             type_: Some("Normal".into()),
             source: Some(EventSource {
                 component: Some(COMPONENT.into()),
@@ -105,5 +121,56 @@ impl Poster {
                 "cannot post leader election event (needs RBAC events: create)"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use leader_lock::{Elector, ElectorConfig, MemoryStore, Timing};
+    use tokio::net::TcpListener;
+    use tokio::time::Instant;
+
+    use super::*;
+
+    /// A client of an "apiserver" that accepts connections and never answers.
+    async fn hung_apiserver() -> kube::Client {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        crate::install_crypto_provider();
+        let config = kube::Config::new(url.parse().expect("url"));
+        kube::Client::try_from(config).expect("client")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn event_posts_to_a_hung_apiserver_give_up_in_time() {
+        let client = hung_apiserver().await;
+        let elector = Elector::spawn(
+            Arc::new(MemoryStore::new().lock("events")),
+            ElectorConfig {
+                identity: Identity::new("a"),
+                timing: Timing::default(),
+                release_on_shutdown: true,
+            },
+        );
+        let leadership = elector.leadership();
+        let identity = elector.candidate().identity.clone();
+        let events = spawn_leader_events(client, "ns", "events", &identity, leadership.clone());
+        drop(leadership.wait_leader().await.expect("leads"));
+        let stopped = Instant::now();
+        assert!(elector.shutdown().await.expect("released"));
+        // "became leader" may still be hanging, then "stopped leading": each gives up in time.
+        tokio::time::timeout(EVENT_POST_TIMEOUT * 3, events)
+            .await
+            .expect("the events task ends despite the hung apiserver")
+            .expect("events task");
+        assert!(stopped.elapsed() <= EVENT_POST_TIMEOUT * 2);
     }
 }

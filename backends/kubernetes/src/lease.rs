@@ -17,7 +17,7 @@ use leader_lock::{
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::error::{bounded, classify, is_conflict, status};
 use crate::spec::{self, Clamp};
@@ -51,18 +51,23 @@ struct Inner {
 }
 
 struct State {
-    /// The record as last seen by any read or watch event, with the time of its first sighting.
+    /// The record as last seen by any read or watch event, with the time of its first sighting;
+    /// and, after the Lease was deleted under a live holder, until when nobody may take it.
     observed: ObservedRecord,
     /// The Lease our last successful write returned, while we hold it (client-go's fast path).
     own: Option<Lease>,
     /// Our own lease duration (from the last candidate): stands in for a missing recorded one.
     fallback: Duration,
+    /// The highest `leaseTransitions` this client has seen. A deleted and recreated Lease starts
+    /// again from 0; when we write a new holder we continue above this instead, so our terms
+    /// never go back.
+    highest: Option<i32>,
 }
 
 /// What to do after reading the Lease.
 enum Plan {
     Follow(Attempt),
-    Create(Lease),
+    Create(Lease, Term),
     Replace(Lease, Term),
 }
 
@@ -81,14 +86,21 @@ impl LeaseLock {
                     observed: ObservedRecord::default(),
                     own: None,
                     fallback: DEFAULT_LEASE,
+                    highest: None,
                 }),
             }),
         }
     }
 
-    /// Checks that a timing fits Leases: `lease-duration` a whole number of seconds, at least 1 s.
-    pub fn validate(timing: &Timing) -> Result<(), String> {
+    /// Checks that a timing fits Leases (`lease-duration` a whole number of seconds, at least
+    /// 1 s) and that `request_timeout`, the deadline of each API request (set it with
+    /// [`with_request_timeout`](Self::with_request_timeout)), ends before the renew deadline: a
+    /// request that hangs must not use up the leader's whole validity.
+    pub fn validate(timing: &Timing, request_timeout: Duration) -> Result<(), String> {
         timing.validate().map_err(|e| e.to_string())?;
+        timing
+            .check_request_timeout("kubernetes", request_timeout)
+            .map_err(|e| e.to_string())?;
         timing
             .require_whole_seconds(Duration::from_secs(1))
             .map_err(|e| e.to_string())?;
@@ -102,16 +114,26 @@ impl LeaseLock {
     }
 
     /// Caps the recorded lease duration we respect (default [`DEFAULT_MAX_LEASE_DURATION`]).
+    #[must_use]
     pub fn with_max_lease_duration(self, max: Duration) -> Self {
         self.rebuild(|i| i.max_lease = max.max(Duration::from_secs(1)))
     }
 
-    /// Sets the deadline of each API request (default: a quarter of the lease, 250 ms to 5 s).
+    /// Sets the deadline of each API request; keep it below the renew deadline (see
+    /// [`validate`](Self::validate)). The default, a quarter of the lease duration clamped to
+    /// 250 ms – 5 s, knows nothing of the renew deadline: with a short one, set this.
+    #[must_use]
     pub fn with_request_timeout(self, timeout: Duration) -> Self {
         self.rebuild(|i| i.request_timeout = Some(timeout))
     }
 
+    /// The deadline of each API request, as it applies now.
+    pub fn request_timeout(&self) -> Duration {
+        self.inner.timeout()
+    }
+
     /// Names the apiserver in error messages (the client does not expose its URL).
+    #[must_use]
     pub fn with_server(self, url: impl Into<String>) -> Self {
         let url = url.into();
         self.rebuild(|i| i.server = Some(url))
@@ -136,6 +158,7 @@ impl LeaseLock {
                         observed: s.observed.clone(),
                         own: s.own.clone(),
                         fallback: s.fallback,
+                        highest: s.highest,
                     }),
                 };
                 drop(s);
@@ -178,9 +201,57 @@ impl Inner {
     /// Notes a Lease seen now (read or watch event) and returns its record.
     fn observe(&self, lease: &Lease) -> LockRecord {
         let rec = spec::record(lease, self.clamp());
+        let transitions = spec::transitions(lease);
         let mut s = self.state();
+        match s.highest {
+            Some(h) if transitions < h => {
+                // Only a deleted and recreated Lease goes back; warn once per reset.
+                if s.observed.record().is_none_or(|r| r.term > rec.term) {
+                    warn!(lease = %format!("{}/{}", self.namespace, self.name),
+                        term = %rec.term, highest_term = %term_of(h), holder = %rec.holder,
+                        "Lease term reset: leaseTransitions went back (the Lease was deleted and recreated); a new holder we write continues above the highest term seen");
+                }
+            }
+            _ => s.highest = Some(transitions),
+        }
         s.observed.observe(&rec, Instant::now());
         rec
+    }
+
+    /// The `leaseTransitions` a new holder writes over `current`: one more, and above every
+    /// value this client has seen, so a recreated Lease does not make our terms go back. Never 0:
+    /// term 0 is no leadership.
+    fn next_transitions(&self, current: i32) -> Result<i32, LockError> {
+        let floor = self.state().highest.unwrap_or(0).max(current);
+        floor.checked_add(1).ok_or_else(|| {
+            LockError::Malformed(format!(
+                "{}: leaseTransitions is at its int32 maximum",
+                self.what("take")
+            ))
+        })
+    }
+
+    /// Notes that the Lease is gone (404, an empty list, a delete event with its final state).
+    ///
+    /// A release leaves the Lease in place with an empty holder, so a Lease that disappears under
+    /// a holder was deleted (by an operator, a namespace cleanup, a restore): its holder may still
+    /// believe it leads. Nobody may take it for that holder's lease duration from now, ourselves
+    /// included when it was ours; and we never renew a Lease we did not find.
+    fn gone(&self, last: Option<&Lease>) {
+        let last = last.map(|l| spec::record(l, self.clamp()));
+        let mut s = self.state();
+        s.own = None;
+        let now = Instant::now();
+        let before = s.observed.hold_off(now).map(|(_, until)| until);
+        let fallback = s.fallback;
+        s.observed.gone(last.as_ref(), now, fallback);
+        if let Some((rec, until)) = s.observed.hold_off(now) {
+            if before != Some(until) {
+                warn!(lease = %format!("{}/{}", self.namespace, self.name), holder = %rec.holder,
+                    term = %rec.term, hold_off = ?(until - now),
+                    "Lease deleted under a live holder, without a release; nobody takes it before that holder's lease duration has passed");
+            }
+        }
     }
 
     async fn read(&self) -> Result<Option<Lease>, LockError> {
@@ -190,9 +261,22 @@ impl Inner {
             Some(l) => {
                 self.observe(l);
             }
-            None => self.state().observed.clear(),
+            None => self.gone(None),
         }
         Ok(lease)
+    }
+
+    /// When a vanished Lease may be taken, while that is still ahead: the answer for a free one.
+    fn held_off(&self, me: &str) -> Option<Plan> {
+        let now = Instant::now();
+        let s = self.state();
+        let (rec, until) = s.observed.hold_off(now)?;
+        Some(Plan::Follow(Attempt::Follower {
+            // Report who may still lead; a leader whose own Lease vanished follows nobody.
+            holder: (rec.holder != me).then(|| rec.holder.clone()),
+            term: Some(rec.term),
+            retry_after: Some(until - now),
+        }))
     }
 
     /// Decides, as client-go's tryAcquireOrRenew does, from a freshly read Lease.
@@ -200,15 +284,19 @@ impl Inner {
         let lease_seconds = i32::try_from(c.lease_duration.as_secs()).unwrap_or(i32::MAX);
         let now = spec::now();
         let Some(mut lease) = current else {
+            if let Some(wait) = self.held_off(me) {
+                return Ok(wait);
+            }
+            let transitions = self.next_transitions(0)?;
             let fresh = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.name.clone()),
                     namespace: Some(self.namespace.clone()),
                     ..ObjectMeta::default()
                 },
-                spec: Some(spec::spec(me, lease_seconds, now.clone(), now, 0)),
+                spec: Some(spec::spec(me, lease_seconds, now.clone(), now, transitions)),
             };
-            return Ok(Plan::Create(fresh));
+            return Ok(Plan::Create(fresh, term_of(transitions)));
         };
         let holder = spec::holder(&lease).to_string();
         let transitions = spec::transitions(&lease);
@@ -223,7 +311,12 @@ impl Inner {
             return Ok(Plan::Replace(lease, term_of(transitions)));
         }
         self.state().own = None;
-        if !holder.is_empty() {
+        if holder.is_empty() {
+            // Free, but a live holder's Lease vanished before it: that holder may still lead.
+            if let Some(wait) = self.held_off(me) {
+                return Ok(wait);
+            }
+        } else {
             let (expires, rec) = {
                 let s = self.state();
                 (
@@ -253,12 +346,7 @@ impl Inner {
                 }
             }
         }
-        let next = transitions.checked_add(1).ok_or_else(|| {
-            LockError::Malformed(format!(
-                "{}: leaseTransitions is at its int32 maximum",
-                self.what("take")
-            ))
-        })?;
+        let next = self.next_transitions(transitions)?;
         lease.spec = Some(spec::spec(me, lease_seconds, now.clone(), now, next));
         Ok(Plan::Replace(lease, term_of(next)))
     }
@@ -321,13 +409,13 @@ impl Inner {
             let current = self.read().await?;
             let (result, op) = match self.plan(current, c, &me)? {
                 Plan::Follow(a) => return Ok(a),
-                Plan::Create(lease) => (
+                Plan::Create(lease, term) => (
                     bounded(
                         self.timeout(),
                         self.api.create(&PostParams::default(), &lease),
                     )
                     .await?
-                    .map(|l| (l, Term(0))),
+                    .map(|l| (l, term)),
                     "create",
                 ),
                 Plan::Replace(lease, term) => (
@@ -440,7 +528,7 @@ async fn pump(
                 if let Some(v) = &l.metadata.resource_version {
                     version.clone_from(v);
                 }
-                inner.state().observed.clear();
+                inner.gone(Some(&l));
                 Ok(LockEvent::Changed(None))
             }
             Some(Ok(WatchEvent::Bookmark(b))) => {
@@ -495,7 +583,7 @@ impl LeaderLock for LeaseLock {
             Some(l) => {
                 inner.observe(l);
             }
-            None => inner.state().observed.clear(),
+            None => inner.gone(None),
         }
         let version = list.metadata.resource_version.unwrap_or_default();
         let stream = inner.open_watch(&version).await?;

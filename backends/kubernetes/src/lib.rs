@@ -13,5 +13,5 @@ mod lease;
 mod spec;
 
 pub use client::{client, install_crypto_provider};
-pub use events::spawn_leader_events;
+pub use events::{spawn_leader_events, EVENT_POST_TIMEOUT};
 pub use lease::{LeaseLock, DEFAULT_MAX_LEASE_DURATION};

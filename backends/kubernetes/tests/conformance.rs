@@ -125,6 +125,11 @@ impl Harness for Kube {
         };
         Ok(protect)
     }
+
+    async fn vanish(&self, name: &str) -> Result<(), HarnessError> {
+        common::delete_lease(self.server, &self.namespace, name).await?;
+        Ok(())
+    }
 }
 
 async fn kube() -> Kube {

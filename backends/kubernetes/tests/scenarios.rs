@@ -327,13 +327,31 @@ async fn client_is_built_from_a_kubeconfig_and_errors_name_the_setting() {
 #[test]
 fn timing_must_be_whole_seconds() {
     let ok = leader_lock::Timing::default();
-    assert!(LeaseLock::validate(&ok).is_ok());
+    assert!(LeaseLock::validate(&ok, Duration::from_secs(5)).is_ok());
     let frac = leader_lock::Timing::new(
         Duration::from_millis(1500),
         Duration::from_secs(1),
         Duration::from_millis(200),
     )
     .expect("valid");
-    let err = LeaseLock::validate(&frac).expect_err("fractional lease");
+    let err = LeaseLock::validate(&frac, Duration::from_millis(500)).expect_err("fractional lease");
     assert!(err.contains("lease-duration"), "{err}");
+}
+
+#[test]
+fn requests_must_time_out_before_the_renew_deadline() {
+    let t = leader_lock::Timing::new(
+        Duration::from_secs(30),
+        Duration::from_secs(3),
+        Duration::from_secs(2),
+    )
+    .expect("valid");
+    // The old default for a 30 s lease: a quarter of it, capped at 5 s.
+    let err = LeaseLock::validate(&t, Duration::from_secs(5)).expect_err("5 s > 3 s");
+    assert!(
+        err.contains("kubernetes") && err.contains("renew-deadline"),
+        "{err}"
+    );
+    assert!(LeaseLock::validate(&t, Duration::from_secs(3)).is_err());
+    assert!(LeaseLock::validate(&t, Duration::from_millis(1500)).is_ok());
 }

@@ -1,18 +1,39 @@
+//! The elector: one loop that acquires or renews the lock and publishes this replica's
+//! [`Leadership`].
+//!
+//! Invariants (design, section 3):
+//! 1. Validity is counted from the instant an attempt was *sent*: a successful attempt sent at
+//!    `sent` makes us leader until `sent + renew_deadline`, however late its reply arrives.
+//! 2. A leader that has not renewed by that deadline steps down at that instant, on its own timer,
+//!    without waiting for the lock to answer.
+//! 3. Only a lock's positive answer under a real term makes us leader: a failure, a timeout, a
+//!    reply after the validity it would grant, or term 0 or the disabled marker never do.
+//! 4. A term lower than one already seen is an error: the backend lost or rewrote the lock.
+//! 5. The loop never spins: it wakes on a timer, a lock event or a cancel. A watch task that dies
+//!    (even by a panic) is reported and restarted with backoff; the loop polls meanwhile.
+//! 6. A cancel is answered at once, even during an attempt, so a shutdown never waits for one.
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use futures::StreamExt;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinError, JoinHandle};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::leadership::{LeaderState, Leadership};
+use crate::leadership::{LeaderState, Leadership, Publisher};
 use crate::lock::{Attempt, LeaderLock, LockError, LockEvent};
 use crate::record::{Candidate, Identity, Term};
 use crate::timing::Timing;
+
+/// How long [`Elector::shutdown`] may take in all: draining writes, then releasing.
+///
+/// Kubernetes kills a pod `terminationGracePeriodSeconds` (30 s by default) after SIGTERM; this
+/// leaves room for the last leader-election Event and the exit itself.
+pub const SHUTDOWN_BUDGET: Duration = Duration::from_secs(20);
 
 /// How an elector runs.
 #[derive(Debug, Clone)]
@@ -26,57 +47,67 @@ pub struct ElectorConfig {
 }
 
 /// Runs the acquire/renew loop against a [`LeaderLock`] and publishes a [`Leadership`].
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::sync::Arc;
+/// use leader_lock::{Elector, ElectorConfig, Identity, MemoryStore, Timing};
+///
+/// let elector = Elector::spawn(
+///     Arc::new(MemoryStore::new().lock("x")),
+///     ElectorConfig {
+///         identity: Identity::new("pod-a"),
+///         timing: Timing::default(),
+///         release_on_shutdown: true,
+///     },
+/// );
+/// let leadership = elector.leadership();
+/// let permit = leadership.wait_leader().await.expect("the only contender leads");
+/// let written = permit.run(|p| async move { p.check().map(|term| term.0) }).await;
+/// assert!(matches!(written, Ok(term) if term >= 1));
+/// assert!(elector.shutdown().await.expect("released"));
+/// # }
+/// ```
 pub struct Elector {
     leadership: Leadership,
-    tx: Arc<watch::Sender<LeaderState>>,
+    publisher: Arc<Publisher>,
     cancel: CancellationToken,
     task: JoinHandle<Option<Term>>,
-    watcher: JoinHandle<()>,
     lock: Arc<dyn LeaderLock>,
     candidate: Candidate,
     config: ElectorConfig,
 }
 
-/// What the watch task tells the loop: the last event and whether the stream is up.
-#[derive(Debug, Clone, Default)]
-struct WatchStatus {
-    healthy: bool,
-    last: Option<LockEvent>,
-}
-
 impl Elector {
-    /// Starts electing in the background. Must be called inside a Tokio runtime.
+    /// Starts electing in the background.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime.
     pub fn spawn(lock: Arc<dyn LeaderLock>, config: ElectorConfig) -> Self {
-        let (tx, rx) = watch::channel(LeaderState::Starting);
-        let tx = Arc::new(tx);
-        let leadership = Leadership::new(rx);
+        let (publisher, leadership) = Publisher::channel(LeaderState::Starting);
         let cancel = CancellationToken::new();
         let candidate = Candidate {
             identity: config.identity.clone(),
             lease_duration: config.timing.lease_duration,
         };
-        let (wtx, wrx) = watch::channel(WatchStatus::default());
-        let watcher = tokio::spawn(watch_loop(
-            lock.clone(),
-            wtx,
-            config.timing,
-            cancel.child_token(),
-        ));
+        let token = cancel.child_token();
         let run = Run {
             lock: lock.clone(),
             candidate: candidate.clone(),
             timing: config.timing,
-            tx: tx.clone(),
-            events: wrx,
+            publisher: publisher.clone(),
+            watch: WatchTask::spawn(lock.clone(), config.timing, &token),
             held: None,
+            last_term: None,
         };
-        let task = tokio::spawn(run.run(cancel.child_token()));
+        let task = tokio::spawn(run.run(token));
         Elector {
             leadership,
-            tx,
+            publisher,
             cancel,
             task,
-            watcher,
             lock,
             candidate,
             config,
@@ -93,55 +124,262 @@ impl Elector {
         &self.candidate
     }
 
-    /// Graceful stop: refuse new writes, wait for in-flight writes, stop renewing, release.
+    /// Graceful stop within [`SHUTDOWN_BUDGET`]: see [`shutdown_within`](Self::shutdown_within).
     ///
-    /// Returns whether the lock was released by us.
+    /// # Errors
+    /// As [`shutdown_within`](Self::shutdown_within).
     pub async fn shutdown(self) -> Result<bool, LockError> {
-        let timing = self.config.timing;
-        // Writes in flight hold permits that end at the validity deadline at the latest.
-        if tokio::time::timeout(timing.renew_deadline, self.leadership.close_and_drain())
+        self.shutdown_within(SHUTDOWN_BUDGET).await
+    }
+
+    /// Graceful stop: refuse new writes, wait for in-flight writes, stop renewing, release; all
+    /// within `budget`.
+    ///
+    /// The drain gets at most half the budget, and never more than the renew deadline (by which
+    /// every permit has ended); stopping the loop is immediate; the release gets what is left.
+    /// Returns whether the lock was released by us.
+    ///
+    /// # Errors
+    /// The release's own error, or [`LockError::Timeout`] when it did not finish in the budget;
+    /// either way the lease then expires on its own.
+    pub async fn shutdown_within(self, budget: Duration) -> Result<bool, LockError> {
+        let deadline = Instant::now() + budget;
+        let drain = self.config.timing.renew_deadline.min(budget / 2);
+        if tokio::time::timeout(drain, self.leadership.close_and_drain())
             .await
             .is_err()
         {
-            warn!("writes still in flight after the renew deadline; releasing anyway");
+            warn!(waited = ?drain, "writes still in flight after the drain budget; releasing anyway");
         }
         self.cancel.cancel();
-        let held = self.task.await.unwrap_or(None);
-        let _ = self.watcher.await;
-        self.tx.send_replace(LeaderState::Stopped);
+        let held = match self.task.await {
+            Ok(held) => held,
+            Err(e) => {
+                error!(error = %describe_join_error(e), "the elector task failed; not releasing");
+                None
+            }
+        };
+        self.publisher.publish(LeaderState::Stopped);
         let Some(term) = held else {
             return Ok(false);
         };
         if !self.config.release_on_shutdown {
-            info!(%term, "stopped leading; leaving the lease to expire (release-on-shutdown off)");
+            info!(term = %term, "stopped leading; leaving the lease to expire (release-on-shutdown off)");
             return Ok(false);
         }
-        match tokio::time::timeout(
-            timing.renew_deadline,
-            self.lock.release(&self.candidate, term),
-        )
-        .await
-        {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, self.lock.release(&self.candidate, term)).await {
             Ok(Ok(released)) => {
-                info!(%term, released, lock = %self.lock.describe(), "released leadership");
+                info!(term = %term, released, lock = %self.lock.describe(), "released leadership");
                 Ok(released)
             }
             Ok(Err(e)) => {
-                warn!(%term, error = %e, "release failed; the lease will expire on its own");
+                warn!(term = %term, error = %e, "release failed; the lease will expire on its own");
                 Err(e)
             }
-            Err(_) => Err(LockError::Timeout(timing.renew_deadline)),
+            Err(_) => {
+                warn!(term = %term, budget = ?budget, "release did not finish within the shutdown budget; the lease will expire on its own");
+                Err(LockError::Timeout(left))
+            }
         }
     }
 
     /// Stops at once without releasing, as a crash would (the lease expires on its own).
+    ///
+    /// It publishes [`LeaderState::Stopped`], so this replica stops passing `check()` at once:
+    /// to test a leader that crashed while others still see it valid, hang its lock instead.
     pub async fn abort(self) {
         self.cancel.cancel();
         self.task.abort();
-        self.watcher.abort();
         let _ = self.task.await;
-        let _ = self.watcher.await;
-        self.tx.send_replace(LeaderState::Stopped);
+        self.publisher.publish(LeaderState::Stopped);
+    }
+}
+
+/// A panic's message, or the join error itself.
+fn describe_join_error(e: JoinError) -> String {
+    if !e.is_panic() {
+        return e.to_string();
+    }
+    let payload = e.into_panic();
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        format!("panicked: {s}")
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        format!("panicked: {s}")
+    } else {
+        "panicked".to_string()
+    }
+}
+
+/// Our leadership while we hold the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    term: Term,
+    /// The instant the last successful attempt was sent, plus the renew deadline.
+    valid_until: Instant,
+}
+
+/// What [`decide`] knows besides the attempt itself.
+#[derive(Debug, Clone, Copy)]
+struct Context {
+    timing: Timing,
+    held: Option<Held>,
+    /// The latest term the lock reported (ours or another holder's).
+    last_term: Option<Term>,
+    /// Whether a change stream would wake us on a change (then followers poll once a lease).
+    watch_healthy: bool,
+    /// Whether nothing was published yet.
+    starting: bool,
+    /// This attempt's follower poll interval (`Timing::jittered_retry`).
+    jittered_retry: Duration,
+}
+
+/// What an attempt's outcome means, for the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Note {
+    Became(Term),
+    Renewed(Term),
+    /// The lock answered with another term of ours while we led.
+    NewTerm {
+        old: Term,
+        term: Term,
+    },
+    Lost {
+        term: Term,
+        holder: Option<String>,
+    },
+    Following,
+    /// The attempt failed; `stepped_down` when our validity ended meanwhile.
+    Failed {
+        stepped_down: Option<Term>,
+    },
+    /// The lock granted a term that is no real leadership.
+    NotElected(Term),
+    /// The reply came after the validity it would grant had ended.
+    TooLate(Term),
+}
+
+/// The outcome of one attempt: the next state of the loop, and what to publish and log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Decision {
+    held: Option<Held>,
+    publish: Option<LeaderState>,
+    next: Instant,
+    last_term: Option<Term>,
+    /// The term the lock went back from, when it went back.
+    regressed_from: Option<Term>,
+    note: Note,
+}
+
+/// A term lower than the latest one seen: the one it went back from.
+fn regression(last: Option<Term>, now: Term) -> Option<Term> {
+    last.filter(|l| now < *l)
+}
+
+fn not_leading() -> LeaderState {
+    LeaderState::Follower {
+        holder: None,
+        term: None,
+    }
+}
+
+/// Decides from one attempt, sent at `sent` and answered at `now`. No I/O: the safety rules in
+/// one place, for the loop and for unit tests.
+fn decide(
+    c: &Context,
+    sent: Instant,
+    now: Instant,
+    result: &Result<Attempt, LockError>,
+) -> Decision {
+    let t = c.timing;
+    let failed = |stepped_down: Option<Term>| {
+        let mut d = Decision {
+            held: c.held,
+            publish: None,
+            next: now + c.jittered_retry,
+            last_term: c.last_term,
+            regressed_from: None,
+            note: Note::Failed { stepped_down },
+        };
+        match c.held {
+            // Past its validity a leader stops at once; it keeps trying at the retry period.
+            Some(h) if now >= h.valid_until => {
+                d.held = None;
+                d.publish = Some(not_leading());
+                d.note = Note::Failed {
+                    stepped_down: Some(h.term),
+                };
+                d.next = now + t.retry_period;
+            }
+            // Still valid: keep trying to renew at the retry period.
+            Some(_) => d.next = now + t.retry_period,
+            None if c.starting => d.publish = Some(not_leading()),
+            None => {}
+        }
+        d
+    };
+    match result {
+        Ok(Attempt::Leader { term }) if !term.is_elected() => {
+            let mut d = failed(None);
+            d.note = Note::NotElected(*term);
+            d
+        }
+        Ok(Attempt::Leader { term }) => {
+            let term = *term;
+            let valid_until = sent + t.renew_deadline;
+            let regressed_from = regression(c.last_term, term);
+            if now >= valid_until {
+                // As a failure: a leader's validity ended too (it was sent before this one).
+                let mut d = failed(None);
+                d.next = now;
+                d.last_term = Some(term);
+                d.regressed_from = regressed_from;
+                d.note = Note::TooLate(term);
+                return d;
+            }
+            let note = match c.held {
+                Some(h) if h.term == term => Note::Renewed(term),
+                Some(h) => Note::NewTerm { old: h.term, term },
+                None => Note::Became(term),
+            };
+            Decision {
+                held: Some(Held { term, valid_until }),
+                publish: Some(LeaderState::Leader { term, valid_until }),
+                next: sent + t.retry_period,
+                last_term: Some(term),
+                regressed_from,
+                note,
+            }
+        }
+        Ok(Attempt::Follower {
+            holder,
+            term,
+            retry_after,
+        }) => {
+            let fallback = if c.watch_healthy {
+                t.lease_duration
+            } else {
+                c.jittered_retry
+            };
+            Decision {
+                held: None,
+                publish: Some(LeaderState::Follower {
+                    holder: holder.clone(),
+                    term: *term,
+                }),
+                next: now + retry_after.map_or(fallback, |r| r.min(fallback)),
+                last_term: term.or(c.last_term),
+                regressed_from: term.and_then(|t| regression(c.last_term, t)),
+                note: match c.held {
+                    Some(h) => Note::Lost {
+                        term: h.term,
+                        holder: holder.clone(),
+                    },
+                    None => Note::Following,
+                },
+            }
+        }
+        Err(_) => failed(None),
     }
 }
 
@@ -149,17 +387,26 @@ struct Run {
     lock: Arc<dyn LeaderLock>,
     candidate: Candidate,
     timing: Timing,
-    tx: Arc<watch::Sender<LeaderState>>,
-    events: watch::Receiver<WatchStatus>,
-    /// Our term and the end of its validity, while we lead.
-    held: Option<(Term, Instant)>,
+    publisher: Arc<Publisher>,
+    watch: WatchTask,
+    held: Option<Held>,
+    last_term: Option<Term>,
 }
 
+/// Why the loop woke up.
 enum Wake {
+    /// Shutdown.
     Cancelled,
-    Timer,
+    /// Our validity deadline arrived before the next attempt.
     Expired,
+    /// Time for the next attempt.
+    Timer,
+    /// The change stream saw something (`None`: nothing worth an attempt).
     Event(Option<LockEvent>),
+    /// The watch task ended without a cancel.
+    WatchEnded,
+    /// Time to start a new watch task.
+    RestartWatch,
 }
 
 impl Run {
@@ -168,31 +415,25 @@ impl Run {
         info!(identity = %me, lock = %self.lock.describe(), "campaigning for leadership");
         let mut next = Instant::now();
         loop {
-            let expiry = self.held.map(|(_, until)| until);
+            let expiry = self.held.map(|h| h.valid_until);
+            let restart = self.watch.restart_at;
+            let running = self.watch.handle.is_some();
             let wake = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Wake::Cancelled,
                 _ = sleep_until(expiry.unwrap_or(next)), if expiry.is_some_and(|e| e <= next) => Wake::Expired,
                 _ = sleep_until(next) => Wake::Timer,
-                r = self.events.changed() => match r {
-                    Ok(()) => Wake::Event(self.events.borrow_and_update().last.clone()),
-                    // The watch task ended (only on cancel): keep polling.
-                    Err(_) => { self.events = watch::channel(WatchStatus::default()).1; Wake::Event(None) }
+                r = self.watch.rx.changed(), if running => match r {
+                    Ok(()) => Wake::Event(self.watch.rx.borrow_and_update().last.clone()),
+                    Err(_) => Wake::WatchEnded,
                 },
+                _ = sleep_until(restart.unwrap_or(next)), if restart.is_some() => Wake::RestartWatch,
             };
             match wake {
-                Wake::Cancelled => return self.held.map(|(t, _)| t),
+                Wake::Cancelled => break,
                 Wake::Expired => {
-                    if let Some((term, until)) = self.held {
-                        if Instant::now() >= until {
-                            warn!(%term, "renew deadline passed without a successful renew; stepping down");
-                            self.held = None;
-                            self.publish(LeaderState::Follower {
-                                holder: None,
-                                term: None,
-                            });
-                            next = Instant::now();
-                        }
+                    if self.step_down_if_expired(Instant::now()) {
+                        next = Instant::now();
                     }
                     continue;
                 }
@@ -201,10 +442,55 @@ impl Run {
                         continue;
                     }
                 }
+                Wake::WatchEnded => {
+                    if self.watch.ended(&cancel).await {
+                        // Without the stream nothing wakes us on a change: poll meanwhile.
+                        next = next.min(Instant::now() + self.timing.jittered_retry());
+                    }
+                    continue;
+                }
+                Wake::RestartWatch => {
+                    self.watch.restart(&cancel);
+                    continue;
+                }
                 Wake::Timer => {}
             }
-            next = self.attempt(&me).await;
+            // The attempt's outcome is unknown when a cancel drops it: the lock may record us, but
+            // we never published that leadership, and the record expires by itself.
+            next = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                next = self.attempt(&me) => next,
+            };
         }
+        self.watch.stop().await;
+        self.held.map(|h| h.term)
+    }
+
+    /// Steps down when our validity has ended by `now`; returns whether it did.
+    fn step_down_if_expired(&mut self, now: Instant) -> bool {
+        match self.held {
+            Some(h) if now >= h.valid_until => {
+                warn!(term = %h.term, late = ?(now - h.valid_until), "renew deadline passed without a successful renew; stepping down");
+                self.held = None;
+                self.publisher.publish(not_leading());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Notes a term the lock reported; a lower one than the latest is an error.
+    fn see(&mut self, term: Term) {
+        if let Some(previous) = regression(self.last_term, term) {
+            self.log_regression(previous, term);
+        }
+        self.last_term = Some(term);
+    }
+
+    fn log_regression(&self, previous: Term, term: Term) {
+        error!(term = %term, previous_term = %previous, lock = %self.lock.describe(),
+            "the lock's term went backwards: its backend lost or rewrote the lock's state, so terms no longer order leaderships");
     }
 
     /// Decides whether a change seen on the watch calls for an attempt now.
@@ -218,7 +504,8 @@ impl Run {
                     // Someone else's record while we believe we lead: find out now.
                     return true;
                 }
-                self.publish(LeaderState::Follower {
+                self.see(rec.term);
+                self.publisher.publish(LeaderState::Follower {
                     holder: Some(rec.holder.clone()),
                     term: Some(rec.term),
                 });
@@ -238,19 +525,10 @@ impl Run {
     async fn attempt(&mut self, me: &str) -> Instant {
         let sent = Instant::now();
         // A process that was frozen past its validity wakes here: step down before anything else.
-        if let Some((term, until)) = self.held {
-            if sent >= until {
-                warn!(%term, late = ?(sent - until), "renew deadline passed without a successful renew; stepping down");
-                self.held = None;
-                self.publish(LeaderState::Follower {
-                    holder: None,
-                    term: None,
-                });
-            }
-        }
+        self.step_down_if_expired(sent);
         // A leader's renew cannot help after its validity ends; a candidate gets the renew deadline.
         let limit = match self.held {
-            Some((_, until)) => until.saturating_duration_since(sent),
+            Some(h) => h.valid_until.saturating_duration_since(sent),
             None => self.timing.renew_deadline,
         };
         let result = match tokio::time::timeout(
@@ -263,81 +541,154 @@ impl Run {
             Err(_) => Err(LockError::Timeout(limit)),
         };
         let now = Instant::now();
-        match result {
-            Ok(Attempt::Leader { term }) => {
-                let valid_until = sent + self.timing.renew_deadline;
-                match self.held {
-                    Some((old, _)) if old == term => {
-                        debug!(%term, "renewed leadership")
-                    }
-                    Some((old, _)) => {
-                        warn!(old_term = %old, %term, identity = %me, "leadership changed term");
-                    }
-                    None => {
-                        info!(%term, identity = %me, lock = %self.lock.describe(), "became leader")
-                    }
+        let context = Context {
+            timing: self.timing,
+            held: self.held,
+            last_term: self.last_term,
+            watch_healthy: self.watch.healthy(),
+            starting: matches!(self.publisher.current(), LeaderState::Starting),
+            jittered_retry: self.timing.jittered_retry(),
+        };
+        let d = decide(&context, sent, now, &result);
+        self.log(me, &d, &result);
+        self.held = d.held;
+        self.last_term = d.last_term;
+        if let Some(state) = d.publish {
+            self.publisher.publish(state);
+        }
+        d.next
+    }
+
+    fn log(&self, me: &str, d: &Decision, result: &Result<Attempt, LockError>) {
+        let lock = self.lock.describe();
+        if let (Some(previous), Some(term)) = (d.regressed_from, d.last_term) {
+            self.log_regression(previous, term);
+        }
+        if let Err(e) = result {
+            match e {
+                LockError::Refused(_) | LockError::Malformed(_) => {
+                    error!(error = %e, lock = %lock, "lock attempt failed")
                 }
-                self.held = Some((term, valid_until));
-                self.publish(LeaderState::Leader { term, valid_until });
-                sent + self.timing.retry_period
+                _ => warn!(error = %e, lock = %lock, "lock attempt failed"),
             }
-            Ok(Attempt::Follower {
-                holder,
-                term,
-                retry_after,
-            }) => {
-                if let Some((old, _)) = self.held.take() {
-                    warn!(term = %old, holder = ?holder, "lost leadership");
-                } else if self.tx.borrow().term().is_none() {
-                    debug!(holder = ?holder, term = ?term, "following");
-                }
-                self.publish(LeaderState::Follower { holder, term });
-                let fallback = if self.events.borrow().healthy {
-                    self.timing.lease_duration
-                } else {
-                    self.timing.jittered_retry()
-                };
-                now + retry_after.map_or(fallback, |r| r.min(fallback))
+        }
+        match &d.note {
+            Note::Became(term) => {
+                info!(term = %term, identity = %me, lock = %lock, "became leader")
             }
-            Err(e) => {
-                match &e {
-                    LockError::Refused(_) | LockError::Malformed(_) => {
-                        error!(error = %e, lock = %self.lock.describe(), "lock attempt failed")
-                    }
-                    _ => warn!(error = %e, lock = %self.lock.describe(), "lock attempt failed"),
-                }
-                if let Some((term, until)) = self.held {
-                    if now >= until {
-                        warn!(%term, "renew deadline passed; stepping down");
-                        self.held = None;
-                        self.publish(LeaderState::Follower {
-                            holder: None,
-                            term: None,
-                        });
-                    }
-                    // Keep trying to renew at the retry period while still valid.
-                    return now + self.timing.retry_period;
-                }
-                if matches!(self.tx.borrow().clone(), LeaderState::Starting) {
-                    self.publish(LeaderState::Follower {
-                        holder: None,
-                        term: None,
-                    });
-                }
-                now + self.timing.jittered_retry()
+            Note::Renewed(term) => debug!(term = %term, "renewed leadership"),
+            Note::NewTerm { old, term } => {
+                warn!(old_term = %old, term = %term, identity = %me, "leadership continued under another term")
             }
+            Note::Lost { term, holder } => warn!(term = %term,
+                holder = holder.as_deref().unwrap_or("unknown"), "lost leadership"),
+            Note::Following => {
+                if let Some(LeaderState::Follower { holder, term }) = &d.publish {
+                    if self.publisher.current()
+                        != *d.publish.as_ref().unwrap_or(&LeaderState::Starting)
+                    {
+                        debug!(
+                            holder = holder.as_deref().unwrap_or("unknown"),
+                            term = term.map(tracing::field::display),
+                            "following"
+                        );
+                    }
+                }
+            }
+            Note::Failed {
+                stepped_down: Some(term),
+            } => warn!(term = %term, "renew deadline passed; stepping down"),
+            Note::Failed { stepped_down: None } => {}
+            Note::NotElected(term) => error!(term = %term, lock = %lock,
+                "the lock granted a term that is no real leadership (0 or the disabled marker); not leading"),
+            Note::TooLate(term) => warn!(term = %term, lock = %lock,
+                "the lock answered after the validity it would grant had ended; not leading"),
+        }
+    }
+}
+
+/// What the watch task tells the loop: the last event and whether the stream is up.
+#[derive(Debug, Clone, Default)]
+struct WatchStatus {
+    healthy: bool,
+    last: Option<LockEvent>,
+}
+
+/// The task that keeps the lock's change stream open, supervised by the loop.
+struct WatchTask {
+    lock: Arc<dyn LeaderLock>,
+    timing: Timing,
+    rx: watch::Receiver<WatchStatus>,
+    /// The running task; `None` while a restart is pending.
+    handle: Option<JoinHandle<()>>,
+    /// When to start it again after it died.
+    restart_at: Option<Instant>,
+    backoff: ExponentialBackoff,
+}
+
+fn restart_backoff(timing: &Timing) -> ExponentialBackoff {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(timing.retry_period.max(Duration::from_millis(100)) * 4)
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+impl WatchTask {
+    fn spawn(lock: Arc<dyn LeaderLock>, timing: Timing, cancel: &CancellationToken) -> Self {
+        let (tx, rx) = watch::channel(WatchStatus::default());
+        let handle = tokio::spawn(watch_loop(lock.clone(), tx, timing, cancel.child_token()));
+        WatchTask {
+            lock,
+            timing,
+            rx,
+            handle: Some(handle),
+            restart_at: None,
+            backoff: restart_backoff(&timing),
         }
     }
 
-    fn publish(&self, state: LeaderState) {
-        self.tx.send_if_modified(|cur| {
-            if *cur == state {
-                false
-            } else {
-                *cur = state;
-                true
+    fn healthy(&self) -> bool {
+        self.handle.is_some() && self.rx.borrow().healthy
+    }
+
+    /// The task ended: reports why, and schedules a restart unless we are stopping. Returns
+    /// whether the loop goes on without a stream for now.
+    async fn ended(&mut self, cancel: &CancellationToken) -> bool {
+        let outcome = match self.handle.take() {
+            Some(h) => h.await,
+            None => Ok(()),
+        };
+        if cancel.is_cancelled() {
+            return false;
+        }
+        let delay = self.backoff.next().unwrap_or(self.timing.retry_period);
+        match outcome {
+            Err(e) => {
+                error!(error = %describe_join_error(e), lock = %self.lock.describe(), restart_in = ?delay,
+                "the lock watch task failed; polling until it is restarted")
             }
-        });
+            Ok(()) => warn!(lock = %self.lock.describe(), restart_in = ?delay,
+                "the lock watch task ended; polling until it is restarted"),
+        }
+        self.restart_at = Some(Instant::now() + delay);
+        true
+    }
+
+    fn restart(&mut self, cancel: &CancellationToken) {
+        let fresh = WatchTask::spawn(self.lock.clone(), self.timing, cancel);
+        self.rx = fresh.rx;
+        self.handle = fresh.handle;
+        self.restart_at = None;
+        // The backoff grows across restarts; a task that keeps dying is retried less often.
+    }
+
+    async fn stop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            // The task answers the (already cancelled) token at once.
+            let _ = h.await;
+        }
     }
 }
 
@@ -392,5 +743,292 @@ async fn watch_loop(
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing() -> Timing {
+        Timing::new(
+            Duration::from_secs(15),
+            Duration::from_secs(10),
+            Duration::from_secs(2),
+        )
+        .expect("valid")
+    }
+
+    fn context(held: Option<Held>, last_term: Option<Term>) -> Context {
+        Context {
+            timing: timing(),
+            held,
+            last_term,
+            watch_healthy: true,
+            starting: false,
+            jittered_retry: Duration::from_millis(2100),
+        }
+    }
+
+    fn leader(term: u64) -> Result<Attempt, LockError> {
+        Ok(Attempt::Leader { term: Term(term) })
+    }
+
+    fn follower(
+        holder: &str,
+        term: u64,
+        retry_after: Option<Duration>,
+    ) -> Result<Attempt, LockError> {
+        Ok(Attempt::Follower {
+            holder: Some(holder.into()),
+            term: Some(Term(term)),
+            retry_after,
+        })
+    }
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn validity_counts_from_the_send_instant_not_the_reply() {
+        let sent = Instant::now();
+        let now = sent + S(3);
+        let d = decide(&context(None, None), sent, now, &leader(4));
+        let held = d.held.expect("leads");
+        assert_eq!(held.valid_until, sent + S(10));
+        assert_eq!(
+            d.publish,
+            Some(LeaderState::Leader {
+                term: Term(4),
+                valid_until: sent + S(10)
+            })
+        );
+        assert_eq!(
+            d.next,
+            sent + S(2),
+            "renews a retry period after the last send"
+        );
+        assert_eq!(d.note, Note::Became(Term(4)));
+    }
+
+    #[test]
+    fn a_reply_after_the_validity_it_grants_does_not_lead() {
+        let sent = Instant::now();
+        for late in [S(10), S(11)] {
+            let d = decide(&context(None, None), sent, sent + late, &leader(4));
+            assert_eq!(d.held, None, "{late:?}");
+            assert_eq!(d.note, Note::TooLate(Term(4)));
+            assert_eq!(d.next, sent + late, "tries again at once");
+        }
+        let d = decide(&context(None, None), sent, sent + S(10) - MS(1), &leader(4));
+        assert!(
+            d.held.is_some(),
+            "one millisecond before the end it still leads"
+        );
+        // A leader whose renew came too late steps down.
+        let held = Held {
+            term: Term(4),
+            valid_until: sent + S(5),
+        };
+        let d = decide(&context(Some(held), None), sent, sent + S(10), &leader(4));
+        assert_eq!(d.held, None);
+        assert_eq!(d.publish, Some(not_leading()));
+    }
+
+    #[test]
+    fn a_renew_keeps_the_term_and_moves_the_deadline() {
+        let t0 = Instant::now();
+        let held = Held {
+            term: Term(4),
+            valid_until: t0 + S(10),
+        };
+        let sent = t0 + S(2);
+        let d = decide(
+            &context(Some(held), Some(Term(4))),
+            sent,
+            sent + MS(5),
+            &leader(4),
+        );
+        assert_eq!(d.note, Note::Renewed(Term(4)));
+        assert_eq!(d.held.map(|h| h.valid_until), Some(sent + S(10)));
+        assert_eq!(d.regressed_from, None);
+    }
+
+    #[test]
+    fn a_failed_renew_keeps_leading_until_the_deadline_then_steps_down() {
+        let t0 = Instant::now();
+        let held = Held {
+            term: Term(4),
+            valid_until: t0 + S(10),
+        };
+        let failure = Err(LockError::Unavailable("down".into()));
+        let before = t0 + S(10) - MS(1);
+        let d = decide(&context(Some(held), None), before, before, &failure);
+        assert_eq!(d.held, Some(held), "still valid: still leading");
+        assert_eq!(d.publish, None);
+        assert_eq!(d.next, before + S(2), "tries again after a retry period");
+        let at = t0 + S(10);
+        let d = decide(&context(Some(held), None), at, at, &failure);
+        assert_eq!(d.held, None, "at the deadline it steps down");
+        assert_eq!(d.publish, Some(not_leading()));
+        assert_eq!(
+            d.note,
+            Note::Failed {
+                stepped_down: Some(Term(4))
+            }
+        );
+        assert_eq!(d.next, at + S(2));
+    }
+
+    #[test]
+    fn a_failure_never_leads_and_a_candidate_backs_off_with_jitter() {
+        let t0 = Instant::now();
+        let mut c = context(None, None);
+        c.starting = true;
+        for e in [
+            LockError::Unavailable("x".into()),
+            LockError::Timeout(S(1)),
+            LockError::Refused("x".into()),
+            LockError::Malformed("x".into()),
+        ] {
+            let d = decide(&c, t0, t0, &Err(e));
+            assert_eq!(d.held, None);
+            assert_eq!(d.publish, Some(not_leading()), "leaves Starting");
+            assert_eq!(d.next, t0 + MS(2100));
+        }
+        c.starting = false;
+        let d = decide(&c, t0, t0, &Err(LockError::Unavailable("x".into())));
+        assert_eq!(d.publish, None);
+    }
+
+    #[test]
+    fn term_zero_and_the_disabled_marker_are_no_leadership() {
+        let t0 = Instant::now();
+        for term in [Term(0), Term::DISABLED] {
+            let d = decide(&context(None, None), t0, t0, &Ok(Attempt::Leader { term }));
+            assert_eq!(d.held, None, "{term:?}");
+            assert_eq!(d.note, Note::NotElected(term));
+            assert!(!matches!(d.publish, Some(LeaderState::Leader { .. })));
+        }
+    }
+
+    #[test]
+    fn a_lower_term_than_seen_is_flagged_for_leaders_and_followers() {
+        let t0 = Instant::now();
+        let d = decide(&context(None, Some(Term(7))), t0, t0, &leader(3));
+        assert_eq!(d.regressed_from, Some(Term(7)));
+        assert_eq!(d.last_term, Some(Term(3)));
+        let d = decide(&context(None, Some(Term(7))), t0, t0, &leader(7));
+        assert_eq!(d.regressed_from, None, "the same term is no regression");
+        let d = decide(&context(None, Some(Term(7))), t0, t0, &leader(8));
+        assert_eq!(d.regressed_from, None);
+        let d = decide(
+            &context(None, Some(Term(7))),
+            t0,
+            t0,
+            &follower("b", 6, None),
+        );
+        assert_eq!(d.regressed_from, Some(Term(7)));
+        assert_eq!(d.last_term, Some(Term(6)));
+        let d = decide(
+            &context(None, Some(Term(7))),
+            t0,
+            t0,
+            &follower("b", 9, None),
+        );
+        assert_eq!(d.regressed_from, None);
+        assert_eq!(d.last_term, Some(Term(9)));
+        let unknown = Ok(Attempt::Follower {
+            holder: None,
+            term: None,
+            retry_after: None,
+        });
+        let d = decide(&context(None, Some(Term(7))), t0, t0, &unknown);
+        assert_eq!(
+            d.last_term,
+            Some(Term(7)),
+            "an unknown term forgets nothing"
+        );
+        // Too late, but the term was still seen.
+        let d = decide(&context(None, Some(Term(7))), t0, t0 + S(10), &leader(3));
+        assert_eq!(d.regressed_from, Some(Term(7)));
+    }
+
+    #[test]
+    fn another_term_while_leading_is_another_leadership() {
+        let t0 = Instant::now();
+        let held = Held {
+            term: Term(4),
+            valid_until: t0 + S(10),
+        };
+        let d = decide(&context(Some(held), Some(Term(4))), t0, t0, &leader(5));
+        assert_eq!(
+            d.note,
+            Note::NewTerm {
+                old: Term(4),
+                term: Term(5)
+            }
+        );
+        assert_eq!(d.held.map(|h| h.term), Some(Term(5)));
+    }
+
+    #[test]
+    fn a_follower_wakes_at_the_lock_hint_but_never_later_than_its_fallback() {
+        let t0 = Instant::now();
+        let c = context(None, None);
+        let d = decide(&c, t0, t0, &follower("b", 3, Some(S(4))));
+        assert_eq!(d.next, t0 + S(4));
+        assert_eq!(d.note, Note::Following);
+        let d = decide(&c, t0, t0, &follower("b", 3, Some(S(40))));
+        assert_eq!(d.next, t0 + S(15), "a healthy watch: at most a lease");
+        let d = decide(&c, t0, t0, &follower("b", 3, None));
+        assert_eq!(d.next, t0 + S(15));
+        let mut polling = c;
+        polling.watch_healthy = false;
+        let d = decide(&polling, t0, t0, &follower("b", 3, Some(S(40))));
+        assert_eq!(d.next, t0 + MS(2100), "no watch: the jittered retry");
+        let d = decide(&polling, t0, t0, &follower("b", 3, Some(MS(5))));
+        assert_eq!(d.next, t0 + MS(5));
+    }
+
+    #[test]
+    fn a_leader_told_it_follows_loses_at_once() {
+        let t0 = Instant::now();
+        let held = Held {
+            term: Term(4),
+            valid_until: t0 + S(10),
+        };
+        let d = decide(&context(Some(held), None), t0, t0, &follower("b", 5, None));
+        assert_eq!(d.held, None);
+        assert_eq!(
+            d.note,
+            Note::Lost {
+                term: Term(4),
+                holder: Some("b".into())
+            }
+        );
+        assert_eq!(
+            d.publish,
+            Some(LeaderState::Follower {
+                holder: Some("b".into()),
+                term: Some(Term(5))
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn join_errors_show_the_panic_message() {
+        let e = tokio::spawn(async { panic!("boom {}", 7) })
+            .await
+            .expect_err("panicked");
+        assert_eq!(describe_join_error(e), "panicked: boom 7");
+        let e = tokio::spawn(async { panic!("boom") })
+            .await
+            .expect_err("panicked");
+        assert_eq!(describe_join_error(e), "panicked: boom");
+        let e = tokio::spawn(async { std::panic::panic_any(3_u8) })
+            .await
+            .expect_err("panicked");
+        assert_eq!(describe_join_error(e), "panicked");
     }
 }

@@ -1,9 +1,9 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
@@ -84,9 +84,12 @@ pub struct WritePermit {
 }
 
 impl WritePermit {
-    /// Time left until the validity deadline, or `None` when it has passed.
+    /// Time left until the validity deadline, or `None` once it has come (as for
+    /// [`check`](Self::check), the deadline itself is no longer valid).
     pub fn remaining(&self) -> Option<Duration> {
-        self.valid_until.checked_duration_since(Instant::now())
+        self.valid_until
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
     }
 
     /// Asks whether a request may be sent under this permit *now*: the leadership it was taken
@@ -166,32 +169,120 @@ pub enum GuardedError<E> {
     Write(E),
 }
 
+/// One published state and the instant it took effect.
+pub(crate) type Stamped = (Instant, LeaderState);
+
+/// Observers of every publication (the conformance suite's split-brain checker).
+type Taps = Arc<Mutex<Vec<mpsc::UnboundedSender<Stamped>>>>;
+
+fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking observer must not poison publication for the elector.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The sending side of a [`Leadership`]: every change of state goes out through it.
+#[derive(Debug)]
+pub(crate) struct Publisher {
+    tx: watch::Sender<LeaderState>,
+    taps: Taps,
+}
+
+impl Publisher {
+    /// A publisher starting at `initial`, and the leadership handle it feeds.
+    pub(crate) fn channel(initial: LeaderState) -> (Arc<Publisher>, Leadership) {
+        let (tx, rx) = watch::channel(initial);
+        let taps = Taps::default();
+        let leadership = Leadership {
+            rx,
+            closing: Arc::new(AtomicBool::new(false)),
+            in_flight: TaskTracker::new(),
+            taps: taps.clone(),
+            _publisher: None,
+        };
+        (Arc::new(Publisher { tx, taps }), leadership)
+    }
+
+    /// Publishes `state` unless it is the current one; returns whether it changed.
+    pub(crate) fn publish(&self, state: LeaderState) -> bool {
+        self.tx.send_if_modified(|cur| {
+            if *cur == state {
+                return false;
+            }
+            // Stamped under the channel's write lock: no `check()` can read the new state before
+            // this instant, nor the old one after it. Observers get exact publication times.
+            let at = Instant::now();
+            guard(&self.taps).retain(|tap| tap.send((at, state.clone())).is_ok());
+            *cur = state;
+            true
+        })
+    }
+
+    /// The state last published.
+    pub(crate) fn current(&self) -> LeaderState {
+        self.tx.borrow().clone()
+    }
+}
+
+/// Publishes states to a [`Leadership::scripted`] handle, for tests of what consumes one.
+#[cfg(feature = "conformance")]
+#[derive(Debug, Clone)]
+pub struct Scripted(Arc<Publisher>);
+
+#[cfg(feature = "conformance")]
+impl Scripted {
+    /// Publishes `state`, as an elector would.
+    pub fn publish(&self, state: LeaderState) {
+        self.0.publish(state);
+    }
+}
+
 /// A cheap, cloneable view of this replica's leadership, for any task.
 #[derive(Debug, Clone)]
 pub struct Leadership {
     rx: watch::Receiver<LeaderState>,
     closing: Arc<AtomicBool>,
     in_flight: TaskTracker,
+    /// Read only by the conformance suite's checker (`record`).
+    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
+    taps: Taps,
+    /// The sender of an [`always_leader`](Self::always_leader) handle, kept alive so that a wait
+    /// for the next change waits instead of failing at once.
+    _publisher: Option<Arc<Publisher>>,
 }
 
 impl Leadership {
-    pub(crate) fn new(rx: watch::Receiver<LeaderState>) -> Self {
-        Leadership {
-            rx,
-            closing: Arc::new(AtomicBool::new(false)),
-            in_flight: TaskTracker::new(),
-        }
-    }
-
-    /// A leadership that always holds under term 0, for `--leader-election-disable`.
-    pub fn always_leader() -> (Self, watch::Sender<LeaderState>) {
+    /// A leadership that always holds, for `--leader-election-disable`.
+    ///
+    /// Its term is [`Term::DISABLED`] (shown as `disabled`), not a number: no election took place,
+    /// and no real term may be mistaken for it.
+    pub fn always_leader() -> Self {
         // Far enough to never expire in practice, near enough not to overflow Instant.
         let valid_until = Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600);
-        let (tx, rx) = watch::channel(LeaderState::Leader {
-            term: Term(0),
+        let (publisher, mut leadership) = Publisher::channel(LeaderState::Leader {
+            term: Term::DISABLED,
             valid_until,
         });
-        (Leadership::new(rx), tx)
+        leadership._publisher = Some(publisher);
+        leadership
+    }
+
+    /// A leadership whose states a test publishes by hand through the returned [`Scripted`].
+    #[cfg(feature = "conformance")]
+    pub fn scripted(initial: LeaderState) -> (Scripted, Self) {
+        let (publisher, leadership) = Publisher::channel(initial);
+        (Scripted(publisher), leadership)
+    }
+
+    /// The current state, stamped now, then every state published afterwards with the instant
+    /// it took effect. For the split-brain checker, which needs exact publication times.
+    #[cfg(feature = "conformance")]
+    pub(crate) fn record(&self) -> (Stamped, mpsc::UnboundedReceiver<Stamped>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        // The channel's read lock keeps a publication from slipping in between the snapshot and
+        // the tap (a publication takes the write lock first, then the taps).
+        let current = self.rx.borrow();
+        guard(&self.taps).push(tx);
+        ((Instant::now(), current.clone()), rx)
     }
 
     /// Asks whether a write may start now. Synchronous and cheap: call it before every write.
@@ -242,7 +333,7 @@ impl Leadership {
     /// # async fn main() {
     /// use leader_lock::{GuardedError, Leadership, NotLeader};
     ///
-    /// let (leadership, _keep) = Leadership::always_leader();
+    /// let leadership = Leadership::always_leader();
     /// let written = leadership
     ///     .run(|permit| async move {
     ///         // ... read and prepare ...
@@ -250,7 +341,7 @@ impl Leadership {
     ///         Ok::<_, NotLeader>(format!("written under term {term}"))
     ///     })
     ///     .await;
-    /// assert!(matches!(written, Ok(ref s) if s.contains("term")));
+    /// assert_eq!(written.as_deref().ok(), Some("written under term disabled"));
     /// # let _: Option<GuardedError<NotLeader>> = written.err();
     /// # }
     /// ```
@@ -279,6 +370,9 @@ impl Leadership {
     }
 
     /// Waits until `check()` passes (or the elector stops); returns the permit.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future before it completes takes no permit.
     pub async fn wait_leader(&self) -> Result<WritePermit, NotLeader> {
         let mut rx = self.rx.clone();
         loop {
@@ -307,16 +401,15 @@ mod tests {
 
     #[tokio::test]
     async fn expired_leadership_does_not_pass() {
-        let (tx, rx) = watch::channel(LeaderState::Leader {
+        let (tx, l) = Publisher::channel(LeaderState::Leader {
             term: Term(3),
             valid_until: Instant::now() - Duration::from_millis(1),
         });
-        let l = Leadership::new(rx);
         assert!(matches!(
             l.check(),
             Err(NotLeader::Expired { term: Term(3), .. })
         ));
-        tx.send_replace(LeaderState::Leader {
+        tx.publish(LeaderState::Leader {
             term: Term(4),
             valid_until: Instant::now() + Duration::from_secs(60),
         });
@@ -334,8 +427,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_permit_held_across_a_stall_longer_than_the_lease_writes_nothing() {
-        let (tx, rx) = watch::channel(leader(3, Duration::from_secs(10)));
-        let l = Leadership::new(rx);
+        let (tx, l) = Publisher::channel(leader(3, Duration::from_secs(10)));
         let permit = l.check().expect("valid now");
         // Frozen: nothing renews, the clock runs on past the lease.
         tokio::time::advance(Duration::from_secs(16)).await;
@@ -359,18 +451,49 @@ mod tests {
         // Even a renewal of the same term published after the thaw does not revive an old
         // permit past its own deadline.
         let permit = {
-            tx.send_replace(leader(3, Duration::from_secs(10)));
+            tx.publish(leader(3, Duration::from_secs(10)));
             l.check().expect("renewed")
         };
         tokio::time::advance(Duration::from_secs(11)).await;
-        tx.send_replace(leader(3, Duration::from_secs(10)));
+        tx.publish(leader(3, Duration::from_secs(10)));
         assert!(permit.check().is_err(), "the permit's own deadline holds");
     }
 
     #[tokio::test(start_paused = true)]
+    async fn validity_ends_exactly_at_the_deadline() {
+        let (_tx, l) = Publisher::channel(leader(3, Duration::from_secs(10)));
+        let permit = l.check().expect("valid");
+        assert_eq!(permit.remaining(), Some(Duration::from_secs(10)));
+        tokio::time::advance(Duration::from_secs(10) - Duration::from_nanos(1)).await;
+        assert!(
+            l.check().is_ok() && permit.check().is_ok(),
+            "valid up to the end"
+        );
+        assert_eq!(permit.remaining(), Some(Duration::from_nanos(1)));
+        tokio::time::advance(Duration::from_nanos(1)).await;
+        assert!(
+            matches!(l.check(), Err(NotLeader::Expired { ago, .. }) if ago.is_zero()),
+            "not at the deadline itself"
+        );
+        assert!(matches!(permit.check(), Err(NotLeader::Expired { .. })));
+        assert_eq!(permit.remaining(), None);
+    }
+
+    #[tokio::test]
+    async fn the_disabled_leadership_does_not_expire() {
+        let l = Leadership::always_leader();
+        let LeaderState::Leader { term, valid_until } = l.state() else {
+            panic!("always leads");
+        };
+        assert_eq!(term, Term::DISABLED);
+        let years = (valid_until - Instant::now()).as_secs() / (365 * 24 * 3600);
+        assert!(years >= 99, "valid for {years} years only");
+        assert_eq!(l.check().map(|p| p.term), Ok(Term::DISABLED));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_write_that_outlives_its_validity_is_abandoned_at_the_deadline() {
-        let (_tx, rx) = watch::channel(leader(5, Duration::from_secs(10)));
-        let l = Leadership::new(rx);
+        let (_tx, l) = Publisher::channel(leader(5, Duration::from_secs(10)));
         let started = Instant::now();
         let r = l
             .run(|_| async {
@@ -384,14 +507,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_check_before_sending_sees_a_leadership_that_ended_meanwhile() {
-        let (tx, rx) = watch::channel(leader(7, Duration::from_secs(10)));
-        let l = Leadership::new(rx);
+        let (tx, l) = Publisher::channel(leader(7, Duration::from_secs(10)));
         let r = l
             .run(|permit| async move {
                 assert_eq!(permit.check(), Ok(Term(7)));
                 // The read before the request takes a while, and the record vanishes meanwhile.
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                tx.send_replace(LeaderState::Follower {
+                tx.publish(LeaderState::Follower {
                     holder: None,
                     term: None,
                 });
@@ -407,10 +529,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_new_term_of_ours_is_another_leadership() {
-        let (tx, rx) = watch::channel(leader(7, Duration::from_secs(10)));
-        let l = Leadership::new(rx);
+        let (tx, l) = Publisher::channel(leader(7, Duration::from_secs(10)));
         let permit = l.check().expect("leader");
-        tx.send_replace(leader(8, Duration::from_secs(10)));
+        tx.publish(leader(8, Duration::from_secs(10)));
         assert!(
             permit.check().is_err(),
             "a permit of term 7 is void under term 8"
@@ -420,7 +541,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_write_in_flight_may_finish_during_the_drain_but_none_starts() {
-        let (l, _tx) = Leadership::always_leader();
+        let l = Leadership::always_leader();
         let permit = l.check().expect("leader");
         let l2 = l.clone();
         let drained = tokio::spawn(async move { l2.close_and_drain().await });
@@ -438,7 +559,7 @@ mod tests {
 
     #[tokio::test]
     async fn drain_waits_for_permits() {
-        let (l, _tx) = Leadership::always_leader();
+        let l = Leadership::always_leader();
         let permit = l.check().expect("leader");
         let l2 = l.clone();
         let drained = tokio::spawn(async move { l2.close_and_drain().await });

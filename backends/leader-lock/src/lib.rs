@@ -18,7 +18,9 @@ mod timing;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use elector::{Elector, ElectorConfig};
+pub use elector::{Elector, ElectorConfig, SHUTDOWN_BUDGET};
+#[cfg(feature = "conformance")]
+pub use leadership::Scripted;
 pub use leadership::{GuardedError, LeaderState, Leadership, NotLeader, WritePermit};
 pub use lock::{Attempt, LeaderLock, LockError, LockEvent, LockEventStream};
 pub use memory::{MemoryLock, MemoryStore};

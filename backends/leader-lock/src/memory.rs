@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::BroadcastStream;
 
 use crate::lock::{Attempt, LeaderLock, LockError, LockEvent, LockEventStream};
+use crate::observe::ObservedRecord;
 use crate::record::{Candidate, LockRecord, Term};
 
 /// The value the in-memory lock stores, as JSON text, so garbage can be planted in tests.
@@ -26,6 +27,10 @@ struct Stored {
 struct Slot {
     /// The raw value and when the "server" expires it.
     value: Option<(String, Instant)>,
+    /// The value was deleted by hand (or lost) rather than released or expired. Clients cannot
+    /// tell a deletion from a release by the missing value alone; this stands for what a real
+    /// backend shows them (Kubernetes keeps a released Lease with an empty holder).
+    vanished: bool,
     /// The fencing counter; never reset.
     counter: u64,
     version: u64,
@@ -60,6 +65,7 @@ impl MemoryStore {
         MemoryLock {
             store: self.clone(),
             name: name.to_string(),
+            seen: Arc::default(),
         }
     }
 
@@ -73,15 +79,30 @@ impl MemoryStore {
         let mut g = self.guard();
         let slot = g.slots.entry(name.to_string()).or_default();
         slot.value = Some((raw.to_string(), Instant::now() + ttl));
+        slot.vanished = false;
         slot.version += 1;
         Self::notify(&mut g, name, None);
     }
 
+    /// Deletes the lock record by hand, as an operator, an eviction or a lost server state would:
+    /// no release. Watchers see it gone. The fencing counter survives.
+    pub fn vanish(&self, name: &str) {
+        let mut g = self.guard();
+        let slot = g.slots.entry(name.to_string()).or_default();
+        slot.value = None;
+        slot.vanished = true;
+        slot.version += 1;
+        Self::notify(&mut g, name, Some(LockEvent::Changed(None)));
+    }
+
     /// Drops every value, as a restarted server without persistence would (counters survive).
+    /// Each lost value counts as vanished, not released.
     pub fn wipe_values(&self) {
         let mut g = self.guard();
         for slot in g.slots.values_mut() {
-            slot.value = None;
+            if slot.value.take().is_some() {
+                slot.vanished = true;
+            }
         }
     }
 
@@ -109,10 +130,17 @@ impl MemoryStore {
 }
 
 /// A lock in a [`MemoryStore`]: server-side expiry, atomic compare-and-set, watch by broadcast.
+///
+/// A record that vanished without a release (see [`MemoryStore::vanish`]) is not free: a client
+/// that last saw a live holder takes it only after that holder's lease duration, counted from
+/// when it found the record gone; and a leader whose record vanished gets a follower's answer
+/// instead of recreating it.
 #[derive(Debug, Clone)]
 pub struct MemoryLock {
     store: MemoryStore,
     name: String,
+    /// What this client last saw; clones share it, as clones are one client.
+    seen: Arc<Mutex<ObservedRecord>>,
 }
 
 impl MemoryLock {
@@ -124,6 +152,10 @@ impl MemoryLock {
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    fn seen(&self) -> MutexGuard<'_, ObservedRecord> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -141,7 +173,11 @@ impl LeaderLock for MemoryLock {
         if let Some((raw, expires)) = &slot.value {
             if *expires > now {
                 let left = *expires - now;
-                return match MemoryStore::parse(raw, slot.version) {
+                let parsed = MemoryStore::parse(raw, slot.version);
+                if let Ok(rec) = &parsed {
+                    self.seen().observe(rec, now);
+                }
+                return match parsed {
                     Ok(rec) if rec.holder == me => {
                         let mut s: Stored = serde_json::from_str(raw)
                             .map_err(|e| LockError::Malformed(e.to_string()))?;
@@ -167,6 +203,19 @@ impl LeaderLock for MemoryLock {
                 };
             }
         }
+        if slot.vanished && slot.value.is_none() {
+            let mut seen = self.seen();
+            seen.gone(None, now, c.lease_duration);
+            if let Some((_, until)) = seen.hold_off(now) {
+                // Gone without a release: its holder may still believe it leads. A leader whose
+                // own record vanished hears this too, and steps down instead of recreating it.
+                return Ok(Attempt::Follower {
+                    holder: None,
+                    term: None,
+                    retry_after: Some(until - now),
+                });
+            }
+        }
         slot.counter += 1;
         let term = Term(slot.counter);
         let t = millis(SystemTime::now());
@@ -180,9 +229,13 @@ impl LeaderLock for MemoryLock {
         let raw =
             serde_json::to_string(&stored).map_err(|e| LockError::Malformed(e.to_string()))?;
         slot.value = Some((raw.clone(), now + c.lease_duration));
+        slot.vanished = false;
         slot.version += 1;
         let version = slot.version;
         let rec = MemoryStore::parse(&raw, version).ok();
+        if let Some(rec) = &rec {
+            self.seen().observe(rec, now);
+        }
         MemoryStore::notify(&mut g, &self.name, Some(LockEvent::Changed(rec)));
         Ok(Attempt::Leader { term })
     }
@@ -201,6 +254,7 @@ impl LeaderLock for MemoryLock {
         };
         if ours {
             slot.value = None;
+            slot.vanished = false;
             slot.version += 1;
             MemoryStore::notify(&mut g, &self.name, Some(LockEvent::Changed(None)));
         }

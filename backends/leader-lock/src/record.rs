@@ -2,12 +2,40 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 /// A fencing term: increases with every change of holder and never repeats for a lock.
+///
+/// A real leadership's term is at least 1. [`Term::DISABLED`] marks the permanent leadership of
+/// `--leader-election-disable`, which is no election at all; it shows as `disabled`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Term(pub u64);
 
+impl Term {
+    /// The marker of a replica that runs without leader election (`Leadership::always_leader`).
+    ///
+    /// No backend can produce it (Kubernetes terms are `int32`, etcd revisions `int64`, Redis
+    /// terms stay below 2^53), and the elector refuses it from a lock, so it never stands for a
+    /// real leadership. It is no fencing value: never compare it with real terms.
+    pub const DISABLED: Term = Term(u64::MAX);
+
+    /// True for [`Term::DISABLED`].
+    pub fn is_disabled(self) -> bool {
+        self == Term::DISABLED
+    }
+
+    /// True for a term an election can grant: neither 0 nor [`Term::DISABLED`].
+    pub fn is_elected(self) -> bool {
+        self.0 != 0 && !self.is_disabled()
+    }
+}
+
 impl fmt::Display for Term {
+    /// The number, or `disabled` for [`Term::DISABLED`]: logs show the term as this text, so the
+    /// `term` field has one JSON type (a string) in every line.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
+        if self.is_disabled() {
+            f.write_str("disabled")
+        } else {
+            write!(f, "{}", self.0)
+        }
     }
 }
 
@@ -104,6 +132,16 @@ impl LockRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_disabled_marker_is_no_elected_term_and_shows_as_such() {
+        assert_eq!(Term::DISABLED.to_string(), "disabled");
+        assert_eq!(Term(7).to_string(), "7");
+        assert!(Term::DISABLED.is_disabled() && !Term(7).is_disabled());
+        assert!(!Term::DISABLED.is_elected());
+        assert!(!Term(0).is_elected(), "term 0 is not a real leadership");
+        assert!(Term(1).is_elected() && Term(u64::MAX - 1).is_elected());
+    }
 
     #[test]
     fn incarnations_differ() {

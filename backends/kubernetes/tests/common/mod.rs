@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams};
 use kube::Api;
 use leader_lock::Timing;
 use leader_lock_kubernetes::LeaseLock;
@@ -79,6 +79,12 @@ pub async fn put_raw(
                 .map(|_| ())
         }
     }
+}
+
+/// Deletes the Lease by hand, as an operator would: no release.
+pub async fn delete_lease(server: &KubeApiServer, ns: &str, name: &str) -> Result<(), kube::Error> {
+    let api: Api<Lease> = Api::namespaced(server.admin_client(), ns);
+    api.delete(name, &DeleteParams::default()).await.map(|_| ())
 }
 
 /// The Lease as raw JSON.

@@ -113,4 +113,14 @@ impl Harness for Redis {
         // The server's TTL protects whatever the value says.
         Ok(Protect::For(ttl))
     }
+
+    async fn vanish(&self, name: &str) -> Result<(), HarnessError> {
+        let key = self.connect(name).await.holder_key().to_string();
+        let mut raw = self.raw().await;
+        let deleted: i64 = redis::cmd("DEL").arg(&key).query_async(&mut raw).await?;
+        if deleted != 1 {
+            return Err(format!("no lock key {key} to delete").into());
+        }
+        Ok(())
+    }
 }
