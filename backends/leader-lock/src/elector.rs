@@ -1,7 +1,7 @@
 //! The elector: one loop that acquires or renews the lock and publishes this replica's
 //! [`Leadership`].
 //!
-//! Invariants (design, section 3):
+//! Invariants (docs/leader-election.md):
 //! 1. Validity is counted from the instant an attempt was *sent*: a successful attempt sent at
 //!    `sent` makes us leader until `sent + renew_deadline`, however late its reply arrives.
 //! 2. A leader that has not renewed by that deadline steps down at that instant, on its own timer,

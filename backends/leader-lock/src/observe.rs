@@ -12,7 +12,7 @@ use crate::timing::MAX_LEASE_DURATION;
 /// been seen unchanged for its lease duration; the holder's wall clock is never trusted.
 ///
 /// A record that vanishes without a release (deleted by hand, evicted, lost with the backend's
-/// state) is not free (design, section 3): its holder may still believe it leads until its last
+/// state) is not free (docs/leader-election.md): its holder may still believe it leads until its last
 /// renew plus its renew deadline. [`gone`](Self::gone) starts a hold-off of the holder's lease
 /// duration from the moment the disappearance was seen, and [`hold_off`](Self::hold_off) says
 /// until when nobody may take the lock.
