@@ -582,19 +582,19 @@ impl Run {
             }
             Note::Lost { term, holder } => warn!(term = %term,
                 holder = holder.as_deref().unwrap_or("unknown"), "lost leadership"),
-            Note::Following => {
-                if let Some(LeaderState::Follower { holder, term }) = &d.publish {
-                    if self.publisher.current()
-                        != *d.publish.as_ref().unwrap_or(&LeaderState::Starting)
-                    {
-                        debug!(
-                            holder = holder.as_deref().unwrap_or("unknown"),
-                            term = term.map(tracing::field::display),
-                            "following"
-                        );
-                    }
+            Note::Following => match &d.publish {
+                // Once per change of holder or term, not once per poll.
+                Some(state @ LeaderState::Follower { holder, term })
+                    if *state != self.publisher.current() =>
+                {
+                    debug!(
+                        holder = holder.as_deref().unwrap_or("unknown"),
+                        term = term.map(tracing::field::display),
+                        "following"
+                    );
                 }
-            }
+                _ => {}
+            },
             Note::Failed {
                 stepped_down: Some(term),
             } => warn!(term = %term, "renew deadline passed; stepping down"),

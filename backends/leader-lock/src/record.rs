@@ -144,6 +144,20 @@ mod tests {
     }
 
     #[test]
+    fn an_identity_shows_as_the_holder_it_writes() {
+        let id = Identity::with_incarnation("pod-a", "5f3c9e1a");
+        assert_eq!(id.name(), "pod-a");
+        assert_eq!(id.incarnation(), "5f3c9e1a");
+        assert_eq!(id.holder(), "pod-a_5f3c9e1a");
+        assert_eq!(id.to_string(), id.holder());
+        let c = Candidate {
+            identity: id,
+            lease_duration: Duration::from_secs(15),
+        };
+        assert_eq!(c.holder(), "pod-a_5f3c9e1a");
+    }
+
+    #[test]
     fn incarnations_differ() {
         let a = Identity::new("pod-a");
         let b = Identity::new("pod-a");

@@ -437,6 +437,64 @@ async fn a_slow_release_gets_the_rest_of_the_budget() {
     assert_eq!(started.elapsed(), Duration::from_secs(8));
 }
 
+/// A change stream that counts itself while open.
+struct Open(Arc<AtomicUsize>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A lock whose change streams are counted while open.
+struct Streams {
+    inner: Arc<dyn LeaderLock>,
+    open: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl LeaderLock for Streams {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {
+        self.inner.try_acquire_or_renew(c).await
+    }
+    async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {
+        self.inner.release(c, term).await
+    }
+    async fn get(&self) -> Result<Option<LockRecord>, LockError> {
+        self.inner.get().await
+    }
+    async fn watch(&self) -> Result<LockEventStream, LockError> {
+        let stream = self.inner.watch().await?;
+        self.open.fetch_add(1, Ordering::SeqCst);
+        let guard = Open(self.open.clone());
+        Ok(stream
+            .map(move |e| {
+                // The guard lives as long as the stream.
+                let _open = &guard;
+                e
+            })
+            .boxed())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_closes_the_change_stream_before_it_returns() {
+    let store = MemoryStore::new();
+    let open = Arc::new(AtomicUsize::new(0));
+    let lock = Arc::new(Streams {
+        inner: Arc::new(store.lock("streams")),
+        open: open.clone(),
+    });
+    let a = spawn(lock, "a", true);
+    wait_leader(&a.leadership(), PATIENCE, "a").await;
+    wait_until(|| open.load(Ordering::SeqCst) == 1).await;
+    assert!(a.shutdown().await.expect("released"));
+    assert_eq!(open.load(Ordering::SeqCst), 0, "the watch is closed");
+}
+
 #[tokio::test(start_paused = true)]
 async fn abort_stops_at_once_and_releases_nothing() {
     let store = MemoryStore::new();
