@@ -61,7 +61,12 @@ fn nothing_cites_a_design_document_outside_the_repository() {
         let text = std::fs::read_to_string(&f).unwrap_or_default();
         for (n, line) in text.lines().enumerate() {
             let l = line.to_lowercase();
-            if l.contains("design section") || l.contains("design, section") {
+            // Spelled in two pieces so that this check does not find itself.
+            let (a, b) = (
+                concat!("design", " section"),
+                concat!("design", ", section"),
+            );
+            if l.contains(a) || l.contains(b) {
                 found.push(format!("{}:{}: {line}", f.display(), n + 1));
             }
         }

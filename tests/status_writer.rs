@@ -268,16 +268,7 @@ async fn a_new_leader_writes_what_changed_while_the_leader_was_gone() {
 
     // Crash the leader, then break the route while nobody may write (the lease runs 3 s).
     drop(replicas.remove(0));
-    put(
-        &scene.routes,
-        &route(&scene.ns, "route", "gw", &[(&scene.ns, "missing", 80)]),
-    )
-    .await;
-    let c = scene.controller.clone();
-    wait_for(&scene.routes, "route", "BackendNotFound", move |r| {
-        route_says(r, &c, "ResolvedRefs", "False", "BackendNotFound")
-    })
-    .await;
+    scene.route_to("missing", false, "BackendNotFound").await;
     let r = scene.routes.get("route").await.expect("route");
     assert!(
         status_managers(&r).contains(&manager_of("cm-b")),
@@ -289,16 +280,7 @@ async fn a_new_leader_writes_what_changed_while_the_leader_was_gone() {
     let mut c3 = start("cm-c", &args);
     blocking(|| c3.wait_for("leadership: following", PATIENCE));
     replicas[0].terminate();
-    put(
-        &scene.routes,
-        &route(&scene.ns, "route", "gw", &[(&scene.ns, "web", 80)]),
-    )
-    .await;
-    let c = scene.controller.clone();
-    wait_for(&scene.routes, "route", "resolved again", move |r| {
-        route_says(r, &c, "ResolvedRefs", "True", "ResolvedRefs")
-    })
-    .await;
+    scene.route_to("web", true, "ResolvedRefs").await;
     blocking(|| c3.wait_for("first status write of this leadership", PATIENCE));
     assert_eq!(blocking(|| replicas[0].wait_exit(PATIENCE)), Some(0));
 }
@@ -312,31 +294,13 @@ async fn a_frozen_leader_writes_nothing_after_it_thaws() {
 
     replicas[0].pause();
     let frozen_at = SystemTime::now();
-    put(
-        &scene.routes,
-        &route(&scene.ns, "route", "gw", &[(&scene.ns, "missing", 80)]),
-    )
-    .await;
-    let c = scene.controller.clone();
-    wait_for(&scene.routes, "route", "BackendNotFound", move |r| {
-        route_says(r, &c, "ResolvedRefs", "False", "BackendNotFound")
-    })
-    .await;
+    scene.route_to("missing", false, "BackendNotFound").await;
     blocking(|| replicas[1].wait_for("leadership: leading", PATIENCE));
 
     // Thaw the old leader and change the route again: only the new leader may write it.
     replicas[0].resume();
     blocking(|| replicas[0].wait_for_since("leadership: following", frozen_at, PATIENCE));
-    put(
-        &scene.routes,
-        &route(&scene.ns, "route", "gw", &[(&scene.ns, "web", 80)]),
-    )
-    .await;
-    let c = scene.controller.clone();
-    wait_for(&scene.routes, "route", "resolved again", move |r| {
-        route_says(r, &c, "ResolvedRefs", "True", "ResolvedRefs")
-    })
-    .await;
+    scene.route_to("web", true, "ResolvedRefs").await;
     let late: Vec<_> = replicas[0]
         .lines()
         .iter()
