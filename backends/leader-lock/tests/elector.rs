@@ -246,7 +246,11 @@ impl Logs {
             .with_max_level(tracing::Level::DEBUG)
             .with_writer(move || writer.clone())
             .finish();
-        (logs, tracing::subscriber::set_default(subscriber))
+        let guard = tracing::subscriber::set_default(subscriber);
+        // Callsites cache whether anyone wants them; one first hit on another test's thread
+        // (with no subscriber there) could otherwise hide this thread's events from it.
+        tracing::callsite::rebuild_interest_cache();
+        (logs, guard)
     }
 
     /// The lines whose message is `message`.
