@@ -13,6 +13,10 @@ use crate::config::Backend;
 
 /// The most replicas a lane may run: each is a full process with its own watches.
 pub const MAX_REPLICAS: usize = 64;
+/// The wake-up modes a lane can run in: ours, and client-go-like polling at the same timing
+/// as the baseline.
+pub const WAKEUPS: [&str; 2] = ["watch", "poll"];
+
 /// The most rounds per backend and scenario.
 pub const MAX_ROUNDS: usize = 100_000;
 
@@ -23,9 +27,19 @@ pub struct BenchArgs {
     #[arg(long, value_name = "BACKEND")]
     pub lock_backend: Vec<String>,
     /// Scenario: graceful (SIGTERM), crash (SIGKILL), pause (SIGSTOP past the lease, then
-    /// SIGCONT), vanish (the lock record deleted by hand) or all; repeatable [default: all].
+    /// SIGCONT), vanish (the lock record deleted by hand), backend-restart (the lock's server
+    /// killed and started again), partition (the leader cut off from the lock's server past the
+    /// lease), all of these, or chaos (each round one of them at random); repeatable
+    /// [default: all].
     #[arg(long, value_name = "SCENARIO")]
     pub scenario: Vec<String>,
+    /// Wake-up mode to measure: watch (ours), poll (the client-go-like baseline) or all;
+    /// repeatable [default: all].
+    #[arg(long, value_name = "MODE")]
+    pub wakeup: Vec<String>,
+    /// Seed of chaos's random draws, to replay a run [default: random, printed].
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
     /// Replicas per lock (at least 2).
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub replicas: usize,
@@ -67,6 +81,10 @@ pub struct Plan {
     pub backends: Vec<Backend>,
     /// The scenarios, in order.
     pub scenarios: Vec<Scenario>,
+    /// The wake-up modes, in order.
+    pub wakeups: Vec<&'static str>,
+    /// The seed of chaos's draws.
+    pub seed: u64,
     /// Replicas per lane.
     pub replicas: usize,
     /// Rounds per backend and scenario.
@@ -137,8 +155,50 @@ impl BenchArgs {
             &self.scenario,
             &Scenario::ALL,
             Scenario::parse,
-            &Scenario::ALL.map(Scenario::name).join(", "),
+            Scenario::NAMES,
         )?;
+        let wakeups = pick(
+            "--wakeup",
+            &self.wakeup,
+            &WAKEUPS,
+            |w| WAKEUPS.into_iter().find(|x| *x == w),
+            "watch, poll",
+        )?;
+        let restarts = scenarios
+            .iter()
+            .any(|s| matches!(s, Scenario::BackendRestart | Scenario::Chaos));
+        let partitions = scenarios.iter().any(|s| s.needs_proxy());
+        if restarts || partitions {
+            let what = if restarts {
+                "backend-restart and chaos restart"
+            } else {
+                "partition proxies"
+            };
+            let given = [
+                (
+                    Backend::Kubernetes,
+                    "--kubeconfig",
+                    self.kubeconfig.is_some(),
+                ),
+                (
+                    Backend::Etcd,
+                    "--etcd-endpoints",
+                    self.etcd_endpoints.is_some() && restarts,
+                ),
+                (
+                    Backend::Redis,
+                    "--redis-url",
+                    self.redis_url.is_some() && restarts,
+                ),
+            ];
+            for (b, flag, is_given) in given {
+                if is_given && backends.contains(&b) {
+                    return Err(format!(
+                        "--scenario: {what} the bench's own {b} server; drop {flag} or that scenario"
+                    ));
+                }
+            }
+        }
         if !(2..=MAX_REPLICAS).contains(&self.replicas) {
             return Err(format!(
                 "--replicas {}: accepted: 2 to {MAX_REPLICAS} (a failover needs a follower)",
@@ -185,6 +245,8 @@ impl BenchArgs {
         Ok(Plan {
             backends,
             scenarios,
+            wakeups,
+            seed: self.seed.unwrap_or_else(rand::random),
             replicas: self.replicas,
             rounds: self.rounds,
             timing,
@@ -208,6 +270,11 @@ impl BenchArgs {
 }
 
 impl Plan {
+    /// Whether each replica needs its own proxy to the lock's server.
+    pub fn needs_proxy(&self) -> bool {
+        self.scenarios.iter().any(|s| s.needs_proxy())
+    }
+
     /// How long a round may wait for a new leader: a lease, the server's expiry tick, a retry
     /// period of polling, and room for a busy machine.
     pub fn leader_patience(&self) -> Duration {
@@ -255,5 +322,33 @@ mod tests {
         assert!(e.contains("lease"), "{e}");
         let e = plan(&["--renew-deadline", "5s"]).unwrap_err();
         assert!(e.contains("renew"), "{e}");
+        let e = plan(&["--wakeup", "sometimes"]).unwrap_err();
+        assert!(
+            e.contains("--wakeup \"sometimes\": accepted: watch, poll, all"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn restarts_and_partitions_need_the_benchs_own_servers() {
+        let e = plan(&["--scenario", "chaos", "--redis-url", "redis://127.0.0.1:1"]).unwrap_err();
+        assert!(e.contains("drop --redis-url"), "{e}");
+        // A partition proxies a given Redis as well as a local one.
+        let p = plan(&[
+            "--scenario",
+            "partition",
+            "--lock-backend",
+            "redis",
+            "--redis-url",
+            "redis://127.0.0.1:1",
+        ]);
+        assert!(p.is_ok(), "{p:?}");
+        let p = plan(&["--scenario", "chaos", "--wakeup", "watch", "--seed", "7"]).expect("valid");
+        assert_eq!(
+            (p.scenarios, p.wakeups, p.seed),
+            (vec![Scenario::Chaos], vec!["watch"], 7)
+        );
+        assert!(plan(&["--scenario", "all"]).expect("valid").needs_proxy());
+        assert!(!plan(&["--scenario", "crash"]).expect("valid").needs_proxy());
     }
 }

@@ -18,7 +18,10 @@
 //! - A **late write**: a `status written` line of term T logged after the first `status written`
 //!   line of a newer term. A write is logged when its request has completed, so this compares
 //!   completions.
-//! - Terms must grow: a leadership that starts after another replica's must carry a higher term.
+//! - Terms must grow: a leadership that starts after another replica's must carry a higher term,
+//!   and one of the same replica must not carry a lower one. The same term again is the same
+//!   holder taking its own record back (say after a renew failed while the server restarted):
+//!   the holder did not change, so neither does the term (docs/leader-election.md).
 //!
 //! The logger stamps a line when it sees the change, a little after it happened: a leadership's
 //! logged start is slightly late and its logged end slightly late too. A renew published in the
@@ -117,11 +120,8 @@ pub fn check(events: &[Event], killed: &BTreeMap<usize, f64>) -> Verdict {
     };
     for (i, a) in ls.iter().enumerate() {
         for b in &ls[i + 1..] {
-            if a.replica == b.replica {
-                continue;
-            }
             // Sorted by start: b starts at or after a.
-            if b.start < a.end {
+            if a.replica != b.replica && b.start < a.end {
                 v.violations.push(format!(
                     "two valid leaders: replica {} (term {}) until {:.1} ms and replica {} \
                      (term {}) from {:.1} ms, {:.1} ms at once",
@@ -134,7 +134,12 @@ pub fn check(events: &[Event], killed: &BTreeMap<usize, f64>) -> Verdict {
                     a.end.min(b.end) - b.start
                 ));
             }
-            if b.term <= a.term {
+        }
+        // Terms grow from each leadership to the next (one report per regression, not one per
+        // later leadership). A process that steps down and takes its own record back before
+        // anyone else held it keeps its term: the holder did not change.
+        if let Some(b) = ls.get(i + 1) {
+            if b.term < a.term || (b.term == a.term && b.replica != a.replica) {
                 v.violations.push(format!(
                     "term did not grow: replica {} led under term {} from {:.1} ms, after \
                      replica {} under term {}",
@@ -256,5 +261,30 @@ mod tests {
         let events = vec![ev(0, 0.0, lead(5, 100.0)), ev(1, 200.0, lead(4, 300.0))];
         let v = check(&events, &BTreeMap::new());
         assert!(v.violations[0].starts_with("term did not grow"));
+        // The same replica going back counts too, and one regression is one report.
+        let events = vec![
+            ev(0, 0.0, lead(5, 100.0)),
+            ev(0, 150.0, What::Following),
+            ev(0, 200.0, lead(3, 300.0)),
+            ev(0, 350.0, What::Following),
+            ev(1, 400.0, lead(4, 500.0)),
+            ev(1, 550.0, What::Following),
+            ev(2, 600.0, lead(4, 700.0)),
+            ev(2, 650.0, What::Following),
+            // Its own record taken back: the same holder, the same term.
+            ev(2, 800.0, lead(4, 900.0)),
+        ];
+        let v = check(&events, &BTreeMap::new());
+        assert_eq!(v.violations.len(), 2, "{:?}", v.violations);
+        assert!(
+            v.violations[0].contains("replica 0 led under term 3"),
+            "{:?}",
+            v.violations
+        );
+        assert!(
+            v.violations[1].contains("replica 2 led under term 4"),
+            "{:?}",
+            v.violations
+        );
     }
 }

@@ -2,7 +2,9 @@
 //! API CRDs, and per lane a GatewayClass, a Gateway, a Service and an HTTPRoute whose status
 //! the replicas write. Each round changes the route so the new leader has something to write.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use gateway_api::gatewayclasses::GatewayClass;
@@ -78,6 +80,24 @@ impl Cluster {
         self.local.as_ref()
     }
 
+    /// Writes a copy of the kubeconfig at `path` whose server is `via` (a partition proxy in
+    /// front of the local apiserver, whose certificate names 127.0.0.1 whatever the port).
+    pub fn write_kubeconfig_via(&self, via: SocketAddr, path: &Path) -> Result<()> {
+        let text = std::fs::read_to_string(&self.kubeconfig)
+            .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
+        let mut kc: serde_yaml::Value = serde_yaml::from_str(&text)
+            .with_context(|| format!("parsing {}", self.kubeconfig.display()))?;
+        if let Some(clusters) = kc.get_mut("clusters").and_then(|c| c.as_sequence_mut()) {
+            for c in clusters {
+                if let Some(cluster) = c.get_mut("cluster").and_then(|c| c.as_mapping_mut()) {
+                    cluster.insert("server".into(), format!("https://{via}").into());
+                }
+            }
+        }
+        let out = serde_yaml::to_string(&kc).context("encoding the kubeconfig")?;
+        std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
+    }
+
     /// The local apiserver, mutably (to restart it).
     pub fn local_mut(&mut self) -> Option<&mut KubeApiServer> {
         self.local.as_mut()
@@ -122,6 +142,7 @@ impl Cluster {
         Ok(Route {
             api,
             ns: ns.to_string(),
+            controller: controller.to_string(),
             flips: 0,
         })
     }
@@ -153,6 +174,7 @@ where
 pub struct Route {
     api: Api<HttpRoute>,
     ns: String,
+    controller: String,
     flips: u64,
 }
 
@@ -171,5 +193,55 @@ impl Route {
             .await
             .with_context(|| format!("changing route {}/{ROUTE}", self.ns))?;
         Ok(())
+    }
+
+    /// The `ResolvedRefs` status the route's current spec calls for.
+    fn expected_resolved(&self) -> &'static str {
+        if self.flips % 2 == 1 {
+            "False"
+        } else {
+            "True"
+        }
+    }
+
+    /// What is wrong with the route's status now, if anything: our parent entry must carry the
+    /// `ResolvedRefs` its current backend calls for, observed at its current generation.
+    pub async fn status_problem(&self) -> Result<Option<String>> {
+        let route = self
+            .api
+            .get(ROUTE)
+            .await
+            .with_context(|| format!("reading route {}/{ROUTE}", self.ns))?;
+        let generation = route.metadata.generation;
+        let parents = route.status.map(|s| s.parents).unwrap_or_default();
+        let Some(ours) = parents
+            .iter()
+            .find(|p| p.controller_name == self.controller)
+        else {
+            return Ok(Some("no parent entry of ours".into()));
+        };
+        let want = self.expected_resolved();
+        let Some(c) = ours.conditions.iter().find(|c| c.type_ == "ResolvedRefs") else {
+            return Ok(Some("no ResolvedRefs condition".into()));
+        };
+        if c.status != want || c.observed_generation != generation {
+            return Ok(Some(format!(
+                "ResolvedRefs {} at generation {:?}; wanted {want} at {generation:?}",
+                c.status, c.observed_generation
+            )));
+        }
+        Ok(None)
+    }
+
+    /// Waits up to `limit` for the route's status to be right; the last problem seen otherwise.
+    pub async fn settled(&self, limit: Duration) -> Result<Option<String>> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let problem = self.status_problem().await?;
+            if problem.is_none() || tokio::time::Instant::now() >= deadline {
+                return Ok(problem);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }

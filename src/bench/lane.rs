@@ -7,19 +7,26 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use nix::sys::signal::Signal;
+use tempfile::TempDir;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::bench::cluster::Route;
 use crate::bench::events::{Event, What};
 use crate::bench::replica::Replica;
+use crate::servers::proxy::BlackholeProxy;
 
 /// The replicas of one lock and everything they logged.
 pub struct Lane {
     /// A name for files and the report, e.g. `etcd-watch`.
     pub label: String,
     exe: PathBuf,
-    args: Vec<String>,
+    /// Each slot's `run` flags (its own proxy, when it has one).
+    args: Vec<Vec<String>>,
     logs: PathBuf,
+    /// Each slot's partition proxies to the lock's server (empty when not needed).
+    pub proxies: Vec<Vec<BlackholeProxy>>,
+    /// Files the slots' flags point at (kubeconfigs via a proxy), kept while the lane lives.
+    _files: Option<TempDir>,
     /// The running replicas by slot.
     pub slots: Vec<Option<Replica>>,
     next: usize,
@@ -49,16 +56,18 @@ pub struct Leader {
 }
 
 impl Lane {
-    /// A lane of `replicas` processes of `exe run <args>`, logging into `logs`.
+    /// A lane of one process of `exe run <args>` per slot, logging into `logs`; `proxies` and
+    /// `files` are what the slots' flags point at.
     pub fn new(
         label: &str,
         exe: PathBuf,
-        args: Vec<String>,
+        args: Vec<Vec<String>>,
         logs: PathBuf,
-        replicas: usize,
         route: Route,
         (ns, lock): (&str, &str),
+        (proxies, files): (Vec<Vec<BlackholeProxy>>, Option<TempDir>),
     ) -> Result<Lane> {
+        let replicas = args.len();
         std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
         let (tx, rx) = unbounded_channel();
         let mut lane = Lane {
@@ -66,6 +75,8 @@ impl Lane {
             exe,
             args,
             logs,
+            proxies,
+            _files: files,
             slots: (0..replicas).map(|_| None).collect(),
             next: 0,
             tx,
@@ -88,7 +99,14 @@ impl Lane {
         self.next += 1;
         let name = format!("{}-{index}", self.label);
         let log = self.logs.join(format!("{name}.log"));
-        let r = Replica::start(&self.exe, index, &name, &self.args, log, self.tx.clone())?;
+        let r = Replica::start(
+            &self.exe,
+            index,
+            &name,
+            &self.args[slot],
+            log,
+            self.tx.clone(),
+        )?;
         self.slots[slot] = Some(r);
         Ok(index)
     }
@@ -198,6 +216,24 @@ impl Lane {
         let at = r.signal(sig)?;
         if sig == Signal::SIGKILL {
             self.killed.insert(r.index, at);
+        }
+        Ok(at)
+    }
+
+    /// Cuts (or heals) the partition proxies of `slot`; returns when (`CLOCK_MONOTONIC` ms).
+    pub fn partition(&self, slot: usize, cut: bool) -> Result<f64> {
+        let proxies = self
+            .proxies
+            .get(slot)
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| anyhow!("slot {slot} has no partition proxy"))?;
+        let at = crate::clock::mono_ms();
+        for p in proxies {
+            if cut {
+                p.cut();
+            } else {
+                p.heal();
+            }
         }
         Ok(at)
     }

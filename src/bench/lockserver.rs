@@ -2,13 +2,15 @@
 //! endpoint. The Kubernetes lock lives on the bench's apiserver.
 
 use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Context, Result};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams};
 
 use crate::bench::cluster::Cluster;
+use crate::clock;
 use crate::config::Backend;
 use crate::servers::etcd::EtcdServer;
 use crate::servers::redis::RedisServer;
@@ -90,21 +92,104 @@ impl LockServer {
     }
 
     /// The `run` flags that point a replica at this server; `ns` is the Lease's namespace.
-    pub fn replica_args(&self, ns: &str) -> Vec<String> {
+    /// `via` replaces the etcd endpoints or the Redis address with proxies, in the order of
+    /// [`upstreams`](Self::upstreams) (a Kubernetes lane is proxied through its kubeconfig).
+    pub fn replica_args(&self, ns: &str, via: &[SocketAddr]) -> Vec<String> {
         let mut a = vec!["--lock-backend".to_string(), self.backend().to_string()];
         match self {
             LockServer::Kubernetes => {
                 a.extend(["--leader-election-namespace".into(), ns.into()]);
             }
             LockServer::Etcd { endpoints, .. } => {
-                a.extend(["--etcd-endpoints".into(), endpoints.clone()]);
+                let eps = if via.is_empty() {
+                    endpoints.clone()
+                } else {
+                    via.iter()
+                        .map(|p| format!("http://{p}"))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                a.extend(["--etcd-endpoints".into(), eps]);
             }
             LockServer::Redis { url, .. } => {
-                a.extend(["--redis-url".into(), url.clone()]);
+                let url = match via.first() {
+                    Some(p) => with_address(url, *p),
+                    None => url.clone(),
+                };
+                a.extend(["--redis-url".into(), url]);
             }
         }
         a
     }
+
+    /// The addresses a replica reaches the lock's server at, for partition proxies.
+    pub fn upstreams(&self, cluster: &Cluster) -> Result<Vec<SocketAddr>> {
+        let urls: Vec<String> = match self {
+            LockServer::Kubernetes => vec![cluster
+                .local()
+                .ok_or_else(|| anyhow!("a partition needs the bench's own apiserver"))?
+                .url()],
+            LockServer::Etcd { endpoints, .. } => {
+                endpoints.split(',').map(|e| e.trim().to_string()).collect()
+            }
+            LockServer::Redis { url, .. } => vec![url.clone()],
+        };
+        urls.iter().map(|u| socket_addr(u)).collect()
+    }
+
+    /// Kills the lock's server and starts it again at once: Redis comes back empty, etcd with
+    /// its data, the apiserver with its etcd. Returns the instant of the kill
+    /// (`CLOCK_MONOTONIC` ms), once the server answers again.
+    pub async fn restart(&mut self, cluster: &mut Cluster) -> Result<f64> {
+        let at = clock::mono_ms();
+        match self {
+            LockServer::Kubernetes => cluster
+                .local_mut()
+                .ok_or_else(|| anyhow!("backend-restart needs the bench's own apiserver"))?
+                .restart()
+                .await
+                .context("restarting the apiserver")?,
+            LockServer::Etcd { local, .. } => local
+                .as_mut()
+                .ok_or_else(|| anyhow!("backend-restart needs the bench's own etcd"))?
+                .restart()
+                .await
+                .context("restarting etcd")?,
+            LockServer::Redis { local, .. } => local
+                .as_mut()
+                .ok_or_else(|| anyhow!("backend-restart needs the bench's own redis-server"))?
+                .restart()
+                .await
+                .context("restarting redis-server")?,
+        }
+        Ok(at)
+    }
+}
+
+/// `scheme://[userinfo@]host:port[/rest]` → the socket address of `host:port`.
+fn socket_addr(url: &str) -> Result<SocketAddr> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    host_port
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| anyhow!("cannot resolve the address of {url:?} for a proxy"))
+}
+
+/// `url` with its `host:port` replaced by `addr` (credentials and path kept).
+fn with_address(url: &str, addr: SocketAddr) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("redis", url));
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let userinfo = authority
+        .rsplit_once('@')
+        .map(|(u, _)| format!("{u}@"))
+        .unwrap_or_default();
+    format!("{scheme}://{userinfo}{addr}{path}")
 }
 
 impl LockServer {
@@ -157,5 +242,30 @@ impl fmt::Display for LockServer {
                 if local.is_some() { " (local)" } else { "" }
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_for_proxies() {
+        let a: SocketAddr = "127.0.0.1:4000".parse().unwrap();
+        assert_eq!(
+            socket_addr("redis://u:p@127.0.0.1:6379/2").unwrap().port(),
+            6379
+        );
+        assert_eq!(socket_addr("http://127.0.0.1:2379").unwrap().port(), 2379);
+        assert_eq!(socket_addr("https://127.0.0.1:6443").unwrap().port(), 6443);
+        assert!(socket_addr("redis://").is_err());
+        assert_eq!(
+            with_address("rediss://u:p@127.0.0.1:6379/2", a),
+            "rediss://u:p@127.0.0.1:4000/2"
+        );
+        assert_eq!(
+            with_address("redis://127.0.0.1:6379", a),
+            "redis://127.0.0.1:4000"
+        );
     }
 }

@@ -30,6 +30,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use tempfile::TempDir;
 
 pub use args::{BenchArgs, Plan};
 
@@ -39,6 +42,8 @@ use crate::bench::lane::Lane;
 use crate::bench::lockserver::LockServer;
 use crate::bench::report::{LaneVerdict, Machine, Report, ScenarioResult};
 use crate::bench::round::Sample;
+use crate::bench::scenario::Scenario;
+use crate::servers::proxy::BlackholeProxy;
 use crate::EXIT_USAGE;
 
 /// Exit code when the checker found a violation (the figures are still written).
@@ -103,12 +108,8 @@ pub fn main(args: BenchArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The wake-up modes every backend is measured in: ours, and client-go-like polling at the
-/// same timing as the baseline.
-const WAKEUPS: [&str; 2] = ["watch", "poll"];
-
 fn progress(plan: &Plan) -> ProgressBar {
-    let total = plan.backends.len() * WAKEUPS.len() * plan.scenarios.len() * plan.rounds;
+    let total = plan.backends.len() * plan.wakeups.len() * plan.scenarios.len() * plan.rounds;
     let pb = ProgressBar::new(total as u64);
     if let Ok(style) =
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} rounds  {msg}")
@@ -121,41 +122,43 @@ fn progress(plan: &Plan) -> ProgressBar {
 /// Starts the servers and runs every lane; the figures and the checker's verdicts.
 async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
     let pb = progress(plan);
+    if plan.scenarios.contains(&Scenario::Chaos) {
+        pb.println(format!("chaos seed: {} (replay with --seed)", plan.seed));
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(plan.seed);
     pb.set_message("starting the apiserver");
-    let cluster = Cluster::start(plan.kubeconfig.as_deref()).await?;
+    let mut cluster = Cluster::start(plan.kubeconfig.as_deref()).await?;
     let mut results = Vec::new();
     let mut verdicts = Vec::new();
     let mut costs = Vec::new();
     for &backend in &plan.backends {
         pb.set_message(format!("starting the {backend} server"));
-        let server = LockServer::start(backend, &plan.endpoints).await?;
-        for wakeup in WAKEUPS {
+        let mut server = LockServer::start(backend, &plan.endpoints).await?;
+        for &wakeup in &plan.wakeups {
             let label = format!("{backend}-{wakeup}");
             let ns = format!("bench-{label}");
             let controller = format!("gateway-leader.dev/bench-{label}");
             let route = cluster.lane(&ns, &controller).await?;
-            let mut args = server.replica_args(&ns);
-            args.extend([
-                "--kubeconfig".to_string(),
-                cluster.kubeconfig().display().to_string(),
-                "--leader-election-lock-name".into(),
+            let mut common = vec![
+                "--leader-election-lock-name".to_string(),
                 format!("{ns}-lock"),
                 "--controller-name".into(),
                 controller,
-            ]);
-            args.extend(plan.timing_args.iter().cloned());
-            args.extend(["--wakeup".to_string(), wakeup.to_string()]);
+            ];
+            common.extend(plan.timing_args.iter().cloned());
+            common.extend(["--wakeup".to_string(), wakeup.to_string()]);
             let logs: PathBuf = plan.out.join("logs").join(&label);
             pb.set_message(format!("{label}: starting {} replicas", plan.replicas));
             let lock = format!("{ns}-lock");
+            let (args, proxies, files) = slot_args(plan, &server, &cluster, &ns, &common).await?;
             let mut lane = Lane::new(
                 &label,
                 exe.to_path_buf(),
                 args,
                 logs,
-                plan.replicas,
                 route,
                 (&ns, &lock),
+                (proxies, files),
             )?;
             if !plan.steady.is_zero() {
                 let leader = lane.settle(plan.leader_patience()).await?;
@@ -181,31 +184,69 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
             }
             for &scenario in &plan.scenarios {
                 let mut samples: Vec<Sample> = Vec::new();
+                let mut deck: Vec<Scenario> = Vec::new();
                 for round in 0..plan.rounds {
-                    pb.set_message(format!("{label} {scenario} round {}", round + 1));
-                    let sample = round::run(&mut lane, plan, scenario, round, (&server, &cluster))
-                        .await
-                        .with_context(|| format!("{label} {scenario} round {}", round + 1))?;
+                    let this = match scenario {
+                        // Dealt from a shuffled deck: a random order, and every scenario once
+                        // in each run of six rounds.
+                        Scenario::Chaos => {
+                            if deck.is_empty() {
+                                deck = Scenario::ALL.to_vec();
+                                deck.shuffle(&mut rng);
+                            }
+                            deck.pop().unwrap_or(Scenario::Crash)
+                        }
+                        s => s,
+                    };
+                    pb.set_message(format!("{label} {scenario} round {} ({this})", round + 1));
+                    let sample =
+                        round::run(&mut lane, plan, this, round, (&mut server, &mut cluster))
+                            .await
+                            .with_context(|| format!("{label} {this} round {}", round + 1))?;
                     if let Some(e) = &sample.error {
-                        pb.println(format!("{label} {scenario} round {}: {e}", round + 1));
+                        pb.println(format!("{label} {this} round {}: {e}", round + 1));
                     }
                     samples.push(sample);
                     pb.inc(1);
                 }
-                results.push(ScenarioResult {
-                    backend: backend.to_string(),
-                    wakeup: wakeup.to_string(),
-                    scenario: scenario.to_string(),
-                    samples,
-                });
+                // Chaos reports each drawn scenario on its own, as `chaos: <scenario>`.
+                let groups: Vec<(String, Vec<Sample>)> = if scenario == Scenario::Chaos {
+                    Scenario::ALL
+                        .iter()
+                        .map(|&d| {
+                            let drawn = samples.iter().filter(|s| s.scenario == d).cloned();
+                            (format!("chaos: {d}"), drawn.collect())
+                        })
+                        .filter(|(_, v): &(String, Vec<Sample>)| !v.is_empty())
+                        .collect()
+                } else {
+                    vec![(scenario.to_string(), samples)]
+                };
+                for (name, samples) in groups {
+                    results.push(ScenarioResult {
+                        backend: backend.to_string(),
+                        wakeup: wakeup.to_string(),
+                        scenario: name,
+                        samples,
+                    });
+                }
             }
+            pb.set_message(format!("{label}: checking the route's final status"));
+            let unsettled = lane.route.settled(plan.leader_patience()).await?;
             pb.set_message(format!("{label}: stopping"));
             lane.stop(plan.timing.renew_deadline + Duration::from_secs(10))
                 .await;
+            let mut verdict = check(&lane.events, &lane.killed);
+            if let Some(problem) = unsettled {
+                verdict.violations.push(format!(
+                    "the route's status was still wrong {:?} after the last round: {problem}",
+                    plan.leader_patience()
+                ));
+            }
             verdicts.push(LaneVerdict {
                 backend: backend.to_string(),
                 wakeup: wakeup.to_string(),
-                verdict: check(&lane.events, &lane.killed),
+                verdict,
             });
         }
     }
@@ -214,8 +255,57 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
         machine: Machine::read(),
         replicas: plan.replicas,
         timing: plan.timing_args.clone(),
+        seed: plan
+            .scenarios
+            .contains(&Scenario::Chaos)
+            .then_some(plan.seed),
         results,
         verdicts,
         costs,
     })
+}
+
+/// Each slot's flags for a lane: `common`, plus where the slot reaches the lock's server and
+/// the apiserver. With partitions planned each slot gets its own proxies to the lock's server
+/// (for the Kubernetes lock, to the apiserver, through a kubeconfig of its own).
+async fn slot_args(
+    plan: &Plan,
+    server: &LockServer,
+    cluster: &Cluster,
+    ns: &str,
+    common: &[String],
+) -> Result<(Vec<Vec<String>>, Vec<Vec<BlackholeProxy>>, Option<TempDir>)> {
+    let upstreams = if plan.needs_proxy() {
+        server.upstreams(cluster)?
+    } else {
+        Vec::new()
+    };
+    let files = if upstreams.is_empty() {
+        None
+    } else {
+        Some(tempfile::tempdir().context("a dir for the slots' kubeconfigs")?)
+    };
+    let mut args = Vec::new();
+    let mut proxies = Vec::new();
+    for slot in 0..plan.replicas {
+        let mut mine = Vec::new();
+        for u in &upstreams {
+            mine.push(BlackholeProxy::start(*u).await?);
+        }
+        let via: Vec<_> = mine.iter().map(BlackholeProxy::addr).collect();
+        let mut a = server.replica_args(ns, &via);
+        let kubeconfig = match (&files, server.backend(), via.first()) {
+            (Some(dir), crate::config::Backend::Kubernetes, Some(addr)) => {
+                let path = dir.path().join(format!("kubeconfig-{slot}"));
+                cluster.write_kubeconfig_via(*addr, &path)?;
+                path
+            }
+            _ => cluster.kubeconfig().to_path_buf(),
+        };
+        a.extend(["--kubeconfig".to_string(), kubeconfig.display().to_string()]);
+        a.extend(common.iter().cloned());
+        args.push(a);
+        proxies.push(mine);
+    }
+    Ok((args, proxies, files))
 }

@@ -110,6 +110,8 @@ pub struct Report {
     pub replicas: usize,
     /// The timing flags given to the replicas.
     pub timing: Vec<String>,
+    /// The seed of chaos's draws, when chaos ran.
+    pub seed: Option<u64>,
     /// Every scenario of every lane.
     pub results: Vec<ScenarioResult>,
     /// The checker's verdicts.

@@ -14,12 +14,15 @@ use crate::bench::lane::Lane;
 use crate::bench::lockserver::LockServer;
 use crate::bench::scenario::Scenario;
 use crate::clock;
+use crate::config::Backend;
 
 /// What one round measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sample {
     /// The round, from 0.
     pub round: usize,
+    /// How the leader was stopped (under `chaos`, the draw of this round).
+    pub scenario: Scenario,
     /// Signal → the next replica's `leadership: leading` (ms).
     pub to_leader_ms: Option<f64>,
     /// Signal → the new leader's first status write (ms); `None` when not counted.
@@ -41,7 +44,7 @@ pub async fn run(
     plan: &Plan,
     scenario: Scenario,
     round: usize,
-    (server, cluster): (&LockServer, &Cluster),
+    (server, cluster): (&mut LockServer, &mut Cluster),
 ) -> Result<Sample> {
     let old = lane.settle(plan.leader_patience()).await?;
     let at = match scenario {
@@ -53,24 +56,68 @@ pub async fn run(
             server.delete_record(cluster, &lane.ns, &lane.lock).await?;
             at
         }
+        Scenario::BackendRestart => server.restart(cluster).await?,
+        Scenario::Partition => lane.partition(old.slot, true)?,
+        Scenario::Chaos => return Err(anyhow!("chaos is drawn per round, not run as such")),
     };
-    // Right after the signal: a change that only the next leader should write.
+    let back = clock::mono_ms();
+    // A change that only the next leadership should write. A stopped, killed or frozen leader
+    // cannot write it, so it comes right after the signal. A leader that lost its lock but
+    // still reaches the apiserver (a vanished record, a restarted or unreachable lock server)
+    // may rightly write until its leadership ends, so the change waits for that end, or for a
+    // new leadership if the end's line is not seen first.
+    let old_can_write = match scenario {
+        Scenario::Graceful | Scenario::Crash | Scenario::Pause => false,
+        Scenario::Partition => server.backend() != Backend::Kubernetes,
+        Scenario::Vanish | Scenario::BackendRestart | Scenario::Chaos => true,
+    };
+    let end_patience = plan.timing.lease_duration + Duration::from_secs(10);
+    if old_can_write {
+        lane.wait(end_patience, |e| {
+            e.mono_ms >= at
+                && match e.what {
+                    What::Following | What::Stopped => e.replica == old.index,
+                    What::Leading { term, .. } => term > old.term,
+                    // The old leadership renewed after the restart: it lives on.
+                    What::Renewed { term, .. } => {
+                        scenario == Scenario::BackendRestart
+                            && term == old.term
+                            && e.mono_ms >= back
+                    }
+                    _ => false,
+                }
+        })
+        .await;
+    }
     lane.route.flip().await?;
     let mut sample = Sample {
         round,
+        scenario,
         to_leader_ms: None,
         to_write_ms: None,
         old_leader_wrote: false,
         terms: (old.term, 0),
         error: None,
     };
-    // After a vanish the old leader may well lead again, under a new term.
-    let anyone = scenario == Scenario::Vanish;
+    // After a vanish or a restart of the server the old leader may well lead again, under a
+    // new term; after a restart with the data kept (etcd, the apiserver's etcd) its leadership
+    // may even live on, renewed once the server is back.
+    let anyone = matches!(scenario, Scenario::Vanish | Scenario::BackendRestart);
     let led = lane
         .wait(plan.leader_patience(), |e| {
-            (anyone || e.replica != old.index)
-                && e.mono_ms >= at
-                && matches!(e.what, What::Leading { term, .. } if term > old.term)
+            e.mono_ms >= at
+                && match e.what {
+                    What::Leading { term, .. } => {
+                        (anyone || e.replica != old.index) && term > old.term
+                    }
+                    What::Renewed { term, .. } => {
+                        scenario == Scenario::BackendRestart
+                            && e.replica == old.index
+                            && term == old.term
+                            && e.mono_ms >= back
+                    }
+                    _ => false,
+                }
         })
         .await;
     let Some(led) = led else {
@@ -82,28 +129,30 @@ pub async fn run(
         return Ok(sample);
     };
     let new_term = match led.what {
-        What::Leading { term, .. } => term,
+        What::Leading { term, .. } | What::Renewed { term, .. } => term,
         _ => 0,
     };
     sample.terms.1 = new_term;
     sample.to_leader_ms = Some(led.mono_ms - at);
-    // The old leadership's own write of the change (by term: after a vanish the same replica
-    // may lead again).
+    // The old leadership's own write of the change, when another one took over (by term:
+    // after a vanish the same replica may lead again).
     let old_wrote = |lane: &Lane| {
-        lane.events.iter().any(|e| {
-            e.replica == old.index
-                && e.mono_ms >= at
-                && matches!(&e.what, What::Written { name, term, .. } if name == ROUTE && *term == old.term)
-        })
+        new_term != old.term
+            && lane.events.iter().any(|e| {
+                e.replica == old.index
+                    && e.mono_ms >= at
+                    && matches!(&e.what, What::Written { name, term, .. } if name == ROUTE && *term == old.term)
+            })
     };
     // The new leader's first write of its term; or, when the old leader wrote the change
     // itself, the end of the new leader's first pass (it then finds nothing to write).
     let done = lane
         .wait(WRITE_PATIENCE, |e| {
             e.replica == led.replica
+                && e.mono_ms >= at
                 && match &e.what {
                     What::Written { term, .. } => *term == new_term,
-                    What::SweepDone { term } => *term == new_term,
+                    What::SweepDone { term } => *term == new_term && new_term != old.term,
                     _ => false,
                 }
         })
@@ -115,6 +164,7 @@ pub async fn run(
         done = lane
             .wait(WRITE_PATIENCE, |e| {
                 e.replica == led.replica
+                    && e.mono_ms >= at
                     && matches!(e.what, What::Written { term, .. } if term == new_term)
             })
             .await;
@@ -159,27 +209,42 @@ async fn finish(
             lane.spawn(slot)?;
         }
         // Nothing was stopped: the same replicas go on.
-        Scenario::Vanish => {}
-        Scenario::Pause => {
-            let frozen_for = plan.timing.lease_duration + Duration::from_millis(500);
-            let left = at + frozen_for.as_secs_f64() * 1e3 - clock::mono_ms();
+        Scenario::Vanish | Scenario::BackendRestart | Scenario::Chaos => {}
+        Scenario::Pause | Scenario::Partition => {
+            let held_for = plan.timing.lease_duration + Duration::from_millis(500);
+            let left = at + held_for.as_secs_f64() * 1e3 - clock::mono_ms();
             if left > 0.0 {
                 tokio::time::sleep(Duration::from_secs_f64(left / 1e3)).await;
             }
-            let thawed = lane.signal(slot, Signal::SIGCONT)?;
+            let back = if scenario == Scenario::Pause {
+                lane.signal(slot, Signal::SIGCONT)?
+            } else {
+                lane.partition(slot, false)?
+            };
             let index = lane.slots[slot]
                 .as_ref()
                 .map(|r| r.index)
                 .ok_or_else(|| anyhow!("slot {slot} is empty"))?;
-            // The thawed replica finds its deadline passed and steps down.
+            // A thawed replica finds its deadline passed and steps down; a cut-off one stepped
+            // down at its renew deadline, while still cut off.
+            let since = if scenario == Scenario::Pause {
+                back
+            } else {
+                at
+            };
             let stepped = lane
                 .wait(patience, |e| {
-                    e.replica == index && e.mono_ms >= thawed && matches!(e.what, What::Following)
+                    e.replica == index && e.mono_ms >= since && matches!(e.what, What::Following)
                 })
                 .await;
             if stepped.is_none() {
                 return Err(anyhow!(
-                    "the thawed replica did not step down within {patience:?}"
+                    "the {} replica did not step down within {patience:?}",
+                    if scenario == Scenario::Pause {
+                        "thawed"
+                    } else {
+                        "cut-off"
+                    }
                 ));
             }
         }

@@ -16,16 +16,31 @@ pub enum Scenario {
     /// The lock record deleted by hand (Lease delete, etcd `del`, Redis `DEL`) under a running
     /// leader: the replicas must settle on one new leadership, under a new term.
     Vanish,
+    /// The lock's server killed and started again at once: Redis empty, etcd with its data,
+    /// the apiserver with its etcd. Timed from the kill.
+    BackendRestart,
+    /// The leader's connection to the lock's server black-holed (a TCP proxy per replica) for
+    /// longer than the lease, then healed; the other replicas still reach the server.
+    Partition,
+    /// Each round one of the others, dealt from a shuffled deck (every one once in six rounds):
+    /// the long run that hunts for split brain.
+    Chaos,
 }
 
 impl Scenario {
-    /// Every scenario, in the order `all` runs them.
-    pub const ALL: [Scenario; 4] = [
+    /// Every scenario `all` runs, in order; `chaos` draws from these too.
+    pub const ALL: [Scenario; 6] = [
         Scenario::Graceful,
         Scenario::Crash,
         Scenario::Pause,
         Scenario::Vanish,
+        Scenario::BackendRestart,
+        Scenario::Partition,
     ];
+
+    /// Every name `--scenario` accepts, `all` aside.
+    pub const NAMES: &'static str =
+        "graceful, crash, pause, vanish, backend-restart, partition, chaos";
 
     /// The name on the command line and in the output.
     pub fn name(self) -> &'static str {
@@ -34,12 +49,23 @@ impl Scenario {
             Scenario::Crash => "crash",
             Scenario::Pause => "pause",
             Scenario::Vanish => "vanish",
+            Scenario::BackendRestart => "backend-restart",
+            Scenario::Partition => "partition",
+            Scenario::Chaos => "chaos",
         }
     }
 
     /// Parses one `--scenario` value (`all` is handled by the caller).
     pub fn parse(s: &str) -> Option<Scenario> {
-        Self::ALL.into_iter().find(|x| x.name() == s)
+        Self::ALL
+            .into_iter()
+            .chain([Scenario::Chaos])
+            .find(|x| x.name() == s)
+    }
+
+    /// Whether a replica needs its own proxy to the lock's server for this scenario.
+    pub fn needs_proxy(self) -> bool {
+        matches!(self, Scenario::Partition | Scenario::Chaos)
     }
 }
 

@@ -3,6 +3,7 @@
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use gateway_api::gatewayclasses::GatewayClass;
@@ -75,6 +76,22 @@ pub fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<()>) -> 
     }
 }
 
+/// How a failed watch retries: from 250 ms, doubling, jittered, at most 2 s apart.
+///
+/// kube-runtime's default (client-go's reflector: up to 30 s) is kind to a struggling apiserver,
+/// but after an apiserver restart of a few seconds it leaves a new leader blind to changes for up
+/// to 15 s more (measured with `gateway-leader bench --scenario backend-restart`). Six watches
+/// per replica retrying every 2 s at worst is still a light load.
+fn watch_backoff() -> watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(Duration::from_secs(2))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .into()
+}
+
 fn reflect<K>(api: Api<K>, changed: &Arc<Notify>, tasks: &mut JoinSet<()>) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -82,8 +99,8 @@ where
 {
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     let (reader, writer) = reflector::store();
-    let stream =
-        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+        .backoff(watch_backoff());
     let changed = changed.clone();
     tasks.spawn(async move {
         futures::pin_mut!(stream);

@@ -4,7 +4,7 @@
 //! The launchers live in the `gateway-leader` crate (`gateway_leader::servers`), where
 //! `gateway-leader bench` uses them too; they are re-exported here under their old paths.
 
-pub use gateway_leader::servers::{etcd, gateway_api, kube, process, redis};
+pub use gateway_leader::servers::{etcd, gateway_api, kube, process, proxy, redis};
 pub mod rbac;
 
 pub use gateway_leader::servers::process::{
