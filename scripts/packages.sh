@@ -1,5 +1,6 @@
 # Sourced by scripts/test.sh and scripts/demo.sh: installs, with apt-get, what building
-# gateway-leader (etcd-client needs protoc) and running its real servers need, when missing.
+# gateway-leader (etcd-client needs protoc), running its real servers and the docs' walkthrough
+# need, when missing.
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"
@@ -14,6 +15,8 @@ ensure_packages() {
   [ -e /usr/include/google/protobuf/timestamp.proto ] || missing+=(libprotobuf-dev)
   command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  # docs/operations.md's walkthrough (and its test) reads /metrics with curl.
+  command -v curl >/dev/null 2>&1 || missing+=(curl ca-certificates)
   [ ${#missing[@]} -eq 0 ] && return 0
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "missing: ${missing[*]}; install them with your package manager and run again" >&2

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod health;
+pub mod local;
 pub mod metrics;
 pub mod poll;
 pub mod run;
@@ -62,6 +63,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
     };
     match cli.command {
         Command::Bench(args) => bench::main(*args),
+        Command::LocalApiserver(args) => local::main(args),
         Command::Run(args) => {
             let (layers, settings) = match load_settings(&args, std::env::vars_os()) {
                 Ok(x) => x,

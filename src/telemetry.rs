@@ -1,6 +1,7 @@
 //! Logging setup.
 
 use std::ffi::OsStr;
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
@@ -16,7 +17,9 @@ pub fn init(format: LogFormat, level: &str) {
     let (filter, ignored) = choose_filter(std::env::var_os("RUST_LOG").as_deref(), level);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never into a file or a log collector.
+        .with_ansi(std::io::stderr().is_terminal());
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

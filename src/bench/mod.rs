@@ -108,6 +108,15 @@ pub fn main(args: BenchArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// A line above the bar, or on stderr when there is no terminal to draw the bar on.
+fn say(pb: &ProgressBar, line: String) {
+    if pb.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        pb.println(line);
+    }
+}
+
 fn progress(plan: &Plan) -> ProgressBar {
     let total = plan.backends.len() * plan.wakeups.len() * plan.scenarios.len() * plan.rounds;
     let pb = ProgressBar::new(total as u64);
@@ -123,7 +132,10 @@ fn progress(plan: &Plan) -> ProgressBar {
 async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
     let pb = progress(plan);
     if plan.scenarios.contains(&Scenario::Chaos) {
-        pb.println(format!("chaos seed: {} (replay with --seed)", plan.seed));
+        say(
+            &pb,
+            format!("chaos seed: {} (replay with --seed)", plan.seed),
+        );
     }
     let mut rng = rand::rngs::StdRng::seed_from_u64(plan.seed);
     pb.set_message("starting the apiserver");
@@ -185,6 +197,7 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
             for &scenario in &plan.scenarios {
                 let mut samples: Vec<Sample> = Vec::new();
                 let mut deck: Vec<Scenario> = Vec::new();
+                let mut failed_in_a_row = 0;
                 for round in 0..plan.rounds {
                     let this = match scenario {
                         // Dealt from a shuffled deck: a random order, and every scenario once
@@ -202,11 +215,35 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
                     let sample =
                         round::run(&mut lane, plan, this, round, (&mut server, &mut cluster))
                             .await
-                            .with_context(|| format!("{label} {this} round {}", round + 1))?;
+                            .with_context(|| format!("{label} {this} round {}", round + 1));
+                    // A round that could not run (say the lane never settled) is reported and
+                    // the run goes on, so that a long chaos run keeps what it measured; three
+                    // in a row end it.
+                    let sample = match sample {
+                        Ok(s) => {
+                            failed_in_a_row = 0;
+                            s
+                        }
+                        Err(e) if failed_in_a_row < 2 => {
+                            failed_in_a_row += 1;
+                            Sample::failed(round, this, format!("{e:#}"))
+                        }
+                        Err(e) => return Err(e),
+                    };
                     if let Some(e) = &sample.error {
-                        pb.println(format!("{label} {this} round {}: {e}", round + 1));
+                        say(&pb, format!("{label} {this} round {}: {e}", round + 1));
                     }
                     samples.push(sample);
+                    // Without a terminal the bar is hidden: a line now and then instead, for a
+                    // long run under nohup or in CI.
+                    if pb.is_hidden() && (round + 1) % 50 == 0 {
+                        eprintln!(
+                            "{:>6.0} s  {label} {scenario}: {} of {} rounds",
+                            pb.elapsed().as_secs_f64(),
+                            round + 1,
+                            plan.rounds
+                        );
+                    }
                     pb.inc(1);
                 }
                 // Chaos reports each drawn scenario on its own, as `chaos: <scenario>`.

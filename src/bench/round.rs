@@ -35,6 +35,21 @@ pub struct Sample {
     pub error: Option<String>,
 }
 
+impl Sample {
+    /// A round that could not run at all.
+    pub fn failed(round: usize, scenario: Scenario, error: String) -> Sample {
+        Sample {
+            round,
+            scenario,
+            to_leader_ms: None,
+            to_write_ms: None,
+            old_leader_wrote: false,
+            terms: (0, 0),
+            error: Some(error),
+        }
+    }
+}
+
 /// How long a new leader may take for its first write after it leads.
 const WRITE_PATIENCE: Duration = Duration::from_secs(30);
 
