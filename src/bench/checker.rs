@@ -95,7 +95,7 @@ pub fn leaderships(events: &[Event], killed: &BTreeMap<usize, f64>) -> Vec<Inter
                         i.end = i.end.max(*valid_until);
                     }
                 }
-                What::Following | What::Stopped => {
+                What::Following { .. } | What::Stopped => {
                     if let Some(i) = open.take() {
                         close(i, e.mono_ms, &mut out);
                     }
@@ -237,7 +237,7 @@ mod tests {
                 },
             ),
             ev(1, 4000.0, lead(2, 6000.0)),
-            ev(0, 5000.0, What::Following),
+            ev(0, 5000.0, What::Following { term: None }),
         ];
         assert!(check(&events, &BTreeMap::new()).violations.is_empty());
         // Killed at 1500, another leads from 1600: fine though its deadline was later.
@@ -264,13 +264,13 @@ mod tests {
         // The same replica going back counts too, and one regression is one report.
         let events = vec![
             ev(0, 0.0, lead(5, 100.0)),
-            ev(0, 150.0, What::Following),
+            ev(0, 150.0, What::Following { term: None }),
             ev(0, 200.0, lead(3, 300.0)),
-            ev(0, 350.0, What::Following),
+            ev(0, 350.0, What::Following { term: None }),
             ev(1, 400.0, lead(4, 500.0)),
-            ev(1, 550.0, What::Following),
+            ev(1, 550.0, What::Following { term: None }),
             ev(2, 600.0, lead(4, 700.0)),
-            ev(2, 650.0, What::Following),
+            ev(2, 650.0, What::Following { term: None }),
             // Its own record taken back: the same holder, the same term.
             ev(2, 800.0, lead(4, 900.0)),
         ];

@@ -34,8 +34,11 @@ pub enum What {
         /// The new validity deadline (`CLOCK_MONOTONIC` ms).
         valid_until: f64,
     },
-    /// `leadership: following`: not leading (any more).
-    Following,
+    /// `leadership: following`: not leading (any more); the holder's term when known.
+    Following {
+        /// The term of the leadership this replica follows.
+        term: Option<u64>,
+    },
     /// `leadership: stopped`: the elector stopped; nothing is written any more.
     Stopped,
     /// `status written` under a term.
@@ -79,7 +82,7 @@ pub fn parse(replica: usize, line: &str) -> Option<Event> {
             term: term(&v)?,
             valid_until: num(&v, "valid_until_mono_ms")?,
         },
-        "leadership: following" => What::Following,
+        "leadership: following" => What::Following { term: term(&v) },
         "leadership: stopped" => What::Stopped,
         "status written" => What::Written {
             term: term(&v)?,

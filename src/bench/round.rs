@@ -91,7 +91,7 @@ pub async fn run(
         lane.wait(end_patience, |e| {
             e.mono_ms >= at
                 && match e.what {
-                    What::Following | What::Stopped => e.replica == old.index,
+                    What::Following { .. } | What::Stopped => e.replica == old.index,
                     What::Leading { term, .. } => term > old.term,
                     // The old leadership renewed after the restart: it lives on.
                     What::Renewed { term, .. } => {
@@ -164,9 +164,10 @@ pub async fn run(
     let done = lane
         .wait(WRITE_PATIENCE, |e| {
             e.replica == led.replica
-                && e.mono_ms >= at
                 && match &e.what {
-                    What::Written { term, .. } => *term == new_term,
+                    What::Written { term, .. } => *term == new_term && e.mono_ms >= at,
+                    // The sweep line has no instant (NaN); a new term's sweep is after the
+                    // signal anyway.
                     What::SweepDone { term } => *term == new_term && new_term != old.term,
                     _ => false,
                 }
@@ -249,7 +250,7 @@ async fn finish(
             };
             let stepped = lane
                 .wait(patience, |e| {
-                    e.replica == index && e.mono_ms >= since && matches!(e.what, What::Following)
+                    e.replica == index && e.mono_ms >= since && matches!(e.what, What::Following { .. })
                 })
                 .await;
             if stepped.is_none() {
