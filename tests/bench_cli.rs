@@ -57,3 +57,83 @@ fn bad_input_exits_2_naming_the_flag_before_anything_starts() {
         assert!(!out.exists(), "{args:?}: nothing may be created");
     }
 }
+
+/// The children of `pid`, from /proc.
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`; comm may hold spaces, so read after the last ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_signalled_bench_stops_every_replica_and_server_it_started() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_gateway-leader"))
+        .args(["bench", "--lock-backend", "redis", "--scenario", "crash"])
+        .args(["--wakeup", "watch", "--rounds", "50", "--steady", "0s"])
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the binary runs");
+    // Wait until the replicas run: the apiserver, redis-server and three replicas at least.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let mut started = Vec::new();
+    while std::time::Instant::now() < deadline {
+        started = children(bench.id());
+        if started.len() >= 5 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(started.len() >= 5, "the bench started {started:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(bench.id()).expect("pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let status = bench.wait().expect("the bench exits");
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "a stopped run is a failure at run time"
+    );
+    // Each child is gone (a zombie reaped by init counts as gone once it has no parent of ours).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let alive: Vec<u32> = started
+            .iter()
+            .copied()
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                    !s.rsplit_once(')')
+                        .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+                })
+            })
+            .collect();
+        if alive.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running after the bench stopped: {alive:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

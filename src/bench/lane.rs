@@ -148,7 +148,12 @@ impl Lane {
             .rev()
             .filter(|e| e.replica == index)
             .map(|e| &e.what)
-            .find(|w| matches!(w, What::Leading { .. } | What::Following { .. } | What::Stopped))
+            .find(|w| {
+                matches!(
+                    w,
+                    What::Leading { .. } | What::Following { .. } | What::Stopped
+                )
+            })
     }
 
     /// The replica that leads now, by the logs: the highest term among running replicas whose
@@ -180,14 +185,13 @@ impl Lane {
             let following = (0..self.slots.len())
                 .filter(|s| Some(*s) != leader.map(|l| l.slot))
                 .all(|s| {
-                    self.index_of(s)
-                        .is_some_and(|i| {
-                            // Following this very leadership: a follower that has not yet seen
-                            // the current term would not notice the next round's change (a
-                            // polling one never sees a Lease that lives between two polls).
-                            matches!(self.last_state(i), Some(What::Following { term })
+                    self.index_of(s).is_some_and(|i| {
+                        // Following this very leadership: a follower that has not yet seen
+                        // the current term would not notice the next round's change (a
+                        // polling one never sees a Lease that lives between two polls).
+                        matches!(self.last_state(i), Some(What::Following { term })
                                 if leader.is_some_and(|l| *term == Some(l.term)))
-                        })
+                    })
                 });
             if let (Some(l), true) = (leader, following) {
                 tokio::time::sleep(Duration::from_millis(300)).await;

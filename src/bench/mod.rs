@@ -80,7 +80,7 @@ pub fn main(args: BenchArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let report = match rt.block_on(run(&plan, &exe)) {
+    let report = match rt.block_on(run_until_signal(&plan, &exe)) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("gateway-leader bench: {e:#}");
@@ -126,6 +126,19 @@ fn progress(plan: &Plan) -> ProgressBar {
         pb.set_style(style.progress_chars("=> "));
     }
     pb
+}
+
+/// [`run`], ended early by SIGINT or SIGTERM: dropping it stops (SIGKILL) every replica and
+/// server it started, so none outlives the bench, whoever signalled it.
+async fn run_until_signal(plan: &Plan, exe: &Path) -> Result<Report> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    tokio::select! {
+        r = run(plan, exe) => r,
+        _ = term.recv() => Err(anyhow::anyhow!("stopped by SIGTERM; every replica and server it started is stopped")),
+        _ = int.recv() => Err(anyhow::anyhow!("stopped by SIGINT; every replica and server it started is stopped")),
+    }
 }
 
 /// Starts the servers and runs every lane; the figures and the checker's verdicts.

@@ -250,7 +250,9 @@ async fn finish(
             };
             let stepped = lane
                 .wait(patience, |e| {
-                    e.replica == index && e.mono_ms >= since && matches!(e.what, What::Following { .. })
+                    e.replica == index
+                        && e.mono_ms >= since
+                        && matches!(e.what, What::Following { .. })
                 })
                 .await;
             if stepped.is_none() {

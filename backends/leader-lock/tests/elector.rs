@@ -829,7 +829,10 @@ async fn wait_until(f: impl Fn() -> bool) {
 #[tokio::test(start_paused = true)]
 async fn a_scripted_leadership_follows_what_is_published() {
     let (script, leadership) = leader_lock::Leadership::scripted(LeaderState::Starting);
-    assert!(leadership.check().is_err(), "not leading before a publication");
+    assert!(
+        leadership.check().is_err(),
+        "not leading before a publication"
+    );
     let valid_until = Instant::now() + Duration::from_secs(5);
     script.publish(LeaderState::Leader {
         term: Term(7),
