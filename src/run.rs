@@ -46,11 +46,14 @@ impl ShutdownSignals {
 
 /// Logs every change of leadership with its term, so operators see who writes and under which term.
 fn log_changes(leadership: &Leadership) -> tokio::task::JoinHandle<()> {
-    let mut rx = leadership.subscribe();
+    // Every publication with the instant it took effect: the lines say when a leadership began
+    // and ended, not when this task got round to looking (on a busy machine that can be after
+    // the lock was released and taken by another replica).
+    let (first, mut rx) = leadership.record();
     tokio::spawn(async move {
         let mut last: Option<LeaderState> = None;
-        loop {
-            let state = rx.borrow_and_update().clone();
+        let mut next = Some(first);
+        while let Some((at, state)) = next.take() {
             // A renewal only moves the validity deadline: not a change of leadership.
             let same = match (&last, &state) {
                 (
@@ -64,38 +67,33 @@ fn log_changes(leadership: &Leadership) -> tokio::task::JoinHandle<()> {
             // `mono_ms` (CLOCK_MONOTONIC) lets `bench` and its split-brain checker compare these
             // instants across processes; `valid_until_mono_ms` is the validity deadline, moved by
             // each renew (logged at debug, so only when asked for).
-            let mono_ms = clock::mono_ms();
+            let mono_ms = clock::instant_mono_ms(at);
             if same {
                 if let LeaderState::Leader { term, valid_until } = state {
                     debug!(%term, mono_ms, valid_until_mono_ms = clock::instant_mono_ms(valid_until),
                         "leadership: renewed");
                 }
-                if rx.changed().await.is_err() {
-                    return;
-                }
-                continue;
-            }
-            match state {
-                // Terms are logged as text (`Display`), so `term` has one JSON type everywhere,
-                // the disabled marker included.
-                LeaderState::Leader { term, valid_until } => info!(term = %term, mono_ms,
-                    valid_until_mono_ms = clock::instant_mono_ms(valid_until), "leadership: leading"),
-                LeaderState::Follower { holder, term } => info!(
-                    holder = holder.as_deref().unwrap_or("unknown"),
-                    // `display` comes with the macro.
-                    term = term.map(display),
-                    mono_ms,
-                    "leadership: following"
-                ),
-                LeaderState::Starting => {}
-                LeaderState::Stopped => {
-                    info!(mono_ms, "leadership: stopped");
-                    return;
+            } else {
+                match state {
+                    // Terms are logged as text (`Display`), so `term` has one JSON type
+                    // everywhere, the disabled marker included.
+                    LeaderState::Leader { term, valid_until } => info!(term = %term, mono_ms,
+                        valid_until_mono_ms = clock::instant_mono_ms(valid_until), "leadership: leading"),
+                    LeaderState::Follower { holder, term } => info!(
+                        holder = holder.as_deref().unwrap_or("unknown"),
+                        // `display` comes with the macro.
+                        term = term.map(display),
+                        mono_ms,
+                        "leadership: following"
+                    ),
+                    LeaderState::Starting => {}
+                    LeaderState::Stopped => {
+                        info!(mono_ms, "leadership: stopped");
+                        return;
+                    }
                 }
             }
-            if rx.changed().await.is_err() {
-                return;
-            }
+            next = rx.recv().await;
         }
     })
 }

@@ -170,7 +170,7 @@ pub enum GuardedError<E> {
 }
 
 /// One published state and the instant it took effect.
-pub(crate) type Stamped = (Instant, LeaderState);
+pub type Stamped = (Instant, LeaderState);
 
 /// Observers of every publication (the conformance suite's split-brain checker).
 type Taps = Arc<Mutex<Vec<mpsc::UnboundedSender<Stamped>>>>;
@@ -242,8 +242,7 @@ pub struct Leadership {
     rx: watch::Receiver<LeaderState>,
     closing: Arc<AtomicBool>,
     in_flight: TaskTracker,
-    /// Read only by the conformance suite's checker (`record`).
-    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
+    /// Read by [`record`](Self::record).
     taps: Taps,
     /// The sender of an [`always_leader`](Self::always_leader) handle, kept alive so that a wait
     /// for the next change waits instead of failing at once.
@@ -273,10 +272,10 @@ impl Leadership {
         (Scripted(publisher), leadership)
     }
 
-    /// The current state, stamped now, then every state published afterwards with the instant
-    /// it took effect. For the split-brain checker, which needs exact publication times.
-    #[cfg(feature = "conformance")]
-    pub(crate) fn record(&self) -> (Stamped, mpsc::UnboundedReceiver<Stamped>) {
+    /// The current state, stamped now, then every state published afterwards (renewals
+    /// included) with the instant it took effect: for split-brain checkers and for logs that
+    /// must say when a leadership began and ended, not when a task got round to looking.
+    pub fn record(&self) -> (Stamped, mpsc::UnboundedReceiver<Stamped>) {
         let (tx, rx) = mpsc::unbounded_channel();
         // The channel's read lock keeps a publication from slipping in between the snapshot and
         // the tap (a publication takes the write lock first, then the taps).

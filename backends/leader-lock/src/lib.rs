@@ -21,7 +21,7 @@ pub mod conformance;
 pub use elector::{Elector, ElectorConfig, SHUTDOWN_BUDGET};
 #[cfg(feature = "conformance")]
 pub use leadership::Scripted;
-pub use leadership::{GuardedError, LeaderState, Leadership, NotLeader, WritePermit};
+pub use leadership::{GuardedError, LeaderState, Leadership, NotLeader, Stamped, WritePermit};
 pub use lock::{Attempt, LeaderLock, LockError, LockEvent, LockEventStream};
 pub use memory::{MemoryLock, MemoryStore};
 pub use observe::ObservedRecord;
