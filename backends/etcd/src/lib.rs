@@ -709,17 +709,19 @@ impl Inner {
         let ttl = whole_seconds(c.lease_duration)?;
         let own = c.lease_duration;
         let mut st = self.state.lock().await;
-        if let Some(mut h) = st.held.take_if(|h| h.holder == me) {
-            match self.renew(&mut h).await {
-                Ok(Renewed::Yes(term)) => {
-                    st.held = Some(h);
-                    return Ok(Attempt::Leader { term });
+        // Renewed in place, not taken out and put back: an attempt dropped mid-renew (the
+        // elector stops an attempt under way when it shuts down) must leave the record known as
+        // ours, or the release that follows finds nothing to release and the followers wait a
+        // whole lease instead of milliseconds.
+        if let Some(h) = st.held.as_mut().filter(|h| h.holder == me) {
+            match self.renew(h).await {
+                Ok(Renewed::Yes(term)) => return Ok(Attempt::Leader { term }),
+                Ok(Renewed::Lost) => {
+                    if let Some(h) = st.held.take() {
+                        self.abandon(h.lease);
+                    }
                 }
-                Ok(Renewed::Lost) => self.abandon(h.lease),
-                Err(e) => {
-                    st.held = Some(h);
-                    return Err(e);
-                }
+                Err(e) => return Err(e),
             }
         }
         if let Some(term) = self.adopt(&mut st, &me).await? {
