@@ -26,7 +26,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::leadership::{LeaderState, Leadership, Publisher};
 use crate::lock::{Attempt, LeaderLock, LockError, LockEvent};
-use crate::record::{Candidate, Identity, Term};
+use crate::record::{Candidate, Identity, LockRecord, Term};
 use crate::timing::Timing;
 
 /// How long [`Elector::shutdown`] may take in all: draining writes, then releasing.
@@ -101,6 +101,7 @@ impl Elector {
             watch: WatchTask::spawn(lock.clone(), config.timing, &token),
             held: None,
             last_term: None,
+            seen: None,
         };
         let task = tokio::spawn(run.run(token));
         Elector {
@@ -391,6 +392,8 @@ struct Run {
     watch: WatchTask,
     held: Option<Held>,
     last_term: Option<Term>,
+    /// Another holder's record as the watch last showed it.
+    seen: Option<LockRecord>,
 }
 
 /// Why the loop woke up.
@@ -509,11 +512,15 @@ impl Run {
                     holder: Some(rec.holder.clone()),
                     term: Some(rec.term),
                 });
-                // Never later than a lease from now, and never later than the backend's own
-                // expiry hint from the last attempt: a replayed record (a reopened watch) must
-                // not postpone a takeover that is due.
+                // A record that changed (a renewal, a new holder) cannot expire before a lease
+                // from now: the next look is then, whatever an earlier answer said, so a follower
+                // whose watch shows the holder renewing sends nothing at all. A replayed record
+                // (a reopened watch) moves nothing later: a takeover that is due stays due.
                 let wait = rec.lease_duration.min(self.timing.lease_duration);
-                *next = (*next).min(Instant::now() + wait);
+                let due = Instant::now() + wait;
+                let changed = self.seen.as_ref() != Some(rec);
+                self.seen = Some(rec.clone());
+                *next = if changed { due } else { (*next).min(due) };
                 false
             }
             // Released, deleted, or the watch reconnected: look now.
