@@ -3,6 +3,10 @@
 //! Timer logic runs under tokio's paused clock (`start_paused`): the in-memory lock measures
 //! with `tokio::time::Instant`, so these tests assert exact instants and take no real time.
 
+// `serial()`'s guard is held across awaits on purpose: it keeps the whole test, which runs on a
+// current-thread runtime of its own, from overlapping another; nothing else takes it.
+#![allow(clippy::await_holding_lock)]
+
 use std::collections::VecDeque;
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
