@@ -289,3 +289,60 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let _ = server.await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Log lines written to memory.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leadership_lines_carry_the_instant_of_the_change_not_of_the_log() {
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        tracing::callsite::rebuild_interest_cache();
+        let (script, leadership) = Leadership::scripted(LeaderState::Starting);
+        let logger = log_changes(&leadership);
+        script.publish(LeaderState::Leader {
+            term: leader_lock::Term(3),
+            valid_until: tokio::time::Instant::now() + Duration::from_secs(60),
+        });
+        // The logger gets round to the change five seconds after it happened (a busy machine).
+        tokio::time::advance(Duration::from_secs(5)).await;
+        script.publish(LeaderState::Stopped);
+        logger.await.expect("the logger ends after Stopped");
+        let logged_at = clock::mono_ms();
+        let text = String::from_utf8(buf.0.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .expect("utf-8");
+        let leading: serde_json::Value = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .find(|v: &serde_json::Value| v["message"] == "leadership: leading")
+            .unwrap_or_else(|| panic!("no leading line in {text}"));
+        let at = leading["mono_ms"].as_f64().expect("mono_ms");
+        // Stamped five (paused) seconds before the logger looked, not when it looked.
+        assert!(logged_at - at >= 4_000.0, "{logged_at} - {at}: {text}");
+    }
+}
