@@ -212,25 +212,11 @@ impl Route {
             .get(ROUTE)
             .await
             .with_context(|| format!("reading route {}/{ROUTE}", self.ns))?;
-        let generation = route.metadata.generation;
-        let parents = route.status.map(|s| s.parents).unwrap_or_default();
-        let Some(ours) = parents
-            .iter()
-            .find(|p| p.controller_name == self.controller)
-        else {
-            return Ok(Some("no parent entry of ours".into()));
-        };
-        let want = self.expected_resolved();
-        let Some(c) = ours.conditions.iter().find(|c| c.type_ == "ResolvedRefs") else {
-            return Ok(Some("no ResolvedRefs condition".into()));
-        };
-        if c.status != want || c.observed_generation != generation {
-            return Ok(Some(format!(
-                "ResolvedRefs {} at generation {:?}; wanted {want} at {generation:?}",
-                c.status, c.observed_generation
-            )));
-        }
-        Ok(None)
+        Ok(status_problem(
+            &route,
+            &self.controller,
+            self.expected_resolved(),
+        ))
     }
 
     /// Waits up to `limit` for the route's status to be right; the last problem seen otherwise.
@@ -243,5 +229,65 @@ impl Route {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+/// What is wrong with `route`'s status for `controller`, if anything: its parent entry must
+/// carry `ResolvedRefs` = `want`, observed at the route's current generation.
+fn status_problem(route: &HttpRoute, controller: &str, want: &str) -> Option<String> {
+    let generation = route.metadata.generation;
+    let parents = route
+        .status
+        .as_ref()
+        .map(|s| s.parents.as_slice())
+        .unwrap_or_default();
+    let Some(ours) = parents.iter().find(|p| p.controller_name == controller) else {
+        return Some("no parent entry of ours".into());
+    };
+    let Some(c) = ours.conditions.iter().find(|c| c.type_ == "ResolvedRefs") else {
+        return Some("no ResolvedRefs condition".into());
+    };
+    if c.status != want || c.observed_generation != generation {
+        return Some(format!(
+            "ResolvedRefs {} at generation {:?}; wanted {want} at {generation:?}",
+            c.status, c.observed_generation
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(generation: i64, controller: &str, resolved: &str, observed: i64) -> HttpRoute {
+        let mut r: HttpRoute = serde_json::from_value(route_json("ns", "web")).expect("a route");
+        r.metadata.generation = Some(generation);
+        r.status = serde_json::from_value(json!({"parents": [{
+            "controllerName": controller,
+            "parentRef": {"name": "gw"},
+            "conditions": [{"type": "ResolvedRefs", "status": resolved, "reason": "r",
+                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z",
+                "observedGeneration": observed}]
+        }]}))
+        .expect("a status");
+        r
+    }
+
+    #[test]
+    fn the_final_status_must_be_ours_current_and_right() {
+        assert_eq!(status_problem(&route(2, "c", "True", 2), "c", "True"), None);
+        let stale = status_problem(&route(3, "c", "True", 2), "c", "True");
+        assert!(stale.is_some_and(|p| p.contains("at generation Some(2)")));
+        let wrong = status_problem(&route(2, "c", "False", 2), "c", "True");
+        assert!(wrong.is_some_and(|p| p.contains("ResolvedRefs False")));
+        let foreign = status_problem(&route(2, "other", "True", 2), "c", "True");
+        assert_eq!(foreign.as_deref(), Some("no parent entry of ours"));
+        let mut none = route(2, "c", "True", 2);
+        none.status = None;
+        assert_eq!(
+            status_problem(&none, "c", "True").as_deref(),
+            Some("no parent entry of ours")
+        );
     }
 }
