@@ -4,7 +4,6 @@
 pub mod backend;
 pub mod bench;
 pub mod cli;
-pub mod clock;
 pub mod config;
 pub mod health;
 pub mod local;

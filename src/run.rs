@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::backend;
-use crate::clock;
+use leader_lock::clock;
 use crate::config::{Settings, Wakeup};
 use crate::health::{self, Health};
 use crate::metrics::{InstrumentedLock, Metrics};

@@ -1,7 +1,7 @@
 //! What a replica's JSON log says, as far as the bench and the checker need it.
 //!
 //! Every instant is `mono_ms`: `CLOCK_MONOTONIC` in milliseconds, logged by the replica itself
-//! (see [`crate::clock`]), so it compares with the bench's own signal instants.
+//! (see `leader_lock::clock`), so it compares with the bench's own signal instants.
 
 use serde::Serialize;
 

@@ -237,7 +237,7 @@ impl Lane {
             .get(slot)
             .filter(|p| !p.is_empty())
             .ok_or_else(|| anyhow!("slot {slot} has no partition proxy"))?;
-        let at = crate::clock::mono_ms();
+        let at = leader_lock::clock::mono_ms();
         for p in proxies {
             if cut {
                 p.cut();

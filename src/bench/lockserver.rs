@@ -10,7 +10,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams};
 
 use crate::bench::cluster::Cluster;
-use crate::clock;
+use leader_lock::clock;
 use crate::config::Backend;
 use crate::servers::etcd::EtcdServer;
 use crate::servers::redis::RedisServer;

@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::bench::events::{self, Event};
-use crate::clock;
+use leader_lock::clock;
 use crate::config::ENV_PREFIX;
 
 /// The log filter of every replica: info, plus the leadership logger's debug lines (renewals

@@ -13,7 +13,7 @@ use crate::bench::events::What;
 use crate::bench::lane::Lane;
 use crate::bench::lockserver::LockServer;
 use crate::bench::scenario::Scenario;
-use crate::clock;
+use leader_lock::clock;
 use crate::config::Backend;
 
 /// What one round measured.

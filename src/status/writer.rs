@@ -248,7 +248,7 @@ impl StatusWriter {
             Ok(Written::Written { term }) => {
                 // `mono_ms` (CLOCK_MONOTONIC) orders writes across replicas for bench's checker.
                 info!(%term, %identity, kind = %key.kind, namespace = key.namespace.as_deref().unwrap_or(""),
-                    name = %key.name, mono_ms = crate::clock::mono_ms(), "status written");
+                    name = %key.name, mono_ms = leader_lock::clock::mono_ms(), "status written");
             }
             Ok(Written::Unchanged) => debug!(object = %key, "status already right; nothing sent"),
             Ok(Written::Stale) => {

@@ -6,6 +6,7 @@
 //! where `sent` is the monotonic instant noted *before* the last successful acquire or renew was
 //! sent.
 
+pub mod clock;
 mod elector;
 pub mod input;
 mod leadership;

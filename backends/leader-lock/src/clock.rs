@@ -1,16 +1,17 @@
 //! The machine's monotonic clock as a number, so that instants logged by different processes
-//! can be compared: `gateway-leader bench` reads the same clock when it signals a replica.
+//! can be compared: a leadership line of one replica with a status write of another, or with the
+//! instant a benchmark signalled a replica (the split-brain checker in docs/benchmarks.md).
 //!
 //! Wall-clock timestamps can step (NTP) and `Instant` cannot leave its process; `CLOCK_MONOTONIC`
 //! is one clock for every process of the machine since boot.
 
-use nix::time::{clock_gettime, ClockId};
+use rustix::time::{clock_gettime, ClockId};
 
-/// Milliseconds on `CLOCK_MONOTONIC` now (microsecond resolution); `NaN` if it cannot be read.
+/// Milliseconds on `CLOCK_MONOTONIC` now (microsecond resolution).
 pub fn mono_ms() -> f64 {
-    clock_gettime(ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as f64 * 1e3 + t.tv_nsec() as f64 / 1e6)
-        .unwrap_or(f64::NAN)
+    // rustix's safe wrapper: CLOCK_MONOTONIC cannot fail on Linux, hence no NaN path left.
+    let t = clock_gettime(ClockId::Monotonic);
+    t.tv_sec as f64 * 1e3 + t.tv_nsec as f64 / 1e6
 }
 
 /// The `CLOCK_MONOTONIC` milliseconds of a Tokio instant of this process (past or future).
