@@ -10,7 +10,6 @@ pub mod local;
 pub mod metrics;
 pub mod poll;
 pub mod run;
-pub mod servers;
 pub mod status;
 pub mod telemetry;
 

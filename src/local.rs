@@ -9,8 +9,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::servers::gateway_api;
-use crate::servers::kube::KubeApiServer;
+use testkit::gateway_api;
+use testkit::kube::KubeApiServer;
 
 /// Flags of `gateway-leader local-apiserver`.
 #[derive(Debug, Args)]

@@ -17,8 +17,8 @@ use kube::{Api, Client, Config, Resource};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use crate::servers::gateway_api as crds;
-use crate::servers::kube::KubeApiServer;
+use testkit::gateway_api as crds;
+use testkit::kube::KubeApiServer;
 
 /// The route every lane's replicas compute and write the status of.
 pub const ROUTE: &str = "route";

@@ -13,7 +13,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use crate::bench::cluster::Route;
 use crate::bench::events::{Event, What};
 use crate::bench::replica::Replica;
-use crate::servers::proxy::BlackholeProxy;
+use testkit::proxy::BlackholeProxy;
 
 /// The replicas of one lock and everything they logged.
 pub struct Lane {

@@ -12,8 +12,8 @@ use kube::api::{Api, DeleteParams};
 use crate::bench::cluster::Cluster;
 use leader_lock::clock;
 use crate::config::Backend;
-use crate::servers::etcd::EtcdServer;
-use crate::servers::redis::RedisServer;
+use testkit::etcd::EtcdServer;
+use testkit::redis::RedisServer;
 
 /// Existing servers to use instead of starting throwaway ones.
 #[derive(Debug, Clone, Default)]

@@ -43,7 +43,7 @@ use crate::bench::lockserver::LockServer;
 use crate::bench::report::{LaneVerdict, Machine, Report, ScenarioResult};
 use crate::bench::round::Sample;
 use crate::bench::scenario::Scenario;
-use crate::servers::proxy::BlackholeProxy;
+use testkit::proxy::BlackholeProxy;
 use crate::EXIT_USAGE;
 
 /// Exit code when the checker found a violation (the figures are still written).

@@ -1,13 +1,18 @@
-//! Test-only helpers: throwaway etcd, redis-server and kube-apiserver processes on free loopback
-//! ports with temporary data dirs, and the split-brain checker.
+//! Throwaway local servers for tests and benchmarks: `etcd`, `redis-server` and `kube-apiserver`
+//! processes on free loopback ports with temporary data dirs, the Gateway API CRDs on an
+//! apiserver, the shipped RBAC bound to a test's service account, and a TCP proxy that
+//! black-holes a client's traffic on demand (a partition).
 //!
-//! The launchers live in the `gateway-leader` crate (`gateway_leader::servers`), where
-//! `gateway-leader bench` uses them too; they are re-exported here under their old paths.
+//! Dev-only: the test suites and `gateway-leader-bench` use it; nothing that ships links it. It
+//! depends on no lock backend and not on the `gateway-leader` binary, so a backend's tests
+//! build only that backend.
 
-pub use gateway_leader::servers::{etcd, gateway_api, kube, process, proxy, redis};
+pub mod etcd;
+pub mod gateway_api;
+pub mod kube;
+pub mod process;
+pub mod proxy;
 pub mod rbac;
+pub mod redis;
 
-pub use gateway_leader::servers::process::{
-    free_port, require_binary, tail, wait_until, ServerProcess,
-};
-pub use leader_lock::conformance::SplitBrainChecker;
+pub use process::{free_port, require_binary, tail, wait_until, ServerProcess};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::servers::process::{free_port, require_binary, tail, ServerProcess};
+use crate::process::{free_port, require_binary, tail, ServerProcess};
 
 const INSTALL_HINT: &str = "install with `apt-get install redis-server`";
 

@@ -24,8 +24,8 @@ use rcgen::{
 };
 use tokio::sync::OnceCell;
 
-use crate::servers::etcd::EtcdServer;
-use crate::servers::process::{free_port, tail, ServerProcess};
+use crate::etcd::EtcdServer;
+use crate::process::{free_port, tail, ServerProcess};
 
 /// Names an existing cluster's kubeconfig to test against instead of starting an apiserver.
 pub const TEST_KUBECONFIG_ENV: &str = "GATEWAY_LEADER_TEST_KUBECONFIG";
@@ -416,11 +416,11 @@ impl KubeApiServer {
         Client::try_from(c).context("building a client for a token")
     }
 
-    /// Installs the Gateway API CRDs once per server (see [`crate::servers::gateway_api::install`]).
+    /// Installs the Gateway API CRDs once per server (see [`crate::gateway_api::install`]).
     pub async fn install_gateway_api(&self) -> Result<()> {
         self.gateway_api
             .get_or_try_init(|| async {
-                crate::servers::gateway_api::install(&self.admin_client()).await
+                crate::gateway_api::install(&self.admin_client()).await
             })
             .await
             .map(|_| ())

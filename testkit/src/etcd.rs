@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::servers::process::{free_port, require_binary, wait_until, ServerProcess};
+use crate::process::{free_port, require_binary, wait_until, ServerProcess};
 
 const INSTALL_HINT: &str = "install Debian's `etcd-server` package (apt-get install etcd-server)";
 
@@ -161,7 +161,7 @@ impl EtcdServer {
                 bail!(
                     "etcd on 127.0.0.1:{} was not healthy within {READY_LIMIT:?}; log tail:\n{}",
                     self.client_port,
-                    crate::servers::process::tail(&self.log(), 40)
+                    crate::process::tail(&self.log(), 40)
                 );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
