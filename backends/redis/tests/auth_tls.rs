@@ -235,7 +235,7 @@ async fn least_privilege_acl_user_is_enough() {
     let mut c = common::config(&server.url(), &timing);
     c.username = Some("gl".into());
     c.password = Some("gl-secret".into());
-    let checker = testkit::SplitBrainChecker::new();
+    let checker = leader_lock::conformance::SplitBrainChecker::new();
     let mut pool = Vec::new();
     for id in ["a", "b"] {
         let lock = RedisLock::connect(c.clone(), "acl")

@@ -8,7 +8,7 @@ use std::time::Duration;
 use leader_lock::conformance::{patience, wait_state};
 use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Term};
 use leader_lock_redis::RedisLock;
-use testkit::SplitBrainChecker;
+use leader_lock::conformance::SplitBrainChecker;
 use tokio::time::Instant;
 
 async fn contenders(r: &common::Redis, name: &str, n: usize) -> Vec<Elector> {

@@ -14,7 +14,7 @@ use leader_lock::conformance::{patience, wait_following, wait_leader, wait_state
 use leader_lock::{Attempt, Elector, ElectorConfig, Identity, LeaderLock, LeaderState};
 use leader_lock_redis::RedisLock;
 use testkit::redis::RedisServer;
-use testkit::SplitBrainChecker;
+use leader_lock::conformance::SplitBrainChecker;
 use tokio::time::Instant;
 
 #[derive(Debug, Clone, Copy)]
