@@ -13,12 +13,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::backend;
-use leader_lock::clock;
 use crate::config::{Settings, Wakeup};
 use crate::health::{self, Health};
 use crate::metrics::{InstrumentedLock, Metrics};
 use crate::poll::PollingLock;
 use crate::status::{StatusController, WriterConfig};
+use leader_lock::clock;
 
 /// SIGTERM and SIGINT, caught from the start: a signal that arrives while the replica is still
 /// connecting must stop it cleanly, not kill it with the default action.

@@ -1,15 +1,17 @@
 //! The flags of `gateway-leader bench`, and their check before anything starts.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use clap::Args;
+use leader_lock::input::parse_duration;
 use leader_lock::Timing;
 
+use crate::bench::backend::Backend;
 use crate::bench::lockserver::Endpoints;
+use crate::bench::replica::REPLICA_ENV;
 use crate::bench::scenario::Scenario;
-use crate::cli::RunArgs;
-use crate::config::Backend;
 
 /// The most replicas a lane may run: each is a full process with its own watches.
 pub const MAX_REPLICAS: usize = 64;
@@ -72,6 +74,9 @@ pub struct BenchArgs {
     /// Use this Redis instead of a local redis-server.
     #[arg(long, value_name = "URL")]
     pub redis_url: Option<String>,
+    /// The `gateway-leader` binary the replicas run [default: the one beside this executable].
+    #[arg(long, value_name = "FILE")]
+    pub binary: Option<PathBuf>,
 }
 
 /// What to run, checked.
@@ -101,15 +106,6 @@ pub struct Plan {
     pub kubeconfig: Option<PathBuf>,
     /// Existing lock servers.
     pub endpoints: Endpoints,
-}
-
-fn backend(s: &str) -> Option<Backend> {
-    match s {
-        "kubernetes" => Some(Backend::Kubernetes),
-        "etcd" => Some(Backend::Etcd),
-        "redis" => Some(Backend::Redis),
-        _ => None,
-    }
 }
 
 /// Expands repeatable values with `all`, keeping the order of first mention and no duplicate.
@@ -146,9 +142,9 @@ impl BenchArgs {
         let backends = pick(
             "--lock-backend",
             &self.lock_backend,
-            &[Backend::Kubernetes, Backend::Etcd, Backend::Redis],
-            backend,
-            "kubernetes, etcd, redis",
+            &Backend::ALL,
+            Backend::parse,
+            Backend::NAMES,
         )?;
         let scenarios = pick(
             "--scenario",
@@ -211,29 +207,15 @@ impl BenchArgs {
                 self.rounds
             ));
         }
-        let mut timing = None;
-        for b in &backends {
-            // The replicas will refuse what `run` refuses: ask `run`'s own checks now, with no
-            // environment, as the replicas get none of the user's settings.
-            let run = RunArgs {
-                lock_backend: Some(b.to_string()),
-                lease_duration: Some(self.lease_duration.clone()),
-                renew_deadline: Some(self.renew_deadline.clone()),
-                retry_period: Some(self.retry_period.clone()),
-                leader_election_identity: Some("bench".into()),
-                leader_election_namespace: Some("bench".into()),
-                kubeconfig: self.kubeconfig.as_ref().map(|p| p.display().to_string()),
-                etcd_endpoints: self.etcd_endpoints.clone(),
-                redis_url: self.redis_url.clone(),
-                ..RunArgs::default()
-            };
-            let (_, settings) =
-                crate::load_settings(&run, Vec::new()).map_err(|e| format!("{b}: {e}"))?;
-            timing = Some(settings.timing);
-        }
-        let timing = timing.ok_or("no backend to measure")?;
-        let steady = crate::config::parse_duration(&self.steady)
-            .map_err(|e| format!("--steady {:?}: {e}", self.steady))?;
+        let duration = |flag: &str, v: &str| parse_duration(v).map_err(|e| format!("{flag}: {e}"));
+        let timing = Timing::new(
+            duration("--lease-duration", &self.lease_duration)?,
+            duration("--renew-deadline", &self.renew_deadline)?,
+            duration("--retry-period", &self.retry_period)?,
+        )
+        .map_err(|e| format!("--{e}"))?;
+        let steady =
+            parse_duration(&self.steady).map_err(|e| format!("--steady {:?}: {e}", self.steady))?;
         if steady > Duration::from_secs(3600) {
             return Err(format!("--steady {:?}: accepted: 0s to 1h", self.steady));
         }
@@ -266,6 +248,71 @@ impl BenchArgs {
                 redis: self.redis_url.clone(),
             },
         })
+    }
+}
+
+impl BenchArgs {
+    /// The `gateway-leader` binary the replicas run: `--binary`, else the one beside this
+    /// executable (cargo builds both into the same target dir).
+    pub fn binary(&self) -> Result<PathBuf, String> {
+        let path = match &self.binary {
+            Some(p) => p.clone(),
+            None => std::env::current_exe()
+                .map_err(|e| format!("cannot find my own executable: {e}"))?
+                .with_file_name("gateway-leader"),
+        };
+        if !path.is_file() {
+            return Err(format!(
+                "--binary {}: not a file; build it with `cargo build --release -p gateway-leader` \
+                 or name it with --binary",
+                path.display()
+            ));
+        }
+        Ok(path)
+    }
+
+    /// Asks `binary` itself whether each backend's replicas will start with these settings
+    /// (`run --print-config` checks every setting and touches no lock), so a bad value is named
+    /// before any server starts, in the words `run` would use.
+    pub fn check_replica_settings(&self, plan: &Plan, binary: &Path) -> Result<(), String> {
+        for b in &plan.backends {
+            let mut cmd = Command::new(binary);
+            cmd.args(["run", "--print-config", "--lock-backend", b.name()])
+                .args(&plan.timing_args)
+                .args(["--leader-election-identity", "bench"])
+                .args(["--leader-election-namespace", "bench"]);
+            let given = [
+                (
+                    "--kubeconfig",
+                    self.kubeconfig.as_ref().map(|p| p.display().to_string()),
+                ),
+                ("--etcd-endpoints", self.etcd_endpoints.clone()),
+                ("--redis-url", self.redis_url.clone()),
+            ];
+            for (flag, value) in given {
+                if let Some(v) = value {
+                    cmd.args([flag, &v]);
+                }
+            }
+            // As the replicas get none of the user's settings, neither does the check.
+            for (k, _) in std::env::vars_os() {
+                if k.to_string_lossy().starts_with(REPLICA_ENV) {
+                    cmd.env_remove(k);
+                }
+            }
+            let out = cmd
+                .env_remove("POD_NAME")
+                .env_remove("POD_NAMESPACE")
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("--binary {}: cannot run it: {e}", binary.display()))?;
+            if !out.status.success() {
+                let said = String::from_utf8_lossy(&out.stderr);
+                let said = said.trim().trim_start_matches("gateway-leader: ");
+                return Err(format!("{b}: {said}"));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -318,10 +365,16 @@ mod tests {
         assert!(e.contains("--scenario \"nap\""), "{e}");
         let e = plan(&["--replicas", "1"]).unwrap_err();
         assert!(e.contains("--replicas 1"), "{e}");
-        let e = plan(&["--lock-backend", "etcd", "--lease-duration", "1500ms"]).unwrap_err();
-        assert!(e.contains("lease"), "{e}");
         let e = plan(&["--renew-deadline", "5s"]).unwrap_err();
-        assert!(e.contains("renew"), "{e}");
+        assert!(
+            e.contains("--lease-duration (4s) must be greater than renew-deadline (5s)"),
+            "{e}"
+        );
+        let e = plan(&["--retry-period", "soon"]).unwrap_err();
+        assert!(
+            e.starts_with("--retry-period: \"soon\" is not a duration"),
+            "{e}"
+        );
         let e = plan(&["--wakeup", "sometimes"]).unwrap_err();
         assert!(
             e.contains("--wakeup \"sometimes\": accepted: watch, poll, all"),

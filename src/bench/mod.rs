@@ -1,6 +1,6 @@
 //! `gateway-leader bench`: failover figures and the split-brain proof over real processes.
 //!
-//! For each backend it starts real `gateway-leader run` replicas (this very executable) against
+//! For each backend it starts real `gateway-leader run` replicas (the `gateway-leader` binary, `--binary`) against
 //! real servers, stops the leader round after round, and times, on the machine's monotonic
 //! clock, the next acquisition and the next status write from the signal. Afterwards the
 //! split-brain checker reads every replica's log. See docs/benchmarks.md.
@@ -11,6 +11,7 @@
 //! [`cost`] (steady state), [`plot`], [`stats`], [`checker`], [`report`].
 
 pub mod args;
+pub mod backend;
 pub mod checker;
 pub mod cluster;
 pub mod cost;
@@ -36,6 +37,7 @@ use tempfile::TempDir;
 
 pub use args::{BenchArgs, Plan};
 
+use crate::bench::backend::Backend;
 use crate::bench::checker::check;
 use crate::bench::cluster::Cluster;
 use crate::bench::lane::Lane;
@@ -44,7 +46,9 @@ use crate::bench::report::{LaneVerdict, Machine, Report, ScenarioResult};
 use crate::bench::round::Sample;
 use crate::bench::scenario::Scenario;
 use testkit::proxy::BlackholeProxy;
-use crate::EXIT_USAGE;
+
+/// Exit code for bad input (flags, or settings the replicas would refuse): nothing was started.
+pub const EXIT_USAGE: u8 = 2;
 
 /// Exit code when the checker found a violation (the figures are still written).
 pub const EXIT_VIOLATIONS: u8 = 3;
@@ -52,8 +56,13 @@ pub const EXIT_VIOLATIONS: u8 = 3;
 /// Runs `gateway-leader bench`; returns the exit code: 0, 1 (a failure at run time, such as a
 /// server that cannot start), 2 (bad input, nothing started), 3 (split-brain violations).
 pub fn main(args: BenchArgs) -> ExitCode {
-    let plan = match args.plan() {
-        Ok(p) => p,
+    let checked = args.binary().and_then(|exe| {
+        let plan = args.plan()?;
+        args.check_replica_settings(&plan, &exe)?;
+        Ok((plan, exe))
+    });
+    let (plan, exe) = match checked {
+        Ok(x) => x,
         Err(e) => {
             eprintln!("gateway-leader bench: {e}");
             return ExitCode::from(EXIT_USAGE);
@@ -66,13 +75,6 @@ pub fn main(args: BenchArgs) -> ExitCode {
         );
         return ExitCode::from(EXIT_USAGE);
     }
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("gateway-leader bench: cannot find my own executable: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -345,7 +347,7 @@ async fn slot_args(
         let via: Vec<_> = mine.iter().map(BlackholeProxy::addr).collect();
         let mut a = server.replica_args(ns, &via);
         let kubeconfig = match (&files, server.backend(), via.first()) {
-            (Some(dir), crate::config::Backend::Kubernetes, Some(addr)) => {
+            (Some(dir), Backend::Kubernetes, Some(addr)) => {
                 let path = dir.path().join(format!("kubeconfig-{slot}"));
                 cluster.write_kubeconfig_via(*addr, &path)?;
                 path

@@ -14,7 +14,10 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::bench::events::{self, Event};
 use leader_lock::clock;
-use crate::config::ENV_PREFIX;
+
+/// The prefix of `gateway-leader run`'s environment variables: the bench removes every one of
+/// the user's from the replicas (and from the check of their settings), as it decides them all.
+pub const REPLICA_ENV: &str = "GATEWAY_LEADER";
 
 /// The log filter of every replica: info, plus the leadership logger's debug lines (renewals
 /// with their validity deadlines, which the split-brain checker needs).
@@ -54,7 +57,7 @@ impl Replica {
             .stderr(Stdio::piped());
         // The user's own settings must not leak into the replicas: the bench decides them all.
         for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with(ENV_PREFIX) {
+            if k.to_string_lossy().starts_with(REPLICA_ENV) {
                 cmd.env_remove(k);
             }
         }

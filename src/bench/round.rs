@@ -8,13 +8,13 @@ use nix::sys::signal::Signal;
 use serde::Serialize;
 
 use crate::bench::args::Plan;
+use crate::bench::backend::Backend;
 use crate::bench::cluster::{Cluster, ROUTE};
 use crate::bench::events::What;
 use crate::bench::lane::Lane;
 use crate::bench::lockserver::LockServer;
 use crate::bench::scenario::Scenario;
 use leader_lock::clock;
-use crate::config::Backend;
 
 /// What one round measured.
 #[derive(Debug, Clone, Serialize)]

@@ -419,9 +419,7 @@ impl KubeApiServer {
     /// Installs the Gateway API CRDs once per server (see [`crate::gateway_api::install`]).
     pub async fn install_gateway_api(&self) -> Result<()> {
         self.gateway_api
-            .get_or_try_init(|| async {
-                crate::gateway_api::install(&self.admin_client()).await
-            })
+            .get_or_try_init(|| async { crate::gateway_api::install(&self.admin_client()).await })
             .await
             .map(|_| ())
     }

@@ -4,10 +4,10 @@ mod common;
 
 use std::time::Duration;
 
+use leader_lock::conformance::SplitBrainChecker;
 use leader_lock::conformance::{patience, wait_following, wait_leader, wait_state};
 use leader_lock::LeaderState;
 use testkit::etcd::EtcdServer;
-use leader_lock::conformance::SplitBrainChecker;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_keeps_one_leader_and_terms_increase() {

@@ -5,10 +5,10 @@ mod common;
 
 use std::sync::Arc;
 
+use leader_lock::conformance::SplitBrainChecker;
 use leader_lock::conformance::{patience, wait_any_leader, wait_following, wait_leader};
 use leader_lock::{Elector, ElectorConfig, Identity};
 use testkit::kube::KubeApiServer;
-use leader_lock::conformance::SplitBrainChecker;
 
 async fn own_server() -> KubeApiServer {
     // Restarting and freezing need an apiserver of our own, whatever cluster the others use.

@@ -106,6 +106,21 @@ pub fn check_name(value: &str, extra: &str, max_bytes: usize) -> Result<(), Stri
     ))
 }
 
+/// Parses a duration as the settings take it: `15s`, `1500ms`, `2m` or a bare number of seconds.
+pub fn parse_duration(v: &str) -> Result<std::time::Duration, String> {
+    let v = v.trim();
+    if let Ok(secs) = v.parse::<f64>() {
+        if (0.0..1e9).contains(&secs) {
+            return Ok(std::time::Duration::from_secs_f64(secs));
+        }
+    }
+    humantime::parse_duration(v).map_err(|e| {
+        format!(
+            "{v:?} is not a duration ({e}); accepted: e.g. 15s, 1500ms, 2m, or seconds as a number"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,10 +7,10 @@ mod common;
 
 use std::sync::Arc;
 
+use leader_lock::conformance::SplitBrainChecker;
 use leader_lock::conformance::{patience, wait_following, wait_leader};
 use leader_lock::{Elector, ElectorConfig, Identity};
 use leader_lock_redis::RedisLock;
-use leader_lock::conformance::SplitBrainChecker;
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,10 +5,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leader_lock::conformance::SplitBrainChecker;
 use leader_lock::conformance::{patience, wait_state};
 use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Term};
 use leader_lock_redis::RedisLock;
-use leader_lock::conformance::SplitBrainChecker;
 use tokio::time::Instant;
 
 async fn contenders(r: &common::Redis, name: &str, n: usize) -> Vec<Elector> {
