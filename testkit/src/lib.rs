@@ -7,6 +7,7 @@
 //! depends on no lock backend and not on the `gateway-leader` binary, so a backend's tests
 //! build only that backend.
 
+pub mod cargo;
 pub mod etcd;
 pub mod gateway_api;
 pub mod kube;
@@ -15,4 +16,5 @@ pub mod proxy;
 pub mod rbac;
 pub mod redis;
 
+pub use cargo::workspace_binary;
 pub use process::{free_port, require_binary, tail, wait_until, ServerProcess};
