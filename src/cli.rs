@@ -18,12 +18,6 @@ pub struct Cli {
 pub enum Command {
     /// Run the elector (and, as leader, the status writer) until SIGTERM or Ctrl-C.
     Run(Box<RunArgs>),
-    /// Measure failover on each lock backend with real replicas and servers, and check the
-    /// replicas' logs for split brain (see docs/benchmarks.md).
-    Bench(Box<crate::bench::BenchArgs>),
-    /// Start a throwaway kube-apiserver with the Gateway API CRDs on this machine and keep it up
-    /// until Ctrl-C, to try gateway-leader by hand (see docs/operations.md).
-    LocalApiserver(crate::local::LocalArgs),
 }
 
 /// Flags of `gateway-leader run`. Every flag also has a `GATEWAY_LEADER_*` environment variable

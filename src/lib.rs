@@ -2,11 +2,9 @@
 //! statuses. See the README for the settings and `docs/` for each backend.
 
 pub mod backend;
-pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod health;
-pub mod local;
 pub mod metrics;
 pub mod poll;
 pub mod run;
@@ -60,8 +58,6 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
         }
     };
     match cli.command {
-        Command::Bench(args) => bench::main(*args),
-        Command::LocalApiserver(args) => local::main(args),
         Command::Run(args) => {
             let (layers, settings) = match load_settings(&args, std::env::vars_os()) {
                 Ok(x) => x,

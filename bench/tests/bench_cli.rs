@@ -1,11 +1,19 @@
-//! `gateway-leader bench`: bad input exits 2 with one line naming the flag, before any server
+//! `gateway-leader-bench run`: bad input exits 2 with one line naming the flag, before any server
 //! or replica starts.
 
+use std::path::PathBuf;
 use std::process::Command;
 
+/// The `gateway-leader` binary the bench's replicas run, built if it is not fresh.
+fn gateway_leader() -> PathBuf {
+    testkit::workspace_binary("gateway-leader", "gateway-leader").expect("gateway-leader builds")
+}
+
 fn bench(args: &[&str], out: &std::path::Path) -> (Option<i32>, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_gateway-leader"))
-        .arg("bench")
+    let o = Command::new(env!("CARGO_BIN_EXE_gateway-leader-bench"))
+        .arg("run")
+        .arg("--binary")
+        .arg(gateway_leader())
         .args(args)
         .arg("--out")
         .arg(out)
@@ -45,6 +53,10 @@ fn bad_input_exits_2_naming_the_flag_before_anything_starts() {
         ),
         (&["--renew-deadline", "9s"][..], "renew-deadline"),
         (
+            &["--lock-backend", "etcd", "--lease-duration", "1500ms"][..],
+            "must be a whole number of seconds",
+        ),
+        (
             &["--redis-url", "redis://user:secret@127.0.0.1"][..],
             "redis",
         ),
@@ -56,6 +68,24 @@ fn bad_input_exits_2_naming_the_flag_before_anything_starts() {
         assert!(!stderr.contains("secret"), "{stderr}");
         assert!(!out.exists(), "{args:?}: nothing may be created");
     }
+}
+
+#[test]
+fn a_missing_gateway_leader_binary_is_named_before_anything_starts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("out");
+    let o = Command::new(env!("CARGO_BIN_EXE_gateway-leader-bench"))
+        .args(["run", "--binary", "/nonexistent/gateway-leader", "--out"])
+        .arg(&out)
+        .output()
+        .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--binary /nonexistent/gateway-leader: not a file"),
+        "{stderr}"
+    );
+    assert!(!out.exists(), "nothing may be created");
 }
 
 /// The children of `pid`, from /proc.
@@ -83,8 +113,10 @@ fn children(pid: u32) -> Vec<u32> {
 #[test]
 fn a_signalled_bench_stops_every_replica_and_server_it_started() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut bench = Command::new(env!("CARGO_BIN_EXE_gateway-leader"))
-        .args(["bench", "--lock-backend", "redis", "--scenario", "crash"])
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_gateway-leader-bench"))
+        .args(["run", "--lock-backend", "redis", "--scenario", "crash"])
+        .arg("--binary")
+        .arg(gateway_leader())
         .args(["--wakeup", "watch", "--rounds", "50", "--steady", "0s"])
         .arg("--out")
         .arg(dir.path().join("out"))

@@ -1,4 +1,4 @@
-//! `gateway-leader bench`: failover figures and the split-brain proof over real processes.
+//! `gateway-leader-bench run`: failover figures and the split-brain proof over real processes.
 //!
 //! For each backend it starts real `gateway-leader run` replicas (the `gateway-leader` binary, `--binary`) against
 //! real servers, stops the leader round after round, and times, on the machine's monotonic
@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod cost;
 pub mod events;
 pub mod lane;
+pub mod local;
 pub mod lockserver;
 pub mod plot;
 pub mod replica;
@@ -37,14 +38,14 @@ use tempfile::TempDir;
 
 pub use args::{BenchArgs, Plan};
 
-use crate::bench::backend::Backend;
-use crate::bench::checker::check;
-use crate::bench::cluster::Cluster;
-use crate::bench::lane::Lane;
-use crate::bench::lockserver::LockServer;
-use crate::bench::report::{LaneVerdict, Machine, Report, ScenarioResult};
-use crate::bench::round::Sample;
-use crate::bench::scenario::Scenario;
+use crate::backend::Backend;
+use crate::checker::check;
+use crate::cluster::Cluster;
+use crate::lane::Lane;
+use crate::lockserver::LockServer;
+use crate::report::{LaneVerdict, Machine, Report, ScenarioResult};
+use crate::round::Sample;
+use crate::scenario::Scenario;
 use testkit::proxy::BlackholeProxy;
 
 /// Exit code for bad input (flags, or settings the replicas would refuse): nothing was started.
@@ -53,7 +54,7 @@ pub const EXIT_USAGE: u8 = 2;
 /// Exit code when the checker found a violation (the figures are still written).
 pub const EXIT_VIOLATIONS: u8 = 3;
 
-/// Runs `gateway-leader bench`; returns the exit code: 0, 1 (a failure at run time, such as a
+/// Runs `gateway-leader-bench run`; returns the exit code: 0, 1 (a failure at run time, such as a
 /// server that cannot start), 2 (bad input, nothing started), 3 (split-brain violations).
 pub fn main(args: BenchArgs) -> ExitCode {
     let checked = args.binary().and_then(|exe| {
@@ -64,13 +65,13 @@ pub fn main(args: BenchArgs) -> ExitCode {
     let (plan, exe) = match checked {
         Ok(x) => x,
         Err(e) => {
-            eprintln!("gateway-leader bench: {e}");
+            eprintln!("gateway-leader-bench: {e}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
     if let Err(e) = std::fs::create_dir_all(&plan.out) {
         eprintln!(
-            "gateway-leader bench: --out {}: cannot create it: {e}",
+            "gateway-leader-bench: --out {}: cannot create it: {e}",
             plan.out.display()
         );
         return ExitCode::from(EXIT_USAGE);
@@ -78,14 +79,14 @@ pub fn main(args: BenchArgs) -> ExitCode {
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("gateway-leader bench: cannot start the runtime: {e}");
+            eprintln!("gateway-leader-bench: cannot start the runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
     let report = match rt.block_on(run_until_signal(&plan, &exe)) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("gateway-leader bench: {e:#}");
+            eprintln!("gateway-leader-bench: {e:#}");
             return ExitCode::FAILURE;
         }
     };
@@ -93,14 +94,14 @@ pub fn main(args: BenchArgs) -> ExitCode {
     match report.write_json(&plan.out) {
         Ok(p) => println!("every sample: {}", p.display()),
         Err(e) => {
-            eprintln!("gateway-leader bench: {e:#}");
+            eprintln!("gateway-leader-bench: {e:#}");
             return ExitCode::FAILURE;
         }
     }
     match plot::draw(&report, &plan.out) {
         Ok(p) => println!("plot: {}", p.display()),
         // The figures are out already; a plot that cannot be drawn is no reason to fail.
-        Err(e) => eprintln!("gateway-leader bench: no plot: {e:#}"),
+        Err(e) => eprintln!("gateway-leader-bench: no plot: {e:#}"),
     }
     let violations = report.violations();
     println!("violations: {violations}");

@@ -12,7 +12,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::bench::events::{self, Event};
+use crate::events::{self, Event};
 use leader_lock::clock;
 
 /// The prefix of `gateway-leader run`'s environment variables: the bench removes every one of

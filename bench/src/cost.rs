@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
-use crate::bench::cluster::Cluster;
-use crate::bench::lockserver::LockServer;
+use crate::cluster::Cluster;
+use crate::lockserver::LockServer;
 
 /// What one lane costs while nothing happens.
 #[derive(Debug, Clone, Serialize)]

@@ -7,13 +7,13 @@ use anyhow::{anyhow, Result};
 use nix::sys::signal::Signal;
 use serde::Serialize;
 
-use crate::bench::args::Plan;
-use crate::bench::backend::Backend;
-use crate::bench::cluster::{Cluster, ROUTE};
-use crate::bench::events::What;
-use crate::bench::lane::Lane;
-use crate::bench::lockserver::LockServer;
-use crate::bench::scenario::Scenario;
+use crate::args::Plan;
+use crate::backend::Backend;
+use crate::cluster::{Cluster, ROUTE};
+use crate::events::What;
+use crate::lane::Lane;
+use crate::lockserver::LockServer;
+use crate::scenario::Scenario;
 use leader_lock::clock;
 
 /// What one round measured.

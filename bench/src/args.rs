@@ -1,4 +1,4 @@
-//! The flags of `gateway-leader bench`, and their check before anything starts.
+//! The flags of `gateway-leader-bench run`, and their check before anything starts.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -8,10 +8,10 @@ use clap::Args;
 use leader_lock::input::parse_duration;
 use leader_lock::Timing;
 
-use crate::bench::backend::Backend;
-use crate::bench::lockserver::Endpoints;
-use crate::bench::replica::REPLICA_ENV;
-use crate::bench::scenario::Scenario;
+use crate::backend::Backend;
+use crate::lockserver::Endpoints;
+use crate::replica::REPLICA_ENV;
+use crate::scenario::Scenario;
 
 /// The most replicas a lane may run: each is a full process with its own watches.
 pub const MAX_REPLICAS: usize = 64;
@@ -22,7 +22,7 @@ pub const WAKEUPS: [&str; 2] = ["watch", "poll"];
 /// The most rounds per backend and scenario.
 pub const MAX_ROUNDS: usize = 100_000;
 
-/// Flags of `gateway-leader bench`.
+/// Flags of `gateway-leader-bench run`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Lock backend to measure: kubernetes, etcd, redis or all; repeatable [default: all].

@@ -10,9 +10,9 @@ use nix::sys::signal::Signal;
 use tempfile::TempDir;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use crate::bench::cluster::Route;
-use crate::bench::events::{Event, What};
-use crate::bench::replica::Replica;
+use crate::cluster::Route;
+use crate::events::{Event, What};
+use crate::replica::Replica;
 use testkit::proxy::BlackholeProxy;
 
 /// The replicas of one lock and everything they logged.

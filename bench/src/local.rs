@@ -1,6 +1,6 @@
-//! `gateway-leader local-apiserver`: a throwaway kube-apiserver (with its own etcd and the
+//! `gateway-leader-bench local-apiserver`: a throwaway kube-apiserver (with its own etcd and the
 //! Gateway API CRDs) on this machine, to try gateway-leader by hand as docs/operations.md shows
-//! ("Try it on this machine"). It is the apiserver the test suite and `bench` use.
+//! ("Try it on this machine"). It is the apiserver the test suite and the bench use.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,7 +12,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use testkit::gateway_api;
 use testkit::kube::KubeApiServer;
 
-/// Flags of `gateway-leader local-apiserver`.
+/// Flags of `gateway-leader-bench local-apiserver`.
 #[derive(Debug, Args)]
 pub struct LocalArgs {
     /// Where to write `kubeconfig` (cluster-admin) once the apiserver is ready; created if
@@ -26,14 +26,14 @@ pub fn main(args: LocalArgs) -> ExitCode {
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("gateway-leader local-apiserver: cannot start the runtime: {e}");
+            eprintln!("gateway-leader-bench local-apiserver: cannot start the runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
     match rt.block_on(serve(&args.dir)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("gateway-leader local-apiserver: {e:#}");
+            eprintln!("gateway-leader-bench local-apiserver: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 
-use crate::bench::report::{Report, ScenarioResult};
-use crate::bench::stats::Summary;
+use crate::report::{Report, ScenarioResult};
+use crate::stats::Summary;
 
 /// One row of the plot: a label and its samples (ms).
 struct Row {
@@ -22,7 +22,7 @@ fn rows(report: &Report) -> Vec<Row> {
         for (what, get) in [
             (
                 "new leader",
-                (|s| s.to_leader_ms) as fn(&crate::bench::round::Sample) -> Option<f64>,
+                (|s| s.to_leader_ms) as fn(&crate::round::Sample) -> Option<f64>,
             ),
             ("first write", |s| s.to_write_ms),
         ] {

@@ -9,8 +9,8 @@ use anyhow::{anyhow, Context, Result};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams};
 
-use crate::bench::backend::Backend;
-use crate::bench::cluster::Cluster;
+use crate::backend::Backend;
+use crate::cluster::Cluster;
 use leader_lock::clock;
 use testkit::etcd::EtcdServer;
 use testkit::redis::RedisServer;

@@ -1,15 +1,15 @@
-//! Chaos in the suite: `gateway-leader bench --scenario chaos` on every backend, over real
+//! Chaos in the suite: `gateway-leader-bench run --scenario chaos` on every backend, over real
 //! `gateway-leader run` processes and real servers. Each backend gets every scenario (graceful,
 //! crash, pause, vanish, backend-restart, partition) once, in a random order; the split-brain
 //! checker must find nothing and the route's status must be right once it settles.
 //!
-//! Bounded to minutes; the overnight run is `gateway-leader bench --scenario chaos --rounds 1000`
+//! Bounded to minutes; the overnight run is `gateway-leader-bench run --scenario chaos --rounds 1000`
 //! (docs/benchmarks.md). The seed is random and printed; set `GATEWAY_LEADER_CHAOS_SEED` to replay
 //! one.
 
 use std::process::Command;
 
-use gateway_leader::bench::scenario::Scenario;
+use gateway_leader_bench::scenario::Scenario;
 
 #[test]
 fn chaos_on_every_backend_has_no_split_brain_and_settles() {
@@ -21,8 +21,13 @@ fn chaos_on_every_backend_has_no_split_brain_and_settles() {
         .unwrap_or_else(rand::random);
     // One deck: every scenario once per backend.
     let rounds = Scenario::ALL.len();
-    let o = Command::new(env!("CARGO_BIN_EXE_gateway-leader"))
-        .args(["bench", "--lock-backend", "all", "--scenario", "chaos"])
+    let o = Command::new(env!("CARGO_BIN_EXE_gateway-leader-bench"))
+        .args(["run", "--lock-backend", "all", "--scenario", "chaos"])
+        .arg("--binary")
+        .arg(
+            testkit::workspace_binary("gateway-leader", "gateway-leader")
+                .expect("gateway-leader builds"),
+        )
         .args(["--wakeup", "watch", "--steady", "0s", "--replicas", "3"])
         .args(["--rounds", &rounds.to_string(), "--seed", &seed.to_string()])
         .arg("--out")

@@ -6,10 +6,10 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::bench::checker::Verdict;
-use crate::bench::cost::Cost;
-use crate::bench::round::Sample;
-use crate::bench::stats::Summary;
+use crate::checker::Verdict;
+use crate::cost::Cost;
+use crate::round::Sample;
+use crate::stats::Summary;
 
 /// The rounds of one scenario in one lane.
 #[derive(Debug, Clone, Serialize)]

@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::bench::events::{Event, What};
+use crate::events::{Event, What};
 
 /// One leadership as the logs show it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -1,0 +1,39 @@
+//! `cargo bench --bench failover`: a short fixed run of `gateway-leader-bench run` (every backend,
+//! graceful and crash, 5 rounds each, watch beside poll), for a quick look after a change.
+//! The full run is `gateway-leader-bench run`; see docs/benchmarks.md.
+//!
+//! Timing claims live here and in `gateway-leader-bench run`, never in timed tests.
+
+use std::process::{Command, ExitCode};
+
+fn main() -> ExitCode {
+    // `cargo bench` passes `--bench` (and any filter): this fixed configuration takes none.
+    let out = std::env::temp_dir().join("gateway-leader-bench-failover");
+    let binary = match testkit::workspace_binary("gateway-leader", "gateway-leader") {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("cannot build gateway-leader: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let status = Command::new(env!("CARGO_BIN_EXE_gateway-leader-bench"))
+        .args(["run", "--lock-backend", "all"])
+        .arg("--binary")
+        .arg(binary)
+        .args(["--scenario", "graceful", "--scenario", "crash"])
+        .args(["--rounds", "5", "--replicas", "3", "--steady", "3s"])
+        .arg("--out")
+        .arg(&out)
+        .status();
+    match status {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => {
+            eprintln!("gateway-leader-bench run failed: {s}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("cannot run gateway-leader-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! The `gateway-leader-bench` command: `run` measures failover on each lock backend with real
+//! `gateway-leader` replicas and servers and checks their logs for split brain
+//! (docs/benchmarks.md); `local-apiserver` starts a throwaway kube-apiserver to try
+//! gateway-leader by hand (docs/operations.md).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use gateway_leader_bench::local::LocalArgs;
+use gateway_leader_bench::{BenchArgs, EXIT_USAGE};
+
+/// Failover benchmark and split-brain checker for gateway-leader, and a local kube-apiserver.
+#[derive(Debug, Parser)]
+#[command(name = "gateway-leader-bench", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Measure failover on each lock backend with real replicas and servers, and check the
+    /// replicas' logs for split brain (see docs/benchmarks.md).
+    Run(Box<BenchArgs>),
+    /// Start a throwaway kube-apiserver with the Gateway API CRDs on this machine and keep it up
+    /// until Ctrl-C, to try gateway-leader by hand (see docs/operations.md).
+    LocalApiserver(LocalArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(EXIT_USAGE));
+        }
+    };
+    match cli.command {
+        Command::Run(args) => gateway_leader_bench::main(*args),
+        Command::LocalApiserver(args) => gateway_leader_bench::local::main(args),
+    }
+}
