@@ -390,7 +390,7 @@ pub enum Wakeup {
     /// waited for exactly; polling only while the stream is down.
     Watch,
     /// No change stream: polling every retry period, jittered, as client-go does. A baseline
-    /// for `gateway-leader bench`, and a way out should a backend's watch misbehave.
+    /// for `gateway-leader-bench run`, and a way out should a backend's watch misbehave.
     Poll,
 }
 

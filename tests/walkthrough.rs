@@ -1,6 +1,6 @@
 //! docs/operations.md's "Try it on this machine", run as written: the block between its
 //! `BEGIN WALKTHROUGH` and `END WALKTHROUGH` markers goes to bash with `set -euo pipefail`, with
-//! two substitutions only: this test's binary instead of `cargo build --release`, and a dir of
+//! two substitutions only: this test's binaries instead of `cargo build --release ...`, and a dir of
 //! its own instead of `.local`. It must show one holder, both conditions, one replica leading and
 //! one following, and the leader's writes.
 
@@ -32,8 +32,11 @@ fn block() -> String {
 fn the_operations_walkthrough_runs_as_written() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let exe = Path::new(env!("CARGO_BIN_EXE_gateway-leader"));
-    let bin_dir = exe.parent().expect("the binary's dir");
-    let first = "cargo build --release && export PATH=$PWD/target/release:$PATH";
+    let bench = testkit::workspace_binary("gateway-leader-bench", "gateway-leader-bench")
+        .expect("gateway-leader-bench builds");
+    let bin_dirs =
+        [exe, bench.as_path()].map(|b| b.parent().expect("the binary's dir").display().to_string());
+    let first = "cargo build --release -p gateway-leader -p gateway-leader-bench && export PATH=$PWD/target/release:$PATH";
     let script = block();
     assert!(
         script.starts_with(first),
@@ -53,7 +56,7 @@ fn the_operations_walkthrough_runs_as_written() {
     let script = script
         .replacen(
             first,
-            &format!("export PATH={}:$PATH", bin_dir.display()),
+            &format!("export PATH={}:$PATH", bin_dirs.join(":")),
             1,
         )
         .replace(".local.log", &format!("{rel}/apiserver.log"))

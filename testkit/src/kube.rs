@@ -1,4 +1,4 @@
-//! A throwaway genuine kube-apiserver v1.20.2 for tests and `gateway-leader bench`, with its own
+//! A throwaway genuine kube-apiserver v1.20.2 for tests and `gateway-leader-bench`, with its own
 //! etcd, on loopback.
 //!
 //! The binary comes from `GATEWAY_LEADER_KUBE_APISERVER`, else the cache that
