@@ -19,6 +19,8 @@ use prometheus_client::registry::Registry;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::status::StatusMetrics;
+
 /// `name`: the lock, as client-go labels `leader_election_master_status`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LockLabel {
@@ -35,13 +37,6 @@ pub struct OpLabel {
     pub outcome: &'static str,
 }
 
-/// `kind`: the Gateway API kind a status write was for.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabel {
-    /// GatewayClass, Gateway or HTTPRoute.
-    pub kind: &'static str,
-}
-
 /// Every metric of one replica, and the registry that serves them.
 #[derive(Debug)]
 pub struct Metrics {
@@ -56,14 +51,8 @@ pub struct Metrics {
     pub term: Gauge<u64, AtomicU64>,
     /// Lock request latencies by operation and outcome.
     pub lock_requests: Family<OpLabel, Histogram>,
-    /// Statuses written, by kind.
-    pub status_writes: Family<KindLabel, Counter>,
-    /// Status writes that failed (after retries), by kind.
-    pub status_write_errors: Family<KindLabel, Counter>,
-    /// Status writes not made because this replica was not (or no longer) a valid leader.
-    pub status_writes_not_leader: Counter,
-    /// Seconds from becoming leader to the first status write of that leadership.
-    pub first_write_seconds: Histogram,
+    /// The status writer's metrics, registered under the `gateway_leader` prefix.
+    pub status: Arc<StatusMetrics>,
     lock_reachable: AtomicBool,
 }
 
@@ -82,10 +71,7 @@ impl Metrics {
             transitions: Counter::default(),
             term: Gauge::default(),
             lock_requests: Family::new_with_constructor(|| Histogram::new(latency_buckets())),
-            status_writes: Family::default(),
-            status_write_errors: Family::default(),
-            status_writes_not_leader: Counter::default(),
-            first_write_seconds: Histogram::new(latency_buckets()),
+            status: Arc::default(),
             lock_reachable: AtomicBool::new(false),
             registry: Registry::default(),
         };
@@ -110,27 +96,12 @@ impl Metrics {
             "Latency of lock requests by operation and outcome",
             m.lock_requests.clone(),
         );
-        mine.register(
-            "status_writes",
-            "Gateway API statuses written, by kind",
-            m.status_writes.clone(),
-        );
-        mine.register(
-            "status_write_errors",
-            "Gateway API status writes that failed after retries, by kind",
-            m.status_write_errors.clone(),
-        );
-        mine.register(
-            "status_writes_not_leader",
-            "Status writes not made because this replica was not a valid leader",
-            m.status_writes_not_leader.clone(),
-        );
-        mine.register(
-            "first_status_write_seconds",
-            "Seconds from becoming leader to the first status write of that leadership",
-            m.first_write_seconds.clone(),
-        );
-        Arc::new(Metrics { registry, ..m })
+        let status = StatusMetrics::register(mine);
+        Arc::new(Metrics {
+            registry,
+            status,
+            ..m
+        })
     }
 
     /// The text exposition of every metric.

@@ -98,10 +98,6 @@ fn log_changes(leadership: &Leadership) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// Status writes in flight at once: the test apiserver's throughput flattens out at 16–64.
-const WRITE_CONCURRENCY: usize = 16;
-/// How long a status write that kept failing on the server waits before it is tried again.
-const REQUEUE_AFTER: Duration = Duration::from_secs(5);
 /// The longest field manager name the apiserver accepts.
 const FIELD_MANAGER_MAX: usize = 128;
 /// Kubernetes kills a pod this long after SIGTERM unless told otherwise
@@ -172,19 +168,18 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
                 settings.health_addr
             )
         })?;
-    let writer = WriterConfig {
-        controller_name: settings.controller_name.clone(),
-        field_manager: field_manager(&identity),
-        identity: identity.to_string(),
-        concurrency: WRITE_CONCURRENCY,
-        requeue_after: REQUEUE_AFTER,
+    let writer = WriterConfig::default()
+        .with_controller_name(&settings.controller_name)
+        .with_field_manager(field_manager(&identity))
+        .with_identity(identity.to_string())
         // The elector drains for as long; writes still in flight then are abandoned.
-        shutdown_grace: settings
-            .timing
-            .renew_deadline
-            .min(leader_lock::SHUTDOWN_BUDGET / 2),
-        metrics: metrics.clone(),
-    };
+        .with_shutdown_grace(
+            settings
+                .timing
+                .renew_deadline
+                .min(leader_lock::SHUTDOWN_BUDGET / 2),
+        )
+        .with_metrics(metrics.status.clone());
     if settings.disabled {
         let leadership = Leadership::always_leader();
         info!(identity = %identity, term = %Term::DISABLED, controller = %settings.controller_name,

@@ -6,6 +6,7 @@
 //! - [`cache`]: the latest desired status per object and which still need writing.
 //! - [`merge`]: the Gateway API's rules for folding our part into an object's status.
 //! - [`writer`]: the guarded writer, which sends only under a valid leadership.
+//! - [`metrics`]: what the writer counts, registered where the caller says.
 //!
 //! See `docs/architecture.md` for the flow from watch to write.
 
@@ -14,6 +15,7 @@ pub mod compute;
 pub mod desired;
 pub mod key;
 pub mod merge;
+pub mod metrics;
 pub mod watch;
 
 pub mod writer;
@@ -31,7 +33,8 @@ pub use cache::StatusCache;
 pub use compute::World;
 pub use desired::Desired;
 pub use key::{Kind, ObjectKey};
-pub use writer::{StatusWriter, WriterConfig};
+pub use metrics::StatusMetrics;
+pub use writer::{StatusWriter, WriterConfig, DEFAULT_CONTROLLER_NAME};
 
 /// The running status writer: watches, the computation and the guarded writer.
 pub struct StatusController {

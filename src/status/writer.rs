@@ -31,29 +31,103 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::metrics::{KindLabel, Metrics};
 use crate::status::cache::StatusCache;
 use crate::status::desired::Desired;
 use crate::status::key::{Kind, ObjectKey};
 use crate::status::merge::{Merge, StatusObject};
+use crate::status::metrics::{KindLabel, StatusMetrics};
 
-/// How the writer runs.
+/// The Gateway API `controllerName` the status writer serves unless told otherwise.
+pub const DEFAULT_CONTROLLER_NAME: &str = "gateway-leader.dev/gateway-controller";
+
+/// How the status writer runs: a plain struct with a [`Default`] and one `with_*` setter per
+/// field.
 #[derive(Debug, Clone)]
 pub struct WriterConfig {
-    /// Our Gateway API `controllerName`: only `status.parents` entries with it are touched.
+    /// Our Gateway API `controllerName`: only objects of GatewayClasses with it are ours, and
+    /// only `status.parents` entries with it are touched [default: [`DEFAULT_CONTROLLER_NAME`]].
     pub controller_name: String,
-    /// The field manager of every write (it names the replica in `managedFields`).
+    /// The field manager of every write; it names the writer in `managedFields`
+    /// [default: `gateway-leader`].
     pub field_manager: String,
-    /// This replica's identity, for the log lines of writes.
+    /// This replica's identity, for the log lines of writes [default: empty].
     pub identity: String,
-    /// How many writes may be in flight at once.
+    /// How many writes may be in flight at once [default: 16: the test apiserver's throughput
+    /// flattens out at 16–64 on 2 cores].
     pub concurrency: usize,
-    /// Delay before a write that kept failing on the server is tried again.
+    /// Delay before a write that kept failing on the server is tried again [default: 5 s].
     pub requeue_after: Duration,
-    /// On shutdown, how long writes in flight may take to finish before they are abandoned.
+    /// On shutdown, how long writes in flight may take to finish before they are abandoned
+    /// [default: 5 s].
     pub shutdown_grace: Duration,
-    /// Where writes, failures and refusals are counted.
-    pub metrics: Arc<Metrics>,
+    /// Where writes, failures and refusals are counted [default: metrics served nowhere; see
+    /// [`StatusMetrics::register`]].
+    pub metrics: Arc<StatusMetrics>,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            controller_name: DEFAULT_CONTROLLER_NAME.to_string(),
+            field_manager: "gateway-leader".to_string(),
+            identity: String::new(),
+            concurrency: 16,
+            requeue_after: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(5),
+            metrics: Arc::default(),
+        }
+    }
+}
+
+impl WriterConfig {
+    /// Sets [`WriterConfig::controller_name`].
+    #[must_use]
+    pub fn with_controller_name(mut self, name: impl Into<String>) -> Self {
+        self.controller_name = name.into();
+        self
+    }
+
+    /// Sets [`WriterConfig::field_manager`].
+    #[must_use]
+    pub fn with_field_manager(mut self, manager: impl Into<String>) -> Self {
+        self.field_manager = manager.into();
+        self
+    }
+
+    /// Sets [`WriterConfig::identity`].
+    #[must_use]
+    pub fn with_identity(mut self, identity: impl Into<String>) -> Self {
+        self.identity = identity.into();
+        self
+    }
+
+    /// Sets [`WriterConfig::concurrency`] (at least 1).
+    #[must_use]
+    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency.max(1);
+        self
+    }
+
+    /// Sets [`WriterConfig::requeue_after`].
+    #[must_use]
+    pub fn with_requeue_after(mut self, delay: Duration) -> Self {
+        self.requeue_after = delay;
+        self
+    }
+
+    /// Sets [`WriterConfig::shutdown_grace`].
+    #[must_use]
+    pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// Sets [`WriterConfig::metrics`].
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<StatusMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
 }
 
 /// What one write found or did.
