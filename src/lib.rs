@@ -8,7 +8,6 @@ pub mod health;
 pub mod metrics;
 pub mod poll;
 pub mod run;
-pub mod status;
 pub mod telemetry;
 
 use std::ffi::OsString;

@@ -19,7 +19,7 @@ use prometheus_client::registry::Registry;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::status::StatusMetrics;
+use gateway_leader_status::StatusMetrics;
 
 /// `name`: the lock, as client-go labels `leader_election_master_status`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -17,7 +17,7 @@ use crate::config::{Settings, Wakeup};
 use crate::health::{self, Health};
 use crate::metrics::{InstrumentedLock, Metrics};
 use crate::poll::PollingLock;
-use crate::status::{StatusController, WriterConfig};
+use gateway_leader_status::{StatusController, WriterConfig};
 use leader_lock::clock;
 
 /// SIGTERM and SIGINT, caught from the start: a signal that arrives while the replica is still

@@ -14,8 +14,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::World;
-use crate::status::desired::Desired;
-use crate::status::key::{Kind, ObjectKey};
+use crate::desired::Desired;
+use crate::key::{Kind, ObjectKey};
 
 /// Our controllerName.
 pub(crate) const CONTROLLER: &str = "example.com/gateway-leader";

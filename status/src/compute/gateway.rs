@@ -20,8 +20,8 @@ use super::listener::{self, Listener};
 use super::reason;
 use super::verdict::Verdict;
 use super::World;
-use crate::status::desired::Desired;
-use crate::status::key::{Kind, ObjectKey};
+use crate::desired::Desired;
+use crate::key::{Kind, ObjectKey};
 
 /// A Gateway of one of our classes, judged.
 pub(crate) struct GatewayView<'w> {

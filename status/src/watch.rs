@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
-use crate::status::compute::World;
+use crate::compute::World;
 
 /// The annotation on Gateway API CRDs that names their bundle version.
 pub const BUNDLE_VERSION_ANNOTATION: &str = "gateway.networking.k8s.io/bundle-version";

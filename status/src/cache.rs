@@ -9,8 +9,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
 
-use crate::status::desired::Desired;
-use crate::status::key::ObjectKey;
+use crate::desired::Desired;
+use crate::key::ObjectKey;
 
 /// Desired statuses by object, with a dirty set and a wake-up for the writer.
 #[derive(Debug, Default)]
@@ -127,8 +127,8 @@ impl StatusCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::desired::condition;
-    use crate::status::key::Kind;
+    use crate::desired::condition;
+    use crate::key::Kind;
 
     fn key(name: &str) -> ObjectKey {
         ObjectKey::cluster(Kind::GatewayClass, name)

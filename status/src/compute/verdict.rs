@@ -2,7 +2,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use crate::status::desired::condition;
+use crate::desired::condition;
 
 /// A condition's status, reason and message, before it is stamped with a generation.
 #[derive(Debug, Clone, PartialEq)]

@@ -13,7 +13,7 @@ use gateway_api::gateways::{Gateway, GatewayStatus, GatewayStatusListeners};
 use gateway_api::httproutes::{HttpRoute, HttpRouteStatus, HttpRouteStatusParents};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::status::desired::Desired;
+use crate::desired::Desired;
 
 /// The most `status.parents` entries an HTTPRoute may hold (the CRD's `maxItems`).
 pub const MAX_PARENTS: usize = 32;
@@ -261,7 +261,7 @@ mod tests {
     use kube::api::ObjectMeta;
 
     use super::*;
-    use crate::status::desired::condition;
+    use crate::desired::condition;
 
     const US: &str = "example.net/us";
     const THEM: &str = "example.net/them";

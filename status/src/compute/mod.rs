@@ -23,8 +23,8 @@ use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 
-use crate::status::desired::Desired;
-use crate::status::key::ObjectKey;
+use crate::desired::Desired;
+use crate::key::ObjectKey;
 
 mod gateway;
 mod gatewayclass;
@@ -77,7 +77,7 @@ mod tests {
 
     use super::fixtures::*;
     use super::*;
-    use crate::status::key::Kind;
+    use crate::key::Kind;
 
     /// A class, two Gateways, routes in two namespaces, Services, a grant: a bit of everything.
     fn busy_world() -> World {

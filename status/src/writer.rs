@@ -31,11 +31,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::status::cache::StatusCache;
-use crate::status::desired::Desired;
-use crate::status::key::{Kind, ObjectKey};
-use crate::status::merge::{Merge, StatusObject};
-use crate::status::metrics::{KindLabel, StatusMetrics};
+use crate::cache::StatusCache;
+use crate::desired::Desired;
+use crate::key::{Kind, ObjectKey};
+use crate::merge::{Merge, StatusObject};
+use crate::metrics::{KindLabel, StatusMetrics};
 
 /// The Gateway API `controllerName` the status writer serves unless told otherwise.
 pub const DEFAULT_CONTROLLER_NAME: &str = "gateway-leader.dev/gateway-controller";

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 use super::reason;
 use super::verdict::Verdict;
 use super::World;
-use crate::status::desired::Desired;
-use crate::status::key::{Kind, ObjectKey};
+use crate::desired::Desired;
+use crate::key::{Kind, ObjectKey};
 
 /// The Gateway API release line this controller implements.
 const SUPPORTED_VERSIONS: &str = "v1.5.x";

@@ -25,8 +25,8 @@ use super::reason;
 use super::refs::{self, non_empty, BackendRef, Problem, GATEWAY_GROUP};
 use super::verdict::Verdict;
 use super::World;
-use crate::status::desired::Desired;
-use crate::status::key::{Kind, ObjectKey};
+use crate::desired::Desired;
+use crate::key::{Kind, ObjectKey};
 
 /// `status.parents` holds at most this many entries.
 const MAX_PARENTS: usize = 32;
