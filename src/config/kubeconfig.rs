@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use kube::config::Kubeconfig;
 use leader_lock::input::read_bounded;
 
-use super::{err, without_excerpt, ConfigError, Env, KubeSettings};
+use super::effective::KubeSettings;
+use super::env::Env;
+use super::error::{err, ConfigError};
+use super::file::without_excerpt;
 
 /// At most this many context names are listed in a message.
 const LISTED_CONTEXTS: usize = 10;

@@ -4,7 +4,8 @@
 
 use clap::CommandFactory;
 
-use super::{env_var, flag, SETTINGS};
+use super::names::{env_var, flag};
+use super::settings::SETTINGS;
 use crate::cli::Cli;
 
 /// The Markdown table of every setting of `gateway-leader run`: flag, environment variable,
