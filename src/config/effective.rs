@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use leader_lock::Timing;
 
-use super::error::{err, ConfigError};
+use super::error::ConfigError;
 use super::secret::Secret;
 
 /// Which backend holds the lock.
@@ -28,7 +28,7 @@ impl Backend {
             "kubernetes" | "k8s" => Ok(Backend::Kubernetes),
             "etcd" => Ok(Backend::Etcd),
             "redis" => Ok(Backend::Redis),
-            other => Err(err(
+            other => Err(ConfigError::invalid(
                 "lock_backend",
                 format!(
                     "{other:?} is not a backend; accepted values: {}",

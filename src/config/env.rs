@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 
-use super::error::{err, ConfigError};
+use super::error::ConfigError;
 use super::names::ENV_PREFIX;
 
 /// The pod's name from the downward API: the identity when none is configured.
@@ -36,8 +36,8 @@ impl Env {
                 Some("HOME") => env.home = Some(v),
                 Some(name) if Self::is_ours(name) => {
                     let v = v.into_string().map_err(|_| {
-                        err(
-                            &format!("environment variable {name}"),
+                        ConfigError::input(
+                            format!("environment variable {name}"),
                             "the value is not valid UTF-8; accepted: UTF-8 text",
                         )
                     })?;

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use leader_lock::input::read_bounded;
 
-use super::error::{err, ConfigError};
+use super::error::ConfigError;
 use super::settings::{CONFIG_KEY, SETTINGS};
 
 /// Reads the `--config` file: a regular file of at most 1 MiB, UTF-8, in a format known by its
@@ -20,27 +20,29 @@ pub(super) fn read_file(
         Some("toml") => config::FileFormat::Toml,
         Some("yaml" | "yml") => config::FileFormat::Yaml,
         _ => {
-            return Err(err(
+            return Err(ConfigError::invalid(
                 key,
                 format!("{shown}: unknown format; accepted: a .toml, .yaml or .yml file"),
             ))
         }
     };
-    let bytes = read_bounded(path).map_err(|e| err(key, e))?;
-    let text =
-        String::from_utf8(bytes).map_err(|_| err(key, format!("{shown} is not UTF-8 text")))?;
+    let bytes = read_bounded(path).map_err(|e| ConfigError::invalid(key, e))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| ConfigError::invalid(key, format!("{shown} is not UTF-8 text")))?;
     if format == config::FileFormat::Yaml {
-        check_yaml(&text).map_err(|e| err(key, format!("{shown}: {e}")))?;
+        check_yaml(&text).map_err(|e| ConfigError::invalid(key, format!("{shown}: {e}")))?;
     }
     // Unknown keys in a file are typos: refuse them rather than silently ignore them.
     let parsed = config::Config::builder()
         .add_source(config::File::from_str(&text, format))
         .build()
-        .map_err(|e| err(key, format!("{shown}: {}", without_excerpt(&e.to_string()))))?;
+        .map_err(|e| {
+            ConfigError::invalid(key, format!("{shown}: {}", without_excerpt(&e.to_string())))
+        })?;
     let table = parsed
         .cache
         .into_table()
-        .map_err(|e| err(key, format!("{shown}: {e}")))?;
+        .map_err(|e| ConfigError::invalid(key, format!("{shown}: {e}")))?;
     let known: BTreeSet<&str> = SETTINGS.iter().map(|s| s.key).collect();
     let unknown: Vec<String> = table
         .keys()
@@ -48,7 +50,7 @@ pub(super) fn read_file(
         .cloned()
         .collect();
     if !unknown.is_empty() {
-        return Err(err(
+        return Err(ConfigError::invalid(
             key,
             format!(
                 "{shown}: unknown setting(s) {}; see `gateway-leader run --help` for the accepted keys",

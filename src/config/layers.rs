@@ -15,7 +15,7 @@ use super::effective::{
     Backend, EtcdSettings, KubeSettings, LogFormat, RedisSettings, Settings, Wakeup,
 };
 use super::env::{Env, POD_NAME, POD_NAMESPACE};
-use super::error::{empty, err, ConfigError};
+use super::error::ConfigError;
 use super::file::read_file;
 use super::kubeconfig;
 use super::names::{env_var, flag, ENV_PREFIX};
@@ -43,7 +43,7 @@ impl Layers {
             if let Some(d) = s.default {
                 b = b
                     .set_default(s.key, d)
-                    .map_err(|e| err(s.key, e.to_string()))?;
+                    .map_err(|e| ConfigError::invalid(s.key, e.to_string()))?;
             }
         }
         if let Some(path) = file {
@@ -63,82 +63,93 @@ impl Layers {
         for (k, v) in flags {
             b = b
                 .set_override(*k, v.as_str())
-                .map_err(|e| err(k, e.to_string()))?;
+                .map_err(|e| ConfigError::invalid(k, e.to_string()))?;
         }
-        let merged = b.build().map_err(|e| err("configuration", e.to_string()))?;
+        let merged = b
+            .build()
+            .map_err(|e| ConfigError::input("configuration", e.to_string()))?;
         Ok(Layers { merged, env })
     }
 
     /// The value of `key`, if given anywhere (or defaulted). A value given empty is an error: it
     /// is a mistake, never a way to ask for the default.
-    fn get(&self, key: &str) -> Result<Option<String>, ConfigError> {
+    fn get(&self, key: &'static str) -> Result<Option<String>, ConfigError> {
         match self.merged.get::<config::Value>(key) {
             Ok(v) => match v.kind {
-                config::ValueKind::Nil => Err(empty(key)),
+                config::ValueKind::Nil => Err(ConfigError::empty(key)),
                 config::ValueKind::Table(_) | config::ValueKind::Array(_)
                     if key == "etcd_endpoints" =>
                 {
-                    let list: Vec<String> = self
-                        .merged
-                        .get(key)
-                        .map_err(|e| err(key, format!("expected a list of endpoints: {e}")))?;
+                    let list: Vec<String> = self.merged.get(key).map_err(|e| {
+                        ConfigError::invalid(key, format!("expected a list of endpoints: {e}"))
+                    })?;
                     Ok(Some(list.join(",")))
                 }
-                config::ValueKind::Table(_) | config::ValueKind::Array(_) => {
-                    Err(err(key, "expected a single value, found a table or list"))
-                }
+                config::ValueKind::Table(_) | config::ValueKind::Array(_) => Err(
+                    ConfigError::invalid(key, "expected a single value, found a table or list"),
+                ),
                 _ => {
-                    let v = v.into_string().map_err(|e| err(key, e.to_string()))?;
+                    let v = v
+                        .into_string()
+                        .map_err(|e| ConfigError::invalid(key, e.to_string()))?;
                     match v.trim() {
-                        "" => Err(empty(key)),
+                        "" => Err(ConfigError::empty(key)),
                         v => Ok(Some(v.to_string())),
                     }
                 }
             },
             Err(config::ConfigError::NotFound(_)) => Ok(None),
-            Err(e) => Err(err(key, e.to_string())),
+            Err(e) => Err(ConfigError::invalid(key, e.to_string())),
         }
     }
 
-    fn bool(&self, key: &str) -> Result<bool, ConfigError> {
+    fn bool(&self, key: &'static str) -> Result<bool, ConfigError> {
         let v = self.get(key)?.unwrap_or_default();
         match v.to_ascii_lowercase().as_str() {
             "true" | "1" | "yes" | "on" => Ok(true),
             "false" | "0" | "no" | "off" => Ok(false),
-            _ => Err(err(
+            _ => Err(ConfigError::invalid(
                 key,
                 format!("{v:?} is not a boolean; accepted: true or false"),
             )),
         }
     }
 
-    fn duration(&self, key: &str) -> Result<Duration, ConfigError> {
+    fn duration(&self, key: &'static str) -> Result<Duration, ConfigError> {
         let v = self.get(key)?.unwrap_or_default();
-        parse_duration(&v).map_err(|m| err(key, m))
+        parse_duration(&v).map_err(|m| ConfigError::invalid(key, m))
     }
 
     /// A file setting and the file's bytes: a regular file of at most 1 MiB, whatever reads it
     /// later, so that a FIFO or `/dev/zero` is named at startup instead of hanging a reader.
-    fn file(&self, key: &str) -> Result<Option<(PathBuf, Vec<u8>)>, ConfigError> {
+    fn file(&self, key: &'static str) -> Result<Option<(PathBuf, Vec<u8>)>, ConfigError> {
         let Some(p) = self.get(key)? else {
             return Ok(None);
         };
         let path = PathBuf::from(&p);
-        let bytes = read_bounded(&path).map_err(|e| err(key, e))?;
+        let bytes = read_bounded(&path).map_err(|e| ConfigError::invalid(key, e))?;
         Ok(Some((path, bytes)))
     }
 
-    fn path(&self, key: &str) -> Result<Option<PathBuf>, ConfigError> {
+    fn path(&self, key: &'static str) -> Result<Option<PathBuf>, ConfigError> {
         Ok(self.file(key)?.map(|(path, _)| path))
     }
 
-    fn secret(&self, key: &str, file_key: &str) -> Result<Option<Secret>, ConfigError> {
+    fn secret(
+        &self,
+        key: &'static str,
+        file_key: &'static str,
+    ) -> Result<Option<Secret>, ConfigError> {
         if let Some((path, bytes)) = self.file(file_key)? {
-            let s = String::from_utf8(bytes)
-                .map_err(|_| err(file_key, format!("{} is not UTF-8 text", path.display())))?;
+            let s = String::from_utf8(bytes).map_err(|_| {
+                ConfigError::invalid(file_key, format!("{} is not UTF-8 text", path.display()))
+            })?;
             let s = s.trim_end_matches(['\r', '\n']).to_string();
             if s.is_empty() {
-                return Err(err(file_key, format!("{} is empty", path.display())));
+                return Err(ConfigError::invalid(
+                    file_key,
+                    format!("{} is empty", path.display()),
+                ));
             }
             return Ok(Some(Secret(s)));
         }
@@ -150,12 +161,12 @@ impl Layers {
     fn identity(&self, hostname: impl FnOnce() -> String) -> Result<String, ConfigError> {
         let key = "leader_election_identity";
         if let Some(id) = self.get(key)? {
-            check_identity(&id).map_err(|m| err(key, m))?;
+            check_identity(&id).map_err(|m| ConfigError::invalid(key, m))?;
             return Ok(id);
         }
         if let Some(pod) = self.env.get(POD_NAME) {
             check_identity(pod).map_err(|m| {
-                err(
+                ConfigError::input(
                     POD_NAME,
                     format!("{m} (or set {} to override it)", flag(key)),
                 )
@@ -164,7 +175,7 @@ impl Layers {
         }
         let host = hostname();
         check_identity(&host).map_err(|m| {
-            err(
+            ConfigError::invalid(
                 key,
                 format!("the hostname, the default when POD_NAME is not set: {m}"),
             )
@@ -176,12 +187,12 @@ impl Layers {
     fn namespace(&self) -> Result<Option<String>, ConfigError> {
         let key = "leader_election_namespace";
         if let Some(ns) = self.get(key)? {
-            validate_dns_label(&ns).map_err(|m| err(key, m))?;
+            validate_dns_label(&ns).map_err(|m| ConfigError::invalid(key, m))?;
             return Ok(Some(ns));
         }
         match self.env.get(POD_NAMESPACE) {
             Some(ns) => {
-                validate_dns_label(ns).map_err(|m| err(POD_NAMESPACE, m))?;
+                validate_dns_label(ns).map_err(|m| ConfigError::input(POD_NAMESPACE, m))?;
                 Ok(Some(ns.to_string()))
             }
             None => Ok(None),
@@ -193,19 +204,21 @@ impl Layers {
     pub fn settings(&self, hostname: impl FnOnce() -> String) -> Result<Settings, ConfigError> {
         let backend = Backend::parse(&self.get("lock_backend")?.unwrap_or_default())?;
         let lock_name = self.get("leader_election_lock_name")?.unwrap_or_default();
-        validate_dns_subdomain(&lock_name).map_err(|m| err("leader_election_lock_name", m))?;
+        validate_dns_subdomain(&lock_name)
+            .map_err(|m| ConfigError::invalid("leader_election_lock_name", m))?;
         let identity = self.identity(hostname)?;
         let timing = Timing::new(
             self.duration("lease_duration")?,
             self.duration("renew_deadline")?,
             self.duration("retry_period")?,
         )
-        .map_err(|e| err(&timing_key(&e), e.to_string()))?;
+        .map_err(|e| timing_error(&e))?;
         let controller_name = self.get("controller_name")?.unwrap_or_default();
-        validate_controller_name(&controller_name).map_err(|m| err("controller_name", m))?;
+        validate_controller_name(&controller_name)
+            .map_err(|m| ConfigError::invalid("controller_name", m))?;
         let health_addr = self.get("health_addr")?.unwrap_or_default();
         let health_addr: std::net::SocketAddr = health_addr.parse().map_err(|_| {
-            err(
+            ConfigError::invalid(
                 "health_addr",
                 format!(
                     "{health_addr:?} is not a socket address; accepted: IP:PORT such as \
@@ -217,7 +230,7 @@ impl Layers {
             "text" => LogFormat::Text,
             "json" => LogFormat::Json,
             other => {
-                return Err(err(
+                return Err(ConfigError::invalid(
                     "log_format",
                     format!("{other:?}; accepted values: text, json"),
                 ))
@@ -227,7 +240,7 @@ impl Layers {
             "watch" => Wakeup::Watch,
             "poll" => Wakeup::Poll,
             other => {
-                return Err(err(
+                return Err(ConfigError::invalid(
                     "wakeup",
                     format!("{other:?}; accepted values: watch, poll"),
                 ))
@@ -302,14 +315,19 @@ impl Layers {
     }
 }
 
-/// The setting a timing error is about, so that the message names its flag; rules between
-/// settings are reported under "timing".
-fn timing_key(e: &TimingError) -> String {
-    match e {
-        TimingError::Zero { setting } | TimingError::OutOfRange { setting, .. } => {
-            setting.replace('-', "_")
-        }
-        _ => "timing".to_string(),
+/// A timing error under the setting it is about, so that the message names its flag; rules
+/// between settings are reported under "timing".
+fn timing_error(e: &TimingError) -> ConfigError {
+    let setting = match e {
+        TimingError::Zero { setting } | TimingError::OutOfRange { setting, .. } => SETTINGS
+            .iter()
+            .find(|s| s.key.replace('_', "-") == *setting)
+            .map(|s| s.key),
+        _ => None,
+    };
+    match setting {
+        Some(key) => ConfigError::invalid(key, e.to_string()),
+        None => ConfigError::input("timing", e.to_string()),
     }
 }
 
@@ -364,19 +382,21 @@ mod tests {
     #[test]
     fn errors_name_the_setting() {
         let e = load(&[("GATEWAY_LEADER_RELEASE_ON_SHUTDOWN", "maybe")], &[]).unwrap_err();
-        assert_eq!(e.key, "release_on_shutdown");
+        assert_eq!(e.setting(), Some("release_on_shutdown"));
         let text = e.to_string();
         assert!(
             text.contains("--release-on-shutdown") && text.contains("true or false"),
             "{text}"
         );
         let e = load(&[], &[("wakeup", "push")]).unwrap_err();
+        assert_eq!(e.setting(), Some("wakeup"));
         assert!(e.to_string().contains("watch, poll"), "{e}");
         assert_eq!(
             load(&[], &[("wakeup", "poll")]).ok().map(|s| s.wakeup),
             Some(Wakeup::Poll)
         );
         let e = load(&[], &[("log_format", "xml")]).unwrap_err();
+        assert_eq!(e.setting(), Some("log_format"));
         assert!(e.to_string().contains("text, json"), "{e}");
     }
 }
