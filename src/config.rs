@@ -3,7 +3,8 @@
 //! Precedence: flag > environment > file > default. Everything is validated here, before any
 //! backend is touched, and every error names the setting and what it accepts.
 //!
-//! One concept per file: `settings` lists every setting, `names` spells its flag and environment
+//! One concept per file: `settings` declares every setting once (flag, environment variable,
+//! file key, default, check, help) and generates [`RunArgs`] from it, `names` spells its flag and environment
 //! variable, `layers` merges the sources and validates them into [`Settings`] (`effective`) with
 //! the single-value checks of `checks`, `file` reads the `--config` file, `env` the process
 //! environment, `kubeconfig` checks the kubeconfig, `secret` keeps secrets out of output, `error`
@@ -24,7 +25,7 @@ mod settings;
 
 pub use checks::{
     check_identity, parse_duration, validate_controller_name, validate_dns_label,
-    validate_dns_subdomain, IDENTITY_CHARS, MAX_IDENTITY_BYTES,
+    validate_dns_subdomain, validate_filter, IDENTITY_CHARS, MAX_IDENTITY_BYTES,
 };
 pub use effective::{
     Backend, EtcdSettings, KubeSettings, LogFormat, RedisSettings, Settings, Wakeup,
@@ -35,6 +36,6 @@ pub use layers::Layers;
 pub use names::{env_var, flag, ENV_PREFIX};
 pub use secret::Secret;
 pub use settings::{
-    SettingSpec, CONFIG_KEY, DEFAULT_CONTROLLER_NAME, DEFAULT_HEALTH_ADDR, DEFAULT_LOCK_NAME,
-    SETTINGS,
+    Form, RunArgs, SettingSpec, CONFIG_KEY, DEFAULT_CONTROLLER_NAME, DEFAULT_HEALTH_ADDR,
+    DEFAULT_LOCK_NAME, SETTINGS,
 };

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use leader_lock::Timing;
 
-use super::error::ConfigError;
 use super::secret::Secret;
 
 /// Which backend holds the lock.
@@ -23,17 +22,15 @@ impl Backend {
     /// The accepted spellings.
     pub const NAMES: &'static str = "kubernetes, etcd, redis";
 
-    pub(super) fn parse(s: &str) -> Result<Self, ConfigError> {
+    /// The check of `lock_backend`: a name in any case, or `k8s`.
+    pub(super) fn parse(s: &str) -> Result<Self, String> {
         match s.trim().to_ascii_lowercase().as_str() {
             "kubernetes" | "k8s" => Ok(Backend::Kubernetes),
             "etcd" => Ok(Backend::Etcd),
             "redis" => Ok(Backend::Redis),
-            other => Err(ConfigError::invalid(
-                "lock_backend",
-                format!(
-                    "{other:?} is not a backend; accepted values: {}",
-                    Self::NAMES
-                ),
+            other => Err(format!(
+                "{other:?} is not a backend; accepted values: {}",
+                Self::NAMES
             )),
         }
     }
@@ -58,6 +55,17 @@ pub enum LogFormat {
     Json,
 }
 
+impl LogFormat {
+    /// The check of `log_format`.
+    pub(super) fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("{other:?}; accepted values: text, json")),
+        }
+    }
+}
+
 /// How a follower learns that the lock changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wakeup {
@@ -67,6 +75,17 @@ pub enum Wakeup {
     /// No change stream: polling every retry period, jittered, as client-go does. A baseline
     /// for `gateway-leader bench`, and a way out should a backend's watch misbehave.
     Poll,
+}
+
+impl Wakeup {
+    /// The check of `wakeup`.
+    pub(super) fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "watch" => Ok(Wakeup::Watch),
+            "poll" => Ok(Wakeup::Poll),
+            other => Err(format!("{other:?}; accepted values: watch, poll")),
+        }
+    }
 }
 
 impl fmt::Display for Wakeup {

@@ -1,29 +1,19 @@
 //! The layers of raw values (defaults, file, environment, flags) merged, then validated into
 //! [`Settings`].
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
-use leader_lock::input::{read_bounded, redact_userinfo};
+use leader_lock::input::redact_userinfo;
 use leader_lock::{Timing, TimingError};
 
-use super::checks::{
-    check_identity, parse_duration, validate_controller_name, validate_dns_label,
-    validate_dns_subdomain,
-};
-use super::effective::{
-    Backend, EtcdSettings, KubeSettings, LogFormat, RedisSettings, Settings, Wakeup,
-};
+use super::checks::{check_identity, validate_dns_label};
+use super::effective::{EtcdSettings, KubeSettings, RedisSettings, Settings};
 use super::env::{Env, POD_NAME, POD_NAMESPACE};
 use super::error::ConfigError;
 use super::file::read_file;
 use super::kubeconfig;
 use super::names::{env_var, flag, ENV_PREFIX};
-use super::secret::Secret;
-use super::settings::SETTINGS;
-
-/// The settings whose values are URLs: `--print-config` shows them without user info.
-const URL_SETTINGS: &[&str] = &["etcd_endpoints", "redis_url"];
+use super::settings::{Form, Values, SETTINGS};
 
 /// The raw, merged values before validation: key -> value.
 pub struct Layers {
@@ -71,15 +61,143 @@ impl Layers {
         Ok(Layers { merged, env })
     }
 
+    /// This replica's name: the setting, else `POD_NAME`, else the hostname; checked wherever
+    /// it came from, and an error names that source.
+    fn identity(&self, hostname: impl FnOnce() -> String) -> Result<String, ConfigError> {
+        if let Some(id) = self.leader_election_identity()? {
+            return Ok(id);
+        }
+        let key = "leader_election_identity";
+        if let Some(pod) = self.env.get(POD_NAME) {
+            check_identity(pod).map_err(|m| {
+                ConfigError::input(
+                    POD_NAME,
+                    format!("{m} (or set {} to override it)", flag(key)),
+                )
+            })?;
+            return Ok(pod.to_string());
+        }
+        let host = hostname();
+        check_identity(&host).map_err(|m| {
+            ConfigError::invalid(
+                key,
+                format!("the hostname, the default when POD_NAME is not set: {m}"),
+            )
+        })?;
+        Ok(host)
+    }
+
+    /// The Lease's namespace: the setting, else `POD_NAMESPACE`, else none (the kubeconfig's).
+    fn namespace(&self) -> Result<Option<String>, ConfigError> {
+        if let Some(ns) = self.leader_election_namespace()? {
+            return Ok(Some(ns));
+        }
+        match self.env.get(POD_NAMESPACE) {
+            Some(ns) => {
+                validate_dns_label(ns).map_err(|m| ConfigError::input(POD_NAMESPACE, m))?;
+                Ok(Some(ns.to_string()))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Validates everything and builds the effective settings; `hostname` gives the identity
+    /// when neither the setting nor `POD_NAME` does. Each value goes through the check its
+    /// setting declares (`settings.rs`); what is left here is what spans settings or sources.
+    pub fn settings(&self, hostname: impl FnOnce() -> String) -> Result<Settings, ConfigError> {
+        let backend = self.lock_backend()?;
+        let lock_name = self.leader_election_lock_name()?;
+        let identity = self.identity(hostname)?;
+        let timing = Timing::new(
+            self.lease_duration()?,
+            self.renew_deadline()?,
+            self.retry_period()?,
+        )
+        .map_err(|e| timing_error(&e))?;
+        let controller_name = self.controller_name()?;
+        let health_addr = self.health_addr()?;
+        let log_format = self.log_format()?;
+        let wakeup = self.wakeup()?;
+        let namespace = self.namespace()?;
+        // A password file wins over the password itself; the latter is not even read then.
+        let etcd = EtcdSettings {
+            endpoints: self.etcd_endpoints()?,
+            ca_file: self.etcd_ca_file()?,
+            cert_file: self.etcd_cert_file()?,
+            key_file: self.etcd_key_file()?,
+            username: self.etcd_username()?,
+            password: match self.etcd_password_file()? {
+                Some(p) => Some(p),
+                None => self.etcd_password()?,
+            },
+            key_prefix: self.etcd_key_prefix()?,
+        };
+        let redis = RedisSettings {
+            url: self.redis_url()?,
+            username: self.redis_username()?,
+            password: match self.redis_password_file()? {
+                Some(p) => Some(p),
+                None => self.redis_password()?,
+            },
+            ca_file: self.redis_ca_file()?,
+            key_prefix: self.redis_key_prefix()?,
+        };
+        let kube = KubeSettings {
+            kubeconfig: self.kubeconfig()?,
+            context: self.kube_context()?,
+            namespace,
+        };
+        kubeconfig::check(&kube, &self.env)?;
+        Ok(Settings {
+            backend,
+            disabled: self.leader_election_disable()?,
+            lock_name,
+            identity,
+            timing,
+            release_on_shutdown: self.release_on_shutdown()?,
+            wakeup,
+            controller_name,
+            health_addr,
+            log_format,
+            log_level: self.log_level()?,
+            kube,
+            etcd,
+            redis,
+        })
+    }
+
+    /// The effective raw values for `--print-config`, secrets redacted, as TOML lines.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for s in SETTINGS {
+            let v = match self.raw(s.key) {
+                Ok(Some(_)) if s.secret => "\"<redacted>\"".to_string(),
+                Ok(Some(v)) if s.form != Form::Plain => {
+                    let urls: Vec<String> = v.split(',').map(redact_userinfo).collect();
+                    format!("{:?}", urls.join(","))
+                }
+                Ok(Some(v)) if v == "true" || v == "false" => v,
+                Ok(Some(v)) => format!("{v:?}"),
+                Ok(None) => continue,
+                Err(e) => format!("# {e}"),
+            };
+            out.push_str(&format!("{} = {v}\n", s.key));
+        }
+        out
+    }
+}
+
+impl Values for Layers {
     /// The value of `key`, if given anywhere (or defaulted). A value given empty is an error: it
     /// is a mistake, never a way to ask for the default.
-    fn get(&self, key: &'static str) -> Result<Option<String>, ConfigError> {
+    fn raw(&self, key: &'static str) -> Result<Option<String>, ConfigError> {
+        let list = SETTINGS
+            .iter()
+            .any(|s| s.key == key && s.form == Form::UrlList);
         match self.merged.get::<config::Value>(key) {
             Ok(v) => match v.kind {
                 config::ValueKind::Nil => Err(ConfigError::empty(key)),
-                config::ValueKind::Table(_) | config::ValueKind::Array(_)
-                    if key == "etcd_endpoints" =>
-                {
+                config::ValueKind::Table(_) | config::ValueKind::Array(_) if list => {
                     let list: Vec<String> = self.merged.get(key).map_err(|e| {
                         ConfigError::invalid(key, format!("expected a list of endpoints: {e}"))
                     })?;
@@ -102,217 +220,6 @@ impl Layers {
             Err(e) => Err(ConfigError::invalid(key, e.to_string())),
         }
     }
-
-    fn bool(&self, key: &'static str) -> Result<bool, ConfigError> {
-        let v = self.get(key)?.unwrap_or_default();
-        match v.to_ascii_lowercase().as_str() {
-            "true" | "1" | "yes" | "on" => Ok(true),
-            "false" | "0" | "no" | "off" => Ok(false),
-            _ => Err(ConfigError::invalid(
-                key,
-                format!("{v:?} is not a boolean; accepted: true or false"),
-            )),
-        }
-    }
-
-    fn duration(&self, key: &'static str) -> Result<Duration, ConfigError> {
-        let v = self.get(key)?.unwrap_or_default();
-        parse_duration(&v).map_err(|m| ConfigError::invalid(key, m))
-    }
-
-    /// A file setting and the file's bytes: a regular file of at most 1 MiB, whatever reads it
-    /// later, so that a FIFO or `/dev/zero` is named at startup instead of hanging a reader.
-    fn file(&self, key: &'static str) -> Result<Option<(PathBuf, Vec<u8>)>, ConfigError> {
-        let Some(p) = self.get(key)? else {
-            return Ok(None);
-        };
-        let path = PathBuf::from(&p);
-        let bytes = read_bounded(&path).map_err(|e| ConfigError::invalid(key, e))?;
-        Ok(Some((path, bytes)))
-    }
-
-    fn path(&self, key: &'static str) -> Result<Option<PathBuf>, ConfigError> {
-        Ok(self.file(key)?.map(|(path, _)| path))
-    }
-
-    fn secret(
-        &self,
-        key: &'static str,
-        file_key: &'static str,
-    ) -> Result<Option<Secret>, ConfigError> {
-        if let Some((path, bytes)) = self.file(file_key)? {
-            let s = String::from_utf8(bytes).map_err(|_| {
-                ConfigError::invalid(file_key, format!("{} is not UTF-8 text", path.display()))
-            })?;
-            let s = s.trim_end_matches(['\r', '\n']).to_string();
-            if s.is_empty() {
-                return Err(ConfigError::invalid(
-                    file_key,
-                    format!("{} is empty", path.display()),
-                ));
-            }
-            return Ok(Some(Secret(s)));
-        }
-        Ok(self.get(key)?.map(Secret))
-    }
-
-    /// This replica's name: the setting, else `POD_NAME`, else the hostname; checked wherever
-    /// it came from, and an error names that source.
-    fn identity(&self, hostname: impl FnOnce() -> String) -> Result<String, ConfigError> {
-        let key = "leader_election_identity";
-        if let Some(id) = self.get(key)? {
-            check_identity(&id).map_err(|m| ConfigError::invalid(key, m))?;
-            return Ok(id);
-        }
-        if let Some(pod) = self.env.get(POD_NAME) {
-            check_identity(pod).map_err(|m| {
-                ConfigError::input(
-                    POD_NAME,
-                    format!("{m} (or set {} to override it)", flag(key)),
-                )
-            })?;
-            return Ok(pod.to_string());
-        }
-        let host = hostname();
-        check_identity(&host).map_err(|m| {
-            ConfigError::invalid(
-                key,
-                format!("the hostname, the default when POD_NAME is not set: {m}"),
-            )
-        })?;
-        Ok(host)
-    }
-
-    /// The Lease's namespace: the setting, else `POD_NAMESPACE`, else none (the kubeconfig's).
-    fn namespace(&self) -> Result<Option<String>, ConfigError> {
-        let key = "leader_election_namespace";
-        if let Some(ns) = self.get(key)? {
-            validate_dns_label(&ns).map_err(|m| ConfigError::invalid(key, m))?;
-            return Ok(Some(ns));
-        }
-        match self.env.get(POD_NAMESPACE) {
-            Some(ns) => {
-                validate_dns_label(ns).map_err(|m| ConfigError::input(POD_NAMESPACE, m))?;
-                Ok(Some(ns.to_string()))
-            }
-            None => Ok(None),
-        }
-    }
-
-    /// Validates everything and builds the effective settings; `hostname` gives the identity
-    /// when neither the setting nor `POD_NAME` does.
-    pub fn settings(&self, hostname: impl FnOnce() -> String) -> Result<Settings, ConfigError> {
-        let backend = Backend::parse(&self.get("lock_backend")?.unwrap_or_default())?;
-        let lock_name = self.get("leader_election_lock_name")?.unwrap_or_default();
-        validate_dns_subdomain(&lock_name)
-            .map_err(|m| ConfigError::invalid("leader_election_lock_name", m))?;
-        let identity = self.identity(hostname)?;
-        let timing = Timing::new(
-            self.duration("lease_duration")?,
-            self.duration("renew_deadline")?,
-            self.duration("retry_period")?,
-        )
-        .map_err(|e| timing_error(&e))?;
-        let controller_name = self.get("controller_name")?.unwrap_or_default();
-        validate_controller_name(&controller_name)
-            .map_err(|m| ConfigError::invalid("controller_name", m))?;
-        let health_addr = self.get("health_addr")?.unwrap_or_default();
-        let health_addr: std::net::SocketAddr = health_addr.parse().map_err(|_| {
-            ConfigError::invalid(
-                "health_addr",
-                format!(
-                    "{health_addr:?} is not a socket address; accepted: IP:PORT such as \
-                     0.0.0.0:9090, 127.0.0.1:0 or [::]:9090"
-                ),
-            )
-        })?;
-        let log_format = match self.get("log_format")?.unwrap_or_default().as_str() {
-            "text" => LogFormat::Text,
-            "json" => LogFormat::Json,
-            other => {
-                return Err(ConfigError::invalid(
-                    "log_format",
-                    format!("{other:?}; accepted values: text, json"),
-                ))
-            }
-        };
-        let wakeup = match self.get("wakeup")?.unwrap_or_default().as_str() {
-            "watch" => Wakeup::Watch,
-            "poll" => Wakeup::Poll,
-            other => {
-                return Err(ConfigError::invalid(
-                    "wakeup",
-                    format!("{other:?}; accepted values: watch, poll"),
-                ))
-            }
-        };
-        let namespace = self.namespace()?;
-        let endpoints: Vec<String> = self
-            .get("etcd_endpoints")?
-            .unwrap_or_default()
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect();
-        let etcd = EtcdSettings {
-            endpoints,
-            ca_file: self.path("etcd_ca_file")?,
-            cert_file: self.path("etcd_cert_file")?,
-            key_file: self.path("etcd_key_file")?,
-            username: self.get("etcd_username")?,
-            password: self.secret("etcd_password", "etcd_password_file")?,
-            key_prefix: self.get("etcd_key_prefix")?.unwrap_or_default(),
-        };
-        let redis = RedisSettings {
-            url: self.get("redis_url")?.unwrap_or_default(),
-            username: self.get("redis_username")?,
-            password: self.secret("redis_password", "redis_password_file")?,
-            ca_file: self.path("redis_ca_file")?,
-            key_prefix: self.get("redis_key_prefix")?.unwrap_or_default(),
-        };
-        let kube = KubeSettings {
-            kubeconfig: self.path("kubeconfig")?,
-            context: self.get("kube_context")?,
-            namespace,
-        };
-        kubeconfig::check(&kube, &self.env)?;
-        Ok(Settings {
-            backend,
-            disabled: self.bool("leader_election_disable")?,
-            lock_name,
-            identity,
-            timing,
-            release_on_shutdown: self.bool("release_on_shutdown")?,
-            wakeup,
-            controller_name,
-            health_addr,
-            log_format,
-            log_level: self.get("log_level")?.unwrap_or_default(),
-            kube,
-            etcd,
-            redis,
-        })
-    }
-
-    /// The effective raw values for `--print-config`, secrets redacted, as TOML lines.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        for s in SETTINGS {
-            let v = match self.get(s.key) {
-                Ok(Some(_)) if s.secret => "\"<redacted>\"".to_string(),
-                Ok(Some(v)) if URL_SETTINGS.contains(&s.key) => {
-                    let urls: Vec<String> = v.split(',').map(redact_userinfo).collect();
-                    format!("{:?}", urls.join(","))
-                }
-                Ok(Some(v)) if v == "true" || v == "false" => v,
-                Ok(Some(v)) => format!("{v:?}"),
-                Ok(None) => continue,
-                Err(e) => format!("# {e}"),
-            };
-            out.push_str(&format!("{} = {v}\n", s.key));
-        }
-        out
-    }
 }
 
 /// A timing error under the setting it is about, so that the message names its flag; rules
@@ -334,6 +241,8 @@ fn timing_error(e: &TimingError) -> ConfigError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::effective::{Backend, Wakeup};
+    use crate::config::secret::Secret;
     use crate::config::settings::DEFAULT_LOCK_NAME;
 
     fn env(vars: &[(&str, &str)]) -> Env {
