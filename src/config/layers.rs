@@ -13,6 +13,7 @@ use super::error::ConfigError;
 use super::file::read_file;
 use super::kubeconfig;
 use super::names::{env_var, flag, ENV_PREFIX};
+use super::secret::Secret;
 use super::settings::{Form, Values, SETTINGS};
 
 /// The raw, merged values before validation: key -> value.
@@ -119,26 +120,19 @@ impl Layers {
         let log_format = self.log_format()?;
         let wakeup = self.wakeup()?;
         let namespace = self.namespace()?;
-        // A password file wins over the password itself; the latter is not even read then.
         let etcd = EtcdSettings {
             endpoints: self.etcd_endpoints()?,
             ca_file: self.etcd_ca_file()?,
             cert_file: self.etcd_cert_file()?,
             key_file: self.etcd_key_file()?,
             username: self.etcd_username()?,
-            password: match self.etcd_password_file()? {
-                Some(p) => Some(p),
-                None => self.etcd_password()?,
-            },
+            password: password(self.etcd_password_file()?, || self.etcd_password())?,
             key_prefix: self.etcd_key_prefix()?,
         };
         let redis = RedisSettings {
             url: self.redis_url()?,
             username: self.redis_username()?,
-            password: match self.redis_password_file()? {
-                Some(p) => Some(p),
-                None => self.redis_password()?,
-            },
+            password: password(self.redis_password_file()?, || self.redis_password())?,
             ca_file: self.redis_ca_file()?,
             key_prefix: self.redis_key_prefix()?,
         };
@@ -222,6 +216,18 @@ impl Values for Layers {
     }
 }
 
+/// A password: from its file when one is given, else the value itself, which is then not even
+/// read: an empty one beside a file is no error.
+fn password(
+    file: Option<Secret>,
+    value: impl FnOnce() -> Result<Option<Secret>, ConfigError>,
+) -> Result<Option<Secret>, ConfigError> {
+    match file {
+        Some(p) => Ok(Some(p)),
+        None => value(),
+    }
+}
+
 /// A timing error under the setting it is about, so that the message names its flag; rules
 /// between settings are reported under "timing".
 fn timing_error(e: &TimingError) -> ConfigError {
@@ -242,7 +248,6 @@ fn timing_error(e: &TimingError) -> ConfigError {
 mod tests {
     use super::*;
     use crate::config::effective::{Backend, Wakeup};
-    use crate::config::secret::Secret;
     use crate::config::settings::DEFAULT_LOCK_NAME;
 
     fn env(vars: &[(&str, &str)]) -> Env {
