@@ -294,6 +294,25 @@ mod tests {
     }
 
     #[test]
+    fn a_password_file_wins_and_the_password_beside_it_is_not_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "from-file\n").expect("write");
+        let file = file.to_str().expect("a UTF-8 temp path");
+        let s = load(
+            &[("GATEWAY_LEADER_REDIS_PASSWORD", "")],
+            &[("redis_password_file", file)],
+        )
+        .expect("an empty password beside its file is not read");
+        assert_eq!(
+            s.redis.password.as_ref().map(Secret::expose),
+            Some("from-file")
+        );
+        let e = load(&[("GATEWAY_LEADER_ETCD_PASSWORD", "")], &[]).unwrap_err();
+        assert_eq!(e.setting(), Some("etcd_password"));
+    }
+
+    #[test]
     fn errors_name_the_setting() {
         let e = load(&[("GATEWAY_LEADER_RELEASE_ON_SHUTDOWN", "maybe")], &[]).unwrap_err();
         assert_eq!(e.setting(), Some("release_on_shutdown"));
