@@ -48,10 +48,7 @@ pub fn validate(s: &Settings) -> Result<(), ConfigError> {
         Backend::Etcd => EtcdLock::validate(&etcd_config(s), &s.timing),
         Backend::Redis => RedisLock::validate(&redis_config(s), &s.timing),
     };
-    r.map_err(|message| ConfigError {
-        key: format!("{} backend settings", s.backend),
-        message,
-    })
+    r.map_err(|message| ConfigError::input(format!("{} backend settings", s.backend), message))
 }
 
 /// What `connect` made: the lock, and for Kubernetes the namespace of the Lease (for Events).

@@ -39,10 +39,6 @@ pub fn load_settings(
     let env = Env::from_os(vars)?;
     let layers = Layers::load(args.config.as_deref(), env, &args.overrides())?;
     let settings = layers.settings(hostname)?;
-    telemetry::validate_filter(&settings.log_level).map_err(|message| ConfigError {
-        key: "log_level".into(),
-        message,
-    })?;
     backend::validate(&settings)?;
     Ok((layers, settings))
 }

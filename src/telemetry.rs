@@ -5,10 +5,7 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
-
-/// The levels a filter may name, in any case.
-const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+use crate::config::{validate_filter, LogFormat};
 
 /// Installs the global subscriber; logs go to stderr. `RUST_LOG` wins over the `log-level`
 /// setting, but only when it is a filter that [`validate_filter`] accepts: a malformed one would
@@ -48,63 +45,9 @@ fn choose_filter(rust_log: Option<&OsStr>, level: &str) -> (String, Option<Strin
     }
 }
 
-/// Checks a log filter before anything starts, so a typo is a startup error, not silence.
-///
-/// `EnvFilter` takes any unknown word as a target name, so `debgu` would hide every line, errors
-/// included. Only a level, or comma-separated `target=level` directives whose target is a Rust
-/// path, are accepted.
-pub fn validate_filter(filter: &str) -> Result<(), String> {
-    let is_level = |l: &str| LEVELS.iter().any(|k| k.eq_ignore_ascii_case(l));
-    let is_path = |t: &str| {
-        t.split("::").all(|seg| {
-            !seg.is_empty() && seg.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        })
-    };
-    let directive = |d: &str| match d.split_once('=') {
-        Some((target, level)) => is_path(target) && is_level(level),
-        None => is_level(d),
-    };
-    if !filter.is_empty() && filter.split(',').all(directive) {
-        return Ok(());
-    }
-    Err(format!(
-        "{filter:?} is not a log filter; accepted: a level ({}, case-insensitive) or \
-         comma-separated target=level directives with such a level, e.g. \
-         gateway_leader=debug,kube=warn",
-        LEVELS.join(", ")
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn filters() {
-        for ok in [
-            "info",
-            "DEBUG",
-            "off",
-            "gateway_leader=debug",
-            "gateway_leader::run=trace,kube=warn,info",
-        ] {
-            assert_eq!(validate_filter(ok), Ok(()), "{ok}");
-        }
-        for bad in [
-            "",
-            "debgu",
-            "info,",
-            "=debug",
-            "gateway_leader=verbose",
-            "gateway-leader=debug",
-            "a::=info",
-            "a=debug, b=warn",
-            "a[span]=debug",
-        ] {
-            let e = validate_filter(bad).expect_err(bad);
-            assert!(e.contains("target=level") && e.contains("trace"), "{e}");
-        }
-    }
 
     #[test]
     fn rust_log_wins_only_when_valid() {

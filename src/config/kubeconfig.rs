@@ -8,15 +8,19 @@ use std::path::{Path, PathBuf};
 use kube::config::Kubeconfig;
 use leader_lock::input::read_bounded;
 
-use super::{err, without_excerpt, ConfigError, Env, KubeSettings};
+use super::effective::KubeSettings;
+use super::env::Env;
+use super::error::ConfigError;
+use super::file::without_excerpt;
 
 /// At most this many context names are listed in a message.
 const LISTED_CONTEXTS: usize = 10;
 
-/// Where the kubeconfig comes from, in the client's order; the setting to name in errors.
+/// Where the kubeconfig comes from, in the client's order, and how an error names that source.
 struct Source {
     files: Vec<PathBuf>,
-    key: &'static str,
+    /// `--kubeconfig` is a setting; `KUBECONFIG` is not one of ours.
+    refused: fn(String) -> ConfigError,
     what: String,
 }
 
@@ -26,7 +30,7 @@ fn source(explicit: Option<&Path>, env: &Env) -> Option<Source> {
     if let Some(path) = explicit {
         return Some(Source {
             files: vec![path.to_path_buf()],
-            key: "kubeconfig",
+            refused: |m| ConfigError::invalid("kubeconfig", m),
             what: path.display().to_string(),
         });
     }
@@ -38,7 +42,7 @@ fn source(explicit: Option<&Path>, env: &Env) -> Option<Source> {
         if files.iter().any(|p| p.exists()) {
             return Some(Source {
                 files,
-                key: "KUBECONFIG",
+                refused: |m| ConfigError::input("KUBECONFIG", m),
                 what: list.to_string_lossy().into_owned(),
             });
         }
@@ -48,7 +52,7 @@ fn source(explicit: Option<&Path>, env: &Env) -> Option<Source> {
     path.is_file().then(|| Source {
         what: format!("{} (the default kubeconfig)", path.display()),
         files: vec![path],
-        key: "kubeconfig",
+        refused: |m| ConfigError::invalid("kubeconfig", m),
     })
 }
 
@@ -70,7 +74,7 @@ pub(super) fn check(kube: &KubeSettings, env: &Env) -> Result<(), ConfigError> {
     let context_key = "kube_context";
     let Some(source) = source(kube.kubeconfig.as_deref(), env) else {
         return match &kube.context {
-            Some(c) => Err(err(
+            Some(c) => Err(ConfigError::invalid(
                 context_key,
                 format!(
                     "{c:?} given, but there is no kubeconfig to take it from \
@@ -82,10 +86,10 @@ pub(super) fn check(kube: &KubeSettings, env: &Env) -> Result<(), ConfigError> {
     };
     let mut merged = Kubeconfig::default();
     for file in &source.files {
-        let one = parse(file).map_err(|m| err(source.key, m))?;
+        let one = parse(file).map_err(source.refused)?;
         merged = merged
             .merge(one)
-            .map_err(|e| err(source.key, format!("{}: {e}", source.what)))?;
+            .map_err(|e| (source.refused)(format!("{}: {e}", source.what)))?;
     }
     let names: Vec<&str> = merged.contexts.iter().map(|c| c.name.as_str()).collect();
     let listed = || {
@@ -105,7 +109,7 @@ pub(super) fn check(kube: &KubeSettings, env: &Env) -> Result<(), ConfigError> {
     };
     match (&kube.context, &merged.current_context) {
         (Some(c), _) if names.contains(&c.as_str()) => Ok(()),
-        (Some(c), _) => Err(err(
+        (Some(c), _) => Err(ConfigError::invalid(
             context_key,
             format!(
                 "{c:?} is not a context of {}; its contexts: {}",
@@ -114,7 +118,7 @@ pub(super) fn check(kube: &KubeSettings, env: &Env) -> Result<(), ConfigError> {
             ),
         )),
         (None, Some(c)) if names.contains(&c.as_str()) => Ok(()),
-        (None, current) => Err(err(
+        (None, current) => Err(ConfigError::invalid(
             context_key,
             format!(
                 "none given, and the current-context of {} ({}) is not one of its contexts: {}",

@@ -1,24 +1,22 @@
-//! The settings reference in docs/configuration.md, generated from the command line's definition
-//! (clap) and [`SETTINGS`], so the document cannot drift from what the binary accepts.
+//! The settings reference in docs/configuration.md, generated from the flags clap accepts and
+//! [`SETTINGS`], both expanded from each setting's one definition (`settings.rs`), so the
+//! document cannot drift from what the binary accepts.
 //! `tests/docs.rs` fails when the document is stale and rewrites it with `GATEWAY_LEADER_BLESS=1`.
 
-use clap::CommandFactory;
+use clap::Args;
 
-use super::{env_var, flag, SETTINGS};
-use crate::cli::Cli;
+use super::names::{env_var, flag};
+use super::settings::{RunArgs, SETTINGS};
 
 /// The Markdown table of every setting of `gateway-leader run`: flag, environment variable,
 /// file key, default and meaning, in the order `gateway-leader run --help` lists them, then the
 /// secrets that have no flag.
 ///
 /// # Panics
-/// When a flag has no entry in [`SETTINGS`] or a non-secret setting has no flag: the two
-/// definitions disagree, which is a bug this reference must not paper over.
+/// When a flag has no entry in [`SETTINGS`] or a non-secret setting has no flag: the expansion
+/// of the settings' definition is broken, which this reference must not paper over.
 pub fn settings_table() -> String {
-    let cli = Cli::command();
-    let run = cli
-        .find_subcommand("run")
-        .expect("gateway-leader has a run subcommand");
+    let run = RunArgs::augment_args(clap::Command::new("run"));
     let mut out = String::from(
         "| flag | environment | file key | default | meaning |\n|---|---|---|---|---|\n",
     );

@@ -126,6 +126,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn durations() {
+        assert_eq!(
+            parse_duration("15s"),
+            Ok(std::time::Duration::from_secs(15))
+        );
+        assert_eq!(
+            parse_duration("1500ms"),
+            Ok(std::time::Duration::from_millis(1500))
+        );
+        assert_eq!(
+            parse_duration("2m"),
+            Ok(std::time::Duration::from_secs(120))
+        );
+        assert_eq!(parse_duration("3"), Ok(std::time::Duration::from_secs(3)));
+        assert_eq!(
+            parse_duration("0.5"),
+            Ok(std::time::Duration::from_millis(500))
+        );
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("NaN").is_err());
+        assert!(parse_duration("1e300").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
     fn files_are_bounded_and_regular() {
         assert!(read_bounded(Path::new("/dev/zero"))
             .unwrap_err()
