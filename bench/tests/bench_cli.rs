@@ -1,12 +1,17 @@
 //! `gateway-leader-bench run`: bad input exits 2 with one line naming the flag, before any server
 //! or replica starts.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
-/// The `gateway-leader` binary the bench's replicas run, built if it is not fresh.
-fn gateway_leader() -> PathBuf {
-    testkit::workspace_binary("gateway-leader", "gateway-leader").expect("gateway-leader builds")
+/// The `gateway-leader` binary the bench's replicas run, built once if it is not fresh.
+fn gateway_leader() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        testkit::workspace_binary("gateway-leader", "gateway-leader")
+            .expect("gateway-leader builds")
+    })
 }
 
 fn bench(args: &[&str], out: &std::path::Path) -> (Option<i32>, String) {
@@ -53,7 +58,7 @@ fn bad_input_exits_2_naming_the_flag_before_anything_starts() {
         ),
         (&["--renew-deadline", "9s"][..], "renew-deadline"),
         (
-            &["--lock-backend", "etcd", "--lease-duration", "1500ms"][..],
+            &["--lock-backend", "etcd", "--lease-duration", "4500ms"][..],
             "must be a whole number of seconds",
         ),
         (
