@@ -3,8 +3,11 @@
 use std::sync::Arc;
 
 use leader_lock::{LeaderLock, LockError};
+#[cfg(feature = "etcd")]
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
+#[cfg(feature = "kubernetes")]
 use leader_lock_kubernetes::LeaseLock;
+#[cfg(feature = "redis")]
 use leader_lock_redis::{RedisConfig, RedisLock};
 
 use crate::config::{Backend, ConfigError, Settings};
@@ -14,6 +17,35 @@ fn request_timeout(s: &Settings) -> std::time::Duration {
     s.timing.renew_deadline / 2
 }
 
+/// The backends this build can use (its Cargo features `kubernetes`, `etcd`, `redis`).
+pub const BUILT: &[Backend] = &[
+    #[cfg(feature = "kubernetes")]
+    Backend::Kubernetes,
+    #[cfg(feature = "etcd")]
+    Backend::Etcd,
+    #[cfg(feature = "redis")]
+    Backend::Redis,
+];
+
+/// The refusal of a backend this build was compiled without: it names the setting, what this
+/// build accepts and how to get the one asked for.
+fn not_built(b: Backend) -> ConfigError {
+    let built: Vec<String> = BUILT.iter().map(|b| b.to_string()).collect();
+    ConfigError::invalid(
+        "lock_backend",
+        format!(
+            "\"{b}\": this build has no {b} backend; accepted here: {}; build with \
+             `--features {b}` (the default builds all three)",
+            if built.is_empty() {
+                "none".to_string()
+            } else {
+                built.join(", ")
+            }
+        ),
+    )
+}
+
+#[cfg(feature = "etcd")]
 fn etcd_config(s: &Settings) -> EtcdConfig {
     let e = &s.etcd;
     let mut c = EtcdConfig::new(e.endpoints.clone());
@@ -27,6 +59,7 @@ fn etcd_config(s: &Settings) -> EtcdConfig {
     c
 }
 
+#[cfg(feature = "redis")]
 fn redis_config(s: &Settings) -> RedisConfig {
     let r = &s.redis;
     let mut c = RedisConfig::new(r.url.clone());
@@ -44,9 +77,14 @@ pub fn validate(s: &Settings) -> Result<(), ConfigError> {
         return Ok(());
     }
     let r = match s.backend {
+        #[cfg(feature = "kubernetes")]
         Backend::Kubernetes => LeaseLock::validate(&s.timing, request_timeout(s)),
+        #[cfg(feature = "etcd")]
         Backend::Etcd => EtcdLock::validate(&etcd_config(s), &s.timing),
+        #[cfg(feature = "redis")]
         Backend::Redis => RedisLock::validate(&redis_config(s), &s.timing),
+        #[allow(unreachable_patterns)]
+        other => return Err(not_built(other)),
     };
     r.map_err(|message| ConfigError::input(format!("{} backend settings", s.backend), message))
 }
@@ -73,6 +111,7 @@ pub fn lease_namespace(s: &Settings, client_default: &str) -> String {
 }
 
 /// The Lease lock of the Kubernetes backend, its requests bounded like every backend's.
+#[cfg(feature = "kubernetes")]
 fn lease_lock(s: &Settings, client: &kube::Client, namespace: &str) -> LeaseLock {
     LeaseLock::new(client.clone(), namespace, &s.lock_name).with_request_timeout(request_timeout(s))
 }
@@ -83,8 +122,10 @@ fn lease_lock(s: &Settings, client: &kube::Client, namespace: &str) -> LeaseLock
 /// # Errors
 /// [`LockError::Unavailable`] or [`LockError::Timeout`] while the backend cannot be reached
 /// (worth retrying), [`LockError::Refused`] when it refuses us for good.
+#[cfg_attr(not(feature = "kubernetes"), allow(unused_variables))]
 pub async fn connect(s: &Settings, kube: (&kube::Client, &str)) -> Result<Connected, LockError> {
     match s.backend {
+        #[cfg(feature = "kubernetes")]
         Backend::Kubernetes => {
             let (client, default_ns) = kube;
             let ns = lease_namespace(s, default_ns);
@@ -94,6 +135,7 @@ pub async fn connect(s: &Settings, kube: (&kube::Client, &str)) -> Result<Connec
                 lease_namespace: Some(ns),
             })
         }
+        #[cfg(feature = "etcd")]
         Backend::Etcd => {
             let lock = EtcdLock::connect(etcd_config(s), &s.lock_name).await?;
             Ok(Connected {
@@ -101,6 +143,7 @@ pub async fn connect(s: &Settings, kube: (&kube::Client, &str)) -> Result<Connec
                 lease_namespace: None,
             })
         }
+        #[cfg(feature = "redis")]
         Backend::Redis => {
             let lock = RedisLock::connect(redis_config(s), &s.lock_name).await?;
             Ok(Connected {
@@ -108,6 +151,9 @@ pub async fn connect(s: &Settings, kube: (&kube::Client, &str)) -> Result<Connec
                 lease_namespace: None,
             })
         }
+        // `validate` refused it at startup, before anything was touched.
+        #[allow(unreachable_patterns)]
+        other => Err(LockError::Refused(not_built(other).to_string())),
     }
 }
 
@@ -127,6 +173,22 @@ mod tests {
             .expect("valid settings")
     }
 
+    #[test]
+    fn a_backend_left_out_of_the_build_is_refused_by_name_with_the_way_to_get_it() {
+        let e = not_built(Backend::Redis);
+        assert_eq!(e.setting(), Some("lock_backend"));
+        let text = e.to_string();
+        assert!(text.contains("this build has no redis backend"), "{text}");
+        assert!(text.contains("--features redis"), "{text}");
+        assert_eq!(
+            BUILT.len(),
+            usize::from(cfg!(feature = "kubernetes"))
+                + usize::from(cfg!(feature = "etcd"))
+                + usize::from(cfg!(feature = "redis"))
+        );
+    }
+
+    #[cfg(feature = "kubernetes")]
     #[tokio::test]
     async fn kubernetes_requests_time_out_before_a_short_renew_deadline() {
         let s = settings(&[
