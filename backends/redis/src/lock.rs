@@ -18,8 +18,8 @@ use tracing::{debug, info, warn};
 use crate::config::{check_config, check_timing, read_ca, RedisConfig};
 use crate::keys::Keys;
 use crate::knowledge::{Knowledge, Plan};
-use crate::scripts;
-use crate::value;
+use crate::scripts::{self, Scripts};
+use crate::value::{self, bytes, int, pttl_wait};
 use crate::watch::WatchTask;
 
 /// A [`LeaderLock`] on one Redis server (or a cluster's primary for the lock's slot).
@@ -37,12 +37,6 @@ pub struct RedisLock {
     /// What this client knows of the lock: the holders it campaigns as and the terms they hold,
     /// the highest term seen, the last live holder seen and whether a watch hears every change.
     knowledge: Arc<Knowledge>,
-}
-
-pub(crate) struct Scripts {
-    acquire: redis::Script,
-    release: redis::Script,
-    pub(crate) get: redis::Script,
 }
 
 fn endpoint(addr: &ConnectionAddr, db: i64) -> String {
@@ -118,32 +112,6 @@ fn classify(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
         ));
     }
     LockError::Unavailable(format!("redis at {endpoint}: {e}"))
-}
-
-pub(crate) fn int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        Value::SimpleString(s) => s.parse().ok(),
-        _ => None,
-    }
-}
-
-pub(crate) fn bytes(v: &Value) -> Option<&[u8]> {
-    match v {
-        Value::BulkString(b) => Some(b),
-        Value::SimpleString(s) => Some(s.as_bytes()),
-        _ => None,
-    }
-}
-
-/// A PTTL reply as a wait: `Some` for a running TTL, `Some(0)` for a key already gone.
-pub(crate) fn pttl_wait(pttl: i64) -> Option<Duration> {
-    match pttl {
-        p if p > 0 => Some(Duration::from_millis(p.unsigned_abs())),
-        -2 | 0 => Some(Duration::ZERO),
-        _ => None,
-    }
 }
 
 impl RedisLock {

@@ -18,8 +18,8 @@ use tracing::{debug, warn};
 
 use crate::keys::Keys;
 use crate::knowledge::{Knowledge, Subscription};
-use crate::lock::{bytes, int, pttl_wait, Scripts};
-use crate::value::{self, Message};
+use crate::scripts::Scripts;
+use crate::value::{self, bytes, int, pttl_wait, Message};
 
 pub(crate) struct WatchTask {
     pub conn: ConnectionManager,
