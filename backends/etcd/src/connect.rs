@@ -30,21 +30,21 @@ impl EtcdLock {
     /// answers, a TLS file cannot be read, or authentication is refused.
     pub async fn connect(config: EtcdConfig, lock_name: &str) -> Result<EtcdLock, LockError> {
         if lock_name.is_empty() {
-            return Err(LockError::Refused("the lock name must not be empty".into()));
+            return Err(LockError::refused("the lock name must not be empty"));
         }
         if lock_name.contains('#') {
             // `#` separates the lock key from its release marker's suffix.
-            return Err(LockError::Refused(format!(
+            return Err(LockError::refused(format!(
                 "the lock name {lock_name:?} must not contain '#'"
             )));
         }
         if config.endpoints.is_empty() {
-            return Err(LockError::Refused(
-                "etcd-endpoints: at least one endpoint is required".into(),
+            return Err(LockError::refused(
+                "etcd-endpoints: at least one endpoint is required",
             ));
         }
         for e in &config.endpoints {
-            config::check_endpoint(e).map_err(LockError::Refused)?;
+            config::check_endpoint(e).map_err(LockError::refused)?;
         }
         let endpoints = config.endpoints.join(",");
         let timeout = config.request_timeout.max(Duration::from_millis(100));
@@ -112,19 +112,24 @@ async fn connect_error(config: &EtcdConfig, what: &str, e: etcd_client::Error) -
     let endpoints = config.endpoints.join(",");
     let from_server = matches!(e, etcd_client::Error::GRpcStatus(_));
     match map_error(&endpoints, what, e) {
-        LockError::Refused(m) if from_server => LockError::Refused(format!(
-            "{m}; check etcd-username and the password, and the user's role on etcd-key-prefix"
-        )),
-        LockError::Unavailable(m) => {
-            LockError::Unavailable(format!("{m}; {}", diagnose(config).await))
-        }
+        LockError::Refused { message, source } if from_server => LockError::Refused {
+            message: format!(
+                "{message}; check etcd-username and the password, and the user's role on \
+                 etcd-key-prefix"
+            ),
+            source,
+        },
+        LockError::Unavailable { message, source } => LockError::Unavailable {
+            message: format!("{message}; {}", diagnose(config).await),
+            source,
+        },
         other => other,
     }
 }
 
 /// No endpoint answered in time: say whether TCP works, which points at TLS or at the address.
 async fn unreachable(config: &EtcdConfig, timeout: Duration) -> LockError {
-    LockError::Unavailable(format!(
+    LockError::unavailable(format!(
         "no etcd endpoint answered within {timeout:?} (etcd-endpoints: {}); {}",
         config.endpoints.join(","),
         diagnose(config).await

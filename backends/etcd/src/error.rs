@@ -5,7 +5,7 @@ use leader_lock::LockError;
 /// Maps a client error; authentication and permission errors are permanent.
 pub(crate) fn map_error(endpoints: &str, what: &str, e: etcd_client::Error) -> LockError {
     use tonic::Code;
-    match e {
+    match &e {
         etcd_client::Error::GRpcStatus(s) => {
             let msg = format!(
                 "etcd {what} at {endpoints}: {} ({:?})",
@@ -13,22 +13,22 @@ pub(crate) fn map_error(endpoints: &str, what: &str, e: etcd_client::Error) -> L
                 s.code()
             );
             match s.code() {
-                Code::Unauthenticated | Code::PermissionDenied => LockError::Refused(msg),
+                Code::Unauthenticated | Code::PermissionDenied => LockError::refused_from(msg, e),
                 // etcd reports a wrong user or password, or a missing user, as InvalidArgument.
                 Code::InvalidArgument
                     if s.message().contains("auth")
                         || s.message().contains("user")
                         || s.message().contains("password") =>
                 {
-                    LockError::Refused(msg)
+                    LockError::refused_from(msg, e)
                 }
-                Code::InvalidArgument => LockError::Malformed(msg),
-                _ => LockError::Unavailable(msg),
+                Code::InvalidArgument => LockError::malformed_from(msg, e),
+                _ => LockError::unavailable_from(msg, e),
             }
         }
         etcd_client::Error::InvalidArgs(m) => {
-            LockError::Refused(format!("etcd {what} at {endpoints}: {m}"))
+            LockError::refused_from(format!("etcd {what} at {endpoints}: {m}"), e)
         }
-        other => LockError::Unavailable(format!("etcd {what} at {endpoints}: {other}")),
+        other => LockError::unavailable_from(format!("etcd {what} at {endpoints}: {other}"), e),
     }
 }

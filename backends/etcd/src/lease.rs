@@ -42,7 +42,7 @@ impl Inner {
         let mut client = self.client.lease_client();
         let resp = self.call("lease grant", client.grant(ttl, None)).await?;
         if !resp.error().is_empty() {
-            return Err(LockError::Unavailable(format!(
+            return Err(LockError::unavailable(format!(
                 "etcd lease grant at {}: {}",
                 self.endpoints,
                 resp.error()
@@ -50,7 +50,7 @@ impl Inner {
         }
         if resp.ttl() != ttl {
             self.revoke_later(resp.id());
-            return Err(LockError::Refused(format!(
+            return Err(LockError::refused(format!(
                 "lease-duration {ttl}s is below the etcd server's minimum lease TTL ({}s, \
                  1.5 × its election timeout); raise lease-duration",
                 resp.ttl()

@@ -165,7 +165,7 @@ impl Inner {
             // Our own earlier renew whose answer was lost went through: catch up, renew next time.
             h.mod_rev = kv.mod_revision();
             h.written = kv.value().to_vec();
-            return Err(LockError::Unavailable(format!(
+            return Err(LockError::unavailable(format!(
                 "etcd renew at {}: an earlier renew's answer was lost; retrying",
                 self.endpoints
             )));
@@ -250,10 +250,12 @@ impl Inner {
         };
         let resp = match resp {
             Ok(r) => r,
-            Err(LockError::Unavailable(m)) if m.contains("lease not found") => {
+            Err(LockError::Unavailable { message, source })
+                if message.contains("lease not found") =>
+            {
                 // The spare expired while we followed: the next attempt grants a new one.
                 lease.close();
-                return Err(LockError::Unavailable(m));
+                return Err(LockError::Unavailable { message, source });
             }
             Err(e) => {
                 // Applied or not, we cannot tell: the next attempt adopts the key if it is ours.
@@ -284,8 +286,8 @@ impl Inner {
             });
         }
         if rev <= 0 {
-            return Err(LockError::Malformed(
-                "etcd transaction answer without a revision".into(),
+            return Err(LockError::malformed(
+                "etcd transaction answer without a revision",
             ));
         }
         let lease_id = lease.id();
@@ -311,7 +313,7 @@ impl Inner {
             Ok(LeaseState::Alive) => Ok(Acquired::Yes(Term(revision(rev)))),
             // The key is ours but its lease may not outlast a renew deadline: no validity from
             // this attempt; the next renew settles it.
-            Ok(LeaseState::Gone) => Err(LockError::Unavailable(format!(
+            Ok(LeaseState::Gone) => Err(LockError::unavailable(format!(
                 "etcd acquire at {}: the spare lease {lease_id} expired meanwhile",
                 self.endpoints
             ))),
@@ -526,7 +528,7 @@ impl Inner {
         let current = self.read().await?;
         match current.kvs().first() {
             None => Ok(None),
-            Some(kv) => record(kv).map(Some).map_err(LockError::Malformed),
+            Some(kv) => record(kv).map(Some).map_err(LockError::malformed),
         }
     }
 }
@@ -559,10 +561,10 @@ impl LeaderLock for EtcdLock {
 
 fn whole_seconds(d: Duration) -> Result<i64, LockError> {
     if d.subsec_nanos() != 0 || d < MIN_LEASE {
-        return Err(LockError::Refused(format!(
+        return Err(LockError::refused(format!(
             "lease-duration {d:?} must be a whole number of seconds, at least {MIN_LEASE:?}, for etcd"
         )));
     }
     i64::try_from(d.as_secs())
-        .map_err(|_| LockError::Refused(format!("lease-duration {d:?} is too long for etcd")))
+        .map_err(|_| LockError::refused(format!("lease-duration {d:?} is too long for etcd")))
 }

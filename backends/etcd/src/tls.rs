@@ -9,7 +9,7 @@ use crate::config::{self, EtcdConfig};
 pub(crate) fn tls_options(config: &EtcdConfig) -> Result<TlsOptions, LockError> {
     // The TLS stack only says "transport error" about a bad file later; say which one now.
     let read = |setting: &str, path: &std::path::Path, kind: Pem| {
-        config::read_tls_file(setting, path, kind).map_err(LockError::Refused)
+        config::read_tls_file(setting, path, kind).map_err(LockError::refused)
     };
     let mut tls = TlsOptions::new();
     match &config.ca_file {
@@ -28,8 +28,8 @@ pub(crate) fn tls_options(config: &EtcdConfig) -> Result<TlsOptions, LockError> 
         }
         (None, None) => {}
         _ => {
-            return Err(LockError::Refused(
-                "etcd-cert-file and etcd-key-file must be given together".into(),
+            return Err(LockError::refused(
+                "etcd-cert-file and etcd-key-file must be given together",
             ))
         }
     }

@@ -33,7 +33,7 @@ impl Inner {
                 Err(_) => return Err(LockError::Timeout(self.timeout)),
             };
             let Some(resp) = msg else {
-                return Err(LockError::Unavailable(format!(
+                return Err(LockError::unavailable(format!(
                     "etcd history watch at {} ended early",
                     self.endpoints
                 )));
@@ -95,7 +95,7 @@ impl Inner {
                             } else {
                                 resp.cancel_reason().to_string()
                             };
-                            let e = LockError::Unavailable(format!(
+                            let e = LockError::unavailable(format!(
                                 "etcd watch at {} canceled: {why}",
                                 st.endpoints
                             ));

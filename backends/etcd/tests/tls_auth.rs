@@ -160,7 +160,7 @@ async fn tls_with_client_certificates() {
         .err()
         .expect("needs a client cert");
     eprintln!("without a client certificate: {err}");
-    assert!(!matches!(err, LockError::Malformed(_)), "{err}");
+    assert!(!matches!(err, LockError::Malformed { .. }), "{err}");
     assert!(err.to_string().contains(&server.endpoint()), "{err}");
     assert!(err.to_string().contains("etcd-cert-file"), "{err}");
 
@@ -193,7 +193,7 @@ async fn tls_with_client_certificates() {
         .err()
         .expect("bad cert file");
     eprintln!("with a garbage client certificate: {err}");
-    assert!(matches!(err, LockError::Refused(_)), "{err}");
+    assert!(matches!(err, LockError::Refused { .. }), "{err}");
     assert!(err.to_string().contains("etcd-cert-file"), "{err}");
 }
 
@@ -262,7 +262,7 @@ async fn user_and_password() {
         .err()
         .expect("wrong password");
     eprintln!("wrong password: {err}");
-    assert!(matches!(err, LockError::Refused(_)), "{err}");
+    assert!(matches!(err, LockError::Refused { .. }), "{err}");
     assert!(err.to_string().contains("etcd-username"), "{err}");
 
     let mut anonymous = good.clone();
@@ -273,7 +273,7 @@ async fn user_and_password() {
         .err()
         .expect("no credentials");
     eprintln!("no credentials: {err}");
-    assert!(matches!(err, LockError::Refused(_)), "{err}");
+    assert!(matches!(err, LockError::Refused { .. }), "{err}");
 
     // A user whose role does not cover the key prefix.
     let mut other_prefix = good.clone();
@@ -283,5 +283,5 @@ async fn user_and_password() {
         .err()
         .expect("no permission");
     eprintln!("outside the granted prefix: {err}");
-    assert!(matches!(err, LockError::Refused(_)), "{err}");
+    assert!(matches!(err, LockError::Refused { .. }), "{err}");
 }

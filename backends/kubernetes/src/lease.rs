@@ -224,7 +224,7 @@ impl Inner {
     fn next_transitions(&self, current: i32) -> Result<i32, LockError> {
         let floor = self.state().highest.unwrap_or(0).max(current);
         floor.checked_add(1).ok_or_else(|| {
-            LockError::Malformed(format!(
+            LockError::malformed(format!(
                 "{}: leaseTransitions is at its int32 maximum",
                 self.what("take")
             ))

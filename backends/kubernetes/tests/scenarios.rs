@@ -271,13 +271,13 @@ async fn documented_role_is_enough_and_no_rbac_is_refused_clearly() {
         lease_duration: timing.lease_duration,
     };
     match lock.try_acquire_or_renew(&c).await {
-        Err(LockError::Refused(m)) => {
+        Err(LockError::Refused { message: m, .. }) => {
             assert!(m.contains("forbidden") && m.contains("RBAC"), "{m}");
             assert!(m.contains(&ns) && m.contains(lease), "names the Lease: {m}");
         }
         other => panic!("expected a refusal naming RBAC, got {other:?}"),
     }
-    assert!(matches!(lock.watch().await, Err(LockError::Refused(_))));
+    assert!(matches!(lock.watch().await, Err(LockError::Refused { .. })));
 
     // A bad token: refused as unauthorized.
     let bad = LeaseLock::new(
@@ -286,7 +286,7 @@ async fn documented_role_is_enough_and_no_rbac_is_refused_clearly() {
         lease,
     );
     match bad.get().await {
-        Err(LockError::Refused(m)) => assert!(m.contains("unauthorized"), "{m}"),
+        Err(LockError::Refused { message: m, .. }) => assert!(m.contains("unauthorized"), "{m}"),
         other => panic!("expected unauthorized, got {other:?}"),
     }
 }
@@ -304,7 +304,7 @@ async fn client_is_built_from_a_kubeconfig_and_errors_name_the_setting() {
 
     let missing = std::path::Path::new("/nonexistent/kubeconfig");
     match client(Some(missing), None, "gateway-leader-test").await {
-        Err(LockError::Refused(m)) => {
+        Err(LockError::Refused { message: m, .. }) => {
             assert!(
                 m.contains("/nonexistent/kubeconfig") && m.contains("--kubeconfig"),
                 "{m}"
@@ -319,7 +319,7 @@ async fn client_is_built_from_a_kubeconfig_and_errors_name_the_setting() {
     )
     .await
     {
-        Err(LockError::Refused(m)) => assert!(m.contains("no-such-context"), "{m}"),
+        Err(LockError::Refused { message: m, .. }) => assert!(m.contains("no-such-context"), "{m}"),
         other => panic!("expected a refusal, got {:?}", other.map(|(_, ns)| ns)),
     }
 }

@@ -573,7 +573,7 @@ impl Run {
         }
         if let Err(e) = result {
             match e {
-                LockError::Refused(_) | LockError::Malformed(_) => {
+                LockError::Refused { .. } | LockError::Malformed { .. } => {
                     error!(error = %e, lock = %lock, "lock attempt failed")
                 }
                 _ => warn!(error = %e, lock = %lock, "lock attempt failed"),
@@ -868,7 +868,7 @@ mod tests {
             term: Term(4),
             valid_until: t0 + S(10),
         };
-        let failure = Err(LockError::Unavailable("down".into()));
+        let failure = Err(LockError::unavailable("down"));
         let before = t0 + S(10) - MS(1);
         let d = decide(&context(Some(held), None), before, before, &failure);
         assert_eq!(d.held, Some(held), "still valid: still leading");
@@ -893,10 +893,10 @@ mod tests {
         let mut c = context(None, None);
         c.starting = true;
         for e in [
-            LockError::Unavailable("x".into()),
+            LockError::unavailable("x"),
             LockError::Timeout(S(1)),
-            LockError::Refused("x".into()),
-            LockError::Malformed("x".into()),
+            LockError::refused("x"),
+            LockError::malformed("x"),
         ] {
             let d = decide(&c, t0, t0, &Err(e));
             assert_eq!(d.held, None);
@@ -904,7 +904,7 @@ mod tests {
             assert_eq!(d.next, t0 + MS(2100));
         }
         c.starting = false;
-        let d = decide(&c, t0, t0, &Err(LockError::Unavailable("x".into())));
+        let d = decide(&c, t0, t0, &Err(LockError::unavailable("x")));
         assert_eq!(d.publish, None);
     }
 

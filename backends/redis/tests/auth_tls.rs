@@ -110,7 +110,7 @@ async fn tls_with_custom_ca_and_passwords() {
     let Err(e) = RedisLock::connect(wrong, "tls-wrong").await else {
         panic!("a wrong password must not connect");
     };
-    assert!(matches!(e, LockError::Refused(_)), "{e:?}");
+    assert!(matches!(e, LockError::Refused { .. }), "{e:?}");
     let msg = e.to_string();
     assert!(
         msg.contains("rejected the credentials") && msg.contains("redis-password-file"),
@@ -125,7 +125,7 @@ async fn tls_with_custom_ca_and_passwords() {
         panic!("a server signed by an unknown CA must not be trusted");
     };
     eprintln!("without the CA: {e}");
-    assert!(matches!(e, LockError::Refused(_)), "{e:?}");
+    assert!(matches!(e, LockError::Refused { .. }), "{e:?}");
     assert!(
         e.to_string().contains(&url) && e.to_string().contains("redis-ca-file"),
         "{e}"
@@ -147,7 +147,7 @@ async fn password_auth_plain() {
     let Err(e) = RedisLock::connect(c.clone(), "pw").await else {
         panic!("connecting without the password must fail");
     };
-    assert!(matches!(e, LockError::Refused(_)), "{e:?}");
+    assert!(matches!(e, LockError::Refused { .. }), "{e:?}");
     assert!(e.to_string().contains("rejected the credentials"), "{e}");
 
     // A wrong password.
@@ -156,7 +156,7 @@ async fn password_auth_plain() {
         panic!("a wrong password must fail");
     };
     let msg = e.to_string();
-    assert!(matches!(e, LockError::Refused(_)), "{e:?}");
+    assert!(matches!(e, LockError::Refused { .. }), "{e:?}");
     assert!(
         msg.contains("rejected the credentials")
             && msg.contains(&server.url())
@@ -177,7 +177,7 @@ async fn unreachable_server_is_a_clear_error() {
     let Err(e) = RedisLock::connect(common::config(&url, &common::timing()), "gone").await else {
         panic!("nothing listens on {url}");
     };
-    assert!(matches!(e, LockError::Unavailable(_)), "{e:?}");
+    assert!(matches!(e, LockError::Unavailable { .. }), "{e:?}");
     let msg = e.to_string();
     assert!(
         msg.contains("cannot reach redis at") && msg.contains(&format!("127.0.0.1:{port}")),
@@ -306,7 +306,7 @@ async fn missing_acl_permission_is_refused_clearly() {
     };
     use leader_lock::LeaderLock;
     match lock.try_acquire_or_renew(&candidate).await {
-        Err(LockError::Refused(m)) => {
+        Err(LockError::Refused { message: m, .. }) => {
             assert!(m.contains("ACL") && m.contains("INFO"), "{m}")
         }
         other => panic!("expected a refusal naming the ACL: {other:?}"),
