@@ -48,9 +48,12 @@ pub fn validate(s: &Settings) -> Result<(), ConfigError> {
         Backend::Etcd => EtcdLock::validate(&etcd_config(s), &s.timing),
         Backend::Redis => RedisLock::validate(&redis_config(s), &s.timing),
     };
-    r.map_err(|message| ConfigError {
-        key: format!("{} backend settings", s.backend),
-        message,
+    // A rule between timing settings is reported under "timing", as the timing checks are.
+    r.map_err(|e| ConfigError {
+        key: e
+            .setting()
+            .map_or_else(|| "timing".to_string(), |s| s.replace('-', "_")),
+        message: e.to_string(),
     })
 }
 
@@ -149,5 +152,18 @@ mod tests {
             lock.request_timeout()
         );
         assert_eq!(lock.request_timeout(), Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn a_backend_setting_error_is_reported_under_its_setting() {
+        let s = settings(&[
+            ("lock_backend", "etcd"),
+            ("lease_duration", "2500ms"),
+            ("renew_deadline", "2s"),
+            ("retry_period", "500ms"),
+        ]);
+        let e = validate(&s).expect_err("etcd leases are whole seconds");
+        assert_eq!(e.key, "lease_duration", "{e}");
+        assert!(e.message.contains("whole number of seconds"), "{e}");
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
-use leader_lock::{LockError, Timing};
+use leader_lock::{ConfigError, LockError, Timing};
 use tokio::sync::Mutex;
 
 use crate::client::{Inner, State};
@@ -39,12 +39,10 @@ impl EtcdLock {
             )));
         }
         if config.endpoints.is_empty() {
-            return Err(LockError::refused(
-                "etcd-endpoints: at least one endpoint is required",
-            ));
+            return Err(config::no_endpoint().into());
         }
         for e in &config.endpoints {
-            config::check_endpoint(e).map_err(LockError::refused)?;
+            config::check_endpoint(e)?;
         }
         let endpoints = config.endpoints.join(",");
         let timeout = config.request_timeout.max(Duration::from_millis(100));
@@ -102,7 +100,7 @@ impl EtcdLock {
     /// Checks the settings without touching the network: well-formed endpoints without
     /// credentials, TLS files given together and holding PEM of the right kind, credentials
     /// complete, a plain key prefix, lease duration whole seconds of at least 2 s.
-    pub fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), String> {
+    pub fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), ConfigError> {
         config::validate(config, timing)
     }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use leader_lock::conformance::{patience, wait_leader};
-use leader_lock::{Candidate, Identity, LeaderLock, LockError};
+use leader_lock::{Candidate, ConfigError, Identity, LeaderLock, LockError};
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -172,6 +172,7 @@ async fn tls_with_client_certificates() {
         .err()
         .expect("untrusted server");
     eprintln!("with the wrong CA: {err}");
+    assert!(matches!(err, LockError::Unavailable { .. }), "{err:?}");
     assert!(err.to_string().contains("etcd-ca-file"), "{err}");
 
     // No CA file: the system's roots do not know the test CA, so the server is not trusted.
@@ -182,6 +183,7 @@ async fn tls_with_client_certificates() {
         .err()
         .expect("a test CA is not a system root");
     eprintln!("with the system roots: {err}");
+    assert!(matches!(err, LockError::Unavailable { .. }), "{err:?}");
     assert!(err.to_string().contains("etcd-ca-file"), "{err}");
 
     // Garbage instead of a certificate.
@@ -194,7 +196,12 @@ async fn tls_with_client_certificates() {
         .expect("bad cert file");
     eprintln!("with a garbage client certificate: {err}");
     assert!(matches!(err, LockError::Refused { .. }), "{err}");
-    assert!(err.to_string().contains("etcd-cert-file"), "{err}");
+    let config = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<ConfigError>());
+    assert_eq!(
+        config.and_then(ConfigError::setting),
+        Some("etcd-cert-file"),
+        "{err:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -264,6 +271,15 @@ async fn user_and_password() {
     eprintln!("wrong password: {err}");
     assert!(matches!(err, LockError::Refused { .. }), "{err}");
     assert!(err.to_string().contains("etcd-username"), "{err}");
+    // The refusal keeps etcd's own error, for callers that inspect the cause.
+    let source = std::error::Error::source(&err).expect("the etcd error is kept");
+    assert!(
+        matches!(
+            source.downcast_ref::<etcd_client::Error>(),
+            Some(etcd_client::Error::GRpcStatus(_))
+        ),
+        "{source:?}"
+    );
 
     let mut anonymous = good.clone();
     anonymous.username = None;

@@ -80,3 +80,29 @@ pub(crate) async fn bounded<T>(
         .await
         .map_err(|_| LockError::Timeout(limit))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn a_forbidden_request_is_refused_and_keeps_the_kube_error() {
+        let status = kube::core::Status::failure("leases is forbidden", "Forbidden").with_code(403);
+        let e = classify(
+            "update Lease ns/lock on https://127.0.0.1:6443",
+            kube::Error::Api(status.boxed()),
+        );
+        assert!(matches!(e, LockError::Refused { .. }), "{e:?}");
+        assert!(e.to_string().starts_with(
+            "backend refused the request: update Lease ns/lock on https://127.0.0.1:6443: \
+             forbidden (403) by RBAC: leases is forbidden;"
+        ));
+        let source = e.source().expect("the kube error is kept");
+        match source.downcast_ref::<kube::Error>() {
+            Some(kube::Error::Api(s)) => assert_eq!(s.code, 403),
+            other => panic!("not the kube error: {other:?}"),
+        }
+    }
+}

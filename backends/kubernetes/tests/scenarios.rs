@@ -13,7 +13,8 @@ use kube::api::{ListParams, PostParams};
 use kube::Api;
 use leader_lock::conformance::{patience, wait_leader, wait_state};
 use leader_lock::{
-    Candidate, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, LockError,
+    Candidate, ConfigError, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, LockError,
+    TimingError,
 };
 use leader_lock_kubernetes::{client, spawn_leader_events, LeaseLock};
 use serde_json::json;
@@ -335,7 +336,19 @@ fn timing_must_be_whole_seconds() {
     )
     .expect("valid");
     let err = LeaseLock::validate(&frac, Duration::from_millis(500)).expect_err("fractional lease");
-    assert!(err.contains("lease-duration"), "{err}");
+    assert!(
+        matches!(
+            err,
+            ConfigError::Timing {
+                source: TimingError::NotWholeSeconds {
+                    setting: "lease-duration",
+                    ..
+                },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -349,8 +362,17 @@ fn requests_must_time_out_before_the_renew_deadline() {
     // The old default for a 30 s lease: a quarter of it, capped at 5 s.
     let err = LeaseLock::validate(&t, Duration::from_secs(5)).expect_err("5 s > 3 s");
     assert!(
-        err.contains("kubernetes") && err.contains("renew-deadline"),
-        "{err}"
+        matches!(
+            err,
+            ConfigError::Timing {
+                source: TimingError::RequestTimeout {
+                    backend: "kubernetes",
+                    ..
+                },
+                ..
+            }
+        ),
+        "{err:?}"
     );
     assert!(LeaseLock::validate(&t, Duration::from_secs(3)).is_err());
     assert!(LeaseLock::validate(&t, Duration::from_millis(1500)).is_ok());

@@ -4,7 +4,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use futures::StreamExt;
 use leader_lock::{
-    Attempt, Candidate, LeaderLock, LockError, LockEventStream, LockRecord, Term, Timing,
+    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord, Term,
+    Timing,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{
@@ -121,7 +122,7 @@ fn classify(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
 impl RedisLock {
     /// Checks the settings without touching the network: URL scheme (`redis-url`), CA file,
     /// key prefix, and that the timing fits Redis (lease in whole milliseconds).
-    pub fn validate(config: &RedisConfig, timing: &Timing) -> Result<(), String> {
+    pub fn validate(config: &RedisConfig, timing: &Timing) -> Result<(), ConfigError> {
         check_config(config)?;
         check_timing(config, timing)
     }
@@ -129,7 +130,7 @@ impl RedisLock {
     /// Connects and authenticates; fails with a clear message when the server is unreachable or
     /// refuses the credentials.
     pub async fn connect(config: RedisConfig, lock_name: &str) -> Result<RedisLock, LockError> {
-        check_config(&config).map_err(LockError::refused)?;
+        check_config(&config)?;
         if lock_name.is_empty() {
             return Err(LockError::refused("the lock name must not be empty"));
         }
@@ -154,7 +155,7 @@ impl RedisLock {
         }
         let client = match &config.ca_file {
             Some(ca) => {
-                let root = read_ca(ca).map_err(LockError::refused)?;
+                let root = read_ca(ca)?;
                 Client::build_with_tls(
                     info,
                     TlsCertificates {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leader_lock::conformance::{patience, wait_leader};
-use leader_lock::{Elector, ElectorConfig, Identity, LockError};
+use leader_lock::{ConfigError, Elector, ElectorConfig, Identity, LockError};
 use leader_lock_redis::{RedisConfig, RedisLock};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use testkit::redis::{RedisServer, RedisTls};
@@ -98,11 +98,16 @@ async fn tls_with_custom_ca_and_passwords() {
         &timing,
     );
     in_url.ca_file = Some(pki.ca_file());
-    let e = RedisLock::validate(&in_url, &timing).expect_err("credentials in the URL");
-    assert!(
-        e.contains("--redis-username") && !e.contains("acl-secret"),
-        "{e}"
-    );
+    match RedisLock::validate(&in_url, &timing).expect_err("credentials in the URL") {
+        ConfigError::Invalid {
+            setting: "redis-url",
+            message,
+        } => assert!(
+            message.contains("--redis-username") && !message.contains("acl-secret"),
+            "{message}"
+        ),
+        other => panic!("expected an invalid redis-url: {other:?}"),
+    }
 
     // A wrong ACL password is refused with a message that says what to fix.
     let mut wrong = acl.clone();
@@ -194,7 +199,58 @@ async fn unreachable_server_is_a_clear_error() {
         &common::timing(),
     )
     .unwrap_err();
-    assert!(e.contains("redis-url"), "{e}");
+    assert!(
+        matches!(
+            e,
+            ConfigError::Invalid {
+                setting: "redis-url",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_keeps_the_redis_error_as_its_source() {
+    common::init_tracing();
+    let server = RedisServer::builder()
+        .requirepass("s3cret")
+        .start()
+        .await
+        .expect("redis-server starts");
+    let timing = common::timing();
+    let mut c = common::config(&server.url(), &timing);
+    c.password = Some("wrong".into());
+    let Err(e) = RedisLock::connect(c, "source").await else {
+        panic!("a wrong password must fail");
+    };
+    assert!(matches!(e, LockError::Refused { .. }), "{e:?}");
+    let source = std::error::Error::source(&e).expect("the redis error is kept");
+    let redis_error = source
+        .downcast_ref::<redis::RedisError>()
+        .unwrap_or_else(|| panic!("not a redis::RedisError: {source:?}"));
+    assert!(
+        matches!(redis_error.kind(), redis::ErrorKind::AuthenticationFailed)
+            || redis_error.code() == Some("WRONGPASS"),
+        "{redis_error:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setting_refused_on_connect_keeps_its_config_error() {
+    let mut c = common::config("rediss://127.0.0.1:1", &common::timing());
+    c.ca_file = Some("/nonexistent/ca.pem".into());
+    let Err(e) = RedisLock::connect(c, "ca").await else {
+        panic!("a missing CA file must not connect");
+    };
+    assert!(matches!(e, LockError::Refused { .. }), "{e:?}");
+    let config = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<ConfigError>());
+    assert_eq!(
+        config.and_then(ConfigError::setting),
+        Some("redis-ca-file"),
+        "{e:?}"
+    );
 }
 
 /// The `--user` arguments of the least-privilege ACL user documented in docs/redis.md.
