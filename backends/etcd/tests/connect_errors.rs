@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use leader_lock::{ConfigError, LockError};
+use leader_lock::LockError;
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
 use testkit::free_port;
 
@@ -33,14 +33,11 @@ async fn unreadable_tls_files_name_the_setting() {
         .err()
         .expect("no CA file");
     assert!(matches!(err, LockError::Refused { .. }), "{err}");
-    assert_eq!(refused_setting(&err), Some("etcd-ca-file"), "{err:?}");
-}
-
-/// The setting named by the configuration error a refusal keeps as its source.
-fn refused_setting(err: &LockError) -> Option<&'static str> {
-    std::error::Error::source(err)
-        .and_then(|s| s.downcast_ref::<ConfigError>())
-        .and_then(ConfigError::setting)
+    assert_eq!(
+        common::refused_setting(&err),
+        Some("etcd-ca-file"),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
@@ -50,7 +47,11 @@ async fn malformed_endpoint_is_refused() {
         .err()
         .expect("no scheme");
     assert!(matches!(err, LockError::Refused { .. }), "{err}");
-    assert_eq!(refused_setting(&err), Some("etcd-endpoints"), "{err:?}");
+    assert_eq!(
+        common::refused_setting(&err),
+        Some("etcd-endpoints"),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]

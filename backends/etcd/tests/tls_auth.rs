@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use leader_lock::conformance::{patience, wait_leader};
-use leader_lock::{Candidate, ConfigError, Identity, LeaderLock, LockError};
+use leader_lock::{Candidate, Identity, LeaderLock, LockError};
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -196,9 +196,8 @@ async fn tls_with_client_certificates() {
         .expect("bad cert file");
     eprintln!("with a garbage client certificate: {err}");
     assert!(matches!(err, LockError::Refused { .. }), "{err}");
-    let config = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<ConfigError>());
     assert_eq!(
-        config.and_then(ConfigError::setting),
+        common::refused_setting(&err),
         Some("etcd-cert-file"),
         "{err:?}"
     );
