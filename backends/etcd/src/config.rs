@@ -6,6 +6,7 @@ use std::time::Duration;
 use leader_lock::input::{check_name, read_pem, redact_userinfo, Pem};
 use leader_lock::{ConfigError, Timing};
 
+/// Settings named by several checks, spelled as their flags.
 const ENDPOINTS: &str = "etcd-endpoints";
 const USERNAME: &str = "etcd-username";
 
@@ -68,13 +69,11 @@ pub(crate) fn check_endpoint(endpoint: &str) -> Result<(), ConfigError> {
         ))
     };
     if endpoint.contains('@') {
-        return Err(ConfigError::invalid(
-            ENDPOINTS,
-            format!(
+        let message = format!(
             "etcd-endpoints: `{shown}` holds credentials; give the user with --etcd-username and \
              the password with --etcd-password-file or GATEWAY_LEADER_ETCD_PASSWORD"
-        ),
-        ));
+        );
+        return Err(ConfigError::invalid(ENDPOINTS, message));
     }
     let rest = match endpoint
         .strip_prefix("http://")

@@ -36,6 +36,7 @@ impl std::fmt::Debug for RedisConfig {
     }
 }
 
+/// Settings named by several checks, spelled as their flags.
 const URL: &str = "redis-url";
 const CA_FILE: &str = "redis-ca-file";
 
