@@ -10,7 +10,7 @@ use leader_lock_kubernetes::LeaseLock;
 #[cfg(feature = "redis")]
 use leader_lock_redis::{RedisConfig, RedisLock};
 
-use crate::config::{Backend, ConfigError, Settings};
+use crate::config::{Backend, ConfigError, Settings, SETTINGS};
 
 /// Per-request timeout for backend calls: well inside the renew deadline.
 fn request_timeout(s: &Settings) -> std::time::Duration {
@@ -86,7 +86,24 @@ pub fn validate(s: &Settings) -> Result<(), ConfigError> {
         #[allow(unreachable_patterns)]
         other => return Err(not_built(other)),
     };
-    r.map_err(|message| ConfigError::input(format!("{} backend settings", s.backend), message))
+    r.map_err(|e| backend_refusal(s.backend, &e))
+}
+
+/// A backend's refusal as a settings error: under the setting it names (its file key), with the
+/// backend's message less the setting's name it starts with, since the error names it already;
+/// a rule between timing settings, or a field with no setting of its own, under the backend.
+fn backend_refusal(backend: Backend, e: &leader_lock::ConfigError) -> ConfigError {
+    let message = e.to_string();
+    let named = e.setting().and_then(|dashed| {
+        let key = dashed.replace('-', "_");
+        let spec = SETTINGS.iter().find(|spec| spec.key == key)?;
+        let rest = message
+            .strip_prefix(dashed)
+            .and_then(|m| m.strip_prefix(": "))
+            .unwrap_or(&message);
+        Some(ConfigError::invalid(spec.key, rest))
+    });
+    named.unwrap_or_else(|| ConfigError::input(format!("{backend} backend settings"), message))
 }
 
 /// What `connect` made: the lock, and for Kubernetes the namespace of the Lease (for Events).
@@ -153,7 +170,7 @@ pub async fn connect(s: &Settings, kube: (&kube::Client, &str)) -> Result<Connec
         }
         // `validate` refused it at startup, before anything was touched.
         #[allow(unreachable_patterns)]
-        other => Err(LockError::Refused(not_built(other).to_string())),
+        other => Err(LockError::refused(not_built(other).to_string())),
     }
 }
 
@@ -208,5 +225,19 @@ mod tests {
             lock.request_timeout()
         );
         assert_eq!(lock.request_timeout(), Duration::from_millis(1500));
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn a_backend_setting_error_is_reported_under_its_setting() {
+        let s = settings(&[
+            ("lock_backend", "etcd"),
+            ("lease_duration", "2500ms"),
+            ("renew_deadline", "2s"),
+            ("retry_period", "500ms"),
+        ]);
+        let e = validate(&s).expect_err("etcd leases are whole seconds");
+        assert_eq!(e.setting(), Some("lease_duration"), "{e}");
+        assert!(e.to_string().contains("whole number of seconds"), "{e}");
     }
 }

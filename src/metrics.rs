@@ -183,7 +183,10 @@ impl InstrumentedLock {
     fn record<T>(&self, op: &'static str, started: Instant, r: &Result<T, LockError>) {
         self.metrics.observe(op, started.elapsed(), r.is_ok());
         // A refusal is an answer: the backend is reachable, it just said no.
-        let reachable = !matches!(r, Err(LockError::Unavailable(_) | LockError::Timeout(_)));
+        let reachable = !matches!(
+            r,
+            Err(LockError::Unavailable { .. } | LockError::Timeout(_))
+        );
         self.metrics.set_lock_reachable(reachable);
     }
 }

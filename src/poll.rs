@@ -50,8 +50,8 @@ impl LeaderLock for PollingLock {
     }
 
     async fn watch(&self) -> Result<LockEventStream, LockError> {
-        Err(LockError::Unavailable(
-            "--wakeup poll: no change stream; polling every retry period".into(),
+        Err(LockError::unavailable(
+            "--wakeup poll: no change stream; polling every retry period",
         ))
     }
 }

@@ -218,7 +218,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         .without_max_times();
     let connecting = (|| backend::connect(&settings, (&client, &default_ns)))
         .retry(backoff)
-        .when(|e| matches!(e, LockError::Unavailable(_) | LockError::Timeout(_)))
+        .when(|e| matches!(e, LockError::Unavailable { .. } | LockError::Timeout(_)))
         .notify(|e, after| {
             warn!(backend = %settings.backend, error = %e, retry_in = ?after,
                 "lock backend unreachable; retrying")

@@ -4,7 +4,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use leader_lock::input::{check_name, read_pem, redact_userinfo, Pem};
-use leader_lock::Timing;
+use leader_lock::{ConfigError, Timing};
+
+/// Settings named by several checks, spelled as their flags.
+const ENDPOINTS: &str = "etcd-endpoints";
+const USERNAME: &str = "etcd-username";
 
 /// The smallest lease TTL a default etcd accepts (1.5 × its 1 s election timeout, rounded up).
 pub const MIN_LEASE: Duration = Duration::from_secs(2);
@@ -53,19 +57,23 @@ impl EtcdConfig {
 }
 
 /// Checks an endpoint is `http(s)://host:port` with nothing after the port but an optional `/`.
-pub(crate) fn check_endpoint(endpoint: &str) -> Result<(), String> {
+pub(crate) fn check_endpoint(endpoint: &str) -> Result<(), ConfigError> {
     // Built from the redacted form only, so that no message can echo a password.
     let shown = redact_userinfo(endpoint);
     let bad = |why: &str| {
-        Err(format!(
-            "etcd-endpoints: `{shown}` is not a client URL like http://127.0.0.1:2379 ({why})"
+        Err(ConfigError::invalid(
+            ENDPOINTS,
+            format!(
+                "etcd-endpoints: `{shown}` is not a client URL like http://127.0.0.1:2379 ({why})"
+            ),
         ))
     };
     if endpoint.contains('@') {
-        return Err(format!(
+        let message = format!(
             "etcd-endpoints: `{shown}` holds credentials; give the user with --etcd-username and \
              the password with --etcd-password-file or GATEWAY_LEADER_ETCD_PASSWORD"
-        ));
+        );
+        return Err(ConfigError::invalid(ENDPOINTS, message));
     }
     let rest = match endpoint
         .strip_prefix("http://")
@@ -106,34 +114,49 @@ const KEY_PREFIX_CHARS: &str = "-._:/";
 const MAX_KEY_PREFIX_BYTES: usize = 128;
 
 /// Reads one of the TLS files (bounded) and checks it holds what it should.
-pub(crate) fn read_tls_file(setting: &str, path: &Path, kind: Pem) -> Result<Vec<u8>, String> {
-    read_pem(path, kind).map_err(|e| format!("{setting}: {e}"))
+pub(crate) fn read_tls_file(
+    setting: &'static str,
+    path: &Path,
+    kind: Pem,
+) -> Result<Vec<u8>, ConfigError> {
+    read_pem(path, kind).map_err(|e| ConfigError::invalid(setting, format!("{setting}: {e}")))
 }
 
 /// The checks of [`EtcdLock::validate`](crate::EtcdLock::validate).
-pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), String> {
+pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), ConfigError> {
     if config.endpoints.is_empty() {
-        return Err("etcd-endpoints: at least one endpoint is required".into());
+        return Err(no_endpoint());
     }
     for e in &config.endpoints {
         check_endpoint(e)?;
     }
     let tls = config.uses_tls();
     if tls && config.endpoints.iter().any(|e| e.starts_with("http://")) {
-        return Err(
-            "etcd-endpoints: mixing http:// and https:// endpoints is not supported".into(),
-        );
+        return Err(ConfigError::invalid(
+            ENDPOINTS,
+            "etcd-endpoints: mixing http:// and https:// endpoints is not supported",
+        ));
     }
     let tls_files = config.ca_file.is_some() || config.cert_file.is_some();
     if !tls && tls_files {
-        return Err(
-            "etcd-ca-file/etcd-cert-file are set but etcd-endpoints are http://; use https:// URLs"
-                .into(),
-        );
+        return Err(ConfigError::invalid(
+            ENDPOINTS,
+            "etcd-ca-file/etcd-cert-file are set but etcd-endpoints are http://; use https:// URLs",
+        ));
     }
     match (&config.cert_file, &config.key_file) {
-        (Some(_), None) => return Err("etcd-cert-file is set without etcd-key-file".into()),
-        (None, Some(_)) => return Err("etcd-key-file is set without etcd-cert-file".into()),
+        (Some(_), None) => {
+            return Err(ConfigError::invalid(
+                "etcd-cert-file",
+                "etcd-cert-file is set without etcd-key-file",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::invalid(
+                "etcd-key-file",
+                "etcd-key-file is set without etcd-cert-file",
+            ))
+        }
         _ => {}
     }
     for (setting, file, kind) in [
@@ -146,30 +169,63 @@ pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), Strin
         }
     }
     match (&config.username, &config.password) {
-        (Some(u), _) if u.is_empty() => return Err("etcd-username is empty".into()),
-        (Some(_), None) => {
-            return Err("etcd-username is set without a password (etcd-password-file or GATEWAY_LEADER_ETCD_PASSWORD)".into())
+        (Some(u), _) if u.is_empty() => {
+            return Err(ConfigError::invalid(USERNAME, "etcd-username is empty"))
         }
-        (None, Some(_)) => return Err("an etcd password is set without etcd-username".into()),
+        (Some(_), None) => {
+            return Err(ConfigError::invalid(
+                USERNAME,
+                "etcd-username is set without a password (etcd-password-file or \
+                 GATEWAY_LEADER_ETCD_PASSWORD)",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::invalid(
+                "etcd-password",
+                "an etcd password is set without etcd-username",
+            ))
+        }
         _ => {}
     }
     check_name(&config.key_prefix, KEY_PREFIX_CHARS, MAX_KEY_PREFIX_BYTES)
-        .map_err(|e| format!("etcd-key-prefix: {e}"))?;
-    timing.validate().map_err(|e| e.to_string())?;
+        .map_err(|e| ConfigError::invalid("etcd-key-prefix", format!("etcd-key-prefix: {e}")))?;
+    timing.validate()?;
     timing
         .require_whole_seconds(MIN_LEASE)
-        .map_err(|e| format!("{e} (etcd lease TTLs are whole seconds, at least {MIN_LEASE:?})"))?;
-    timing
-        .check_request_timeout("etcd", config.request_timeout)
-        .map_err(|e| e.to_string())
+        .map_err(|source| ConfigError::Timing {
+            source,
+            note: Some(format!(
+                "etcd lease TTLs are whole seconds, at least {MIN_LEASE:?}"
+            )),
+        })?;
+    timing.check_request_timeout("etcd", config.request_timeout)?;
+    Ok(())
+}
+
+/// The error for an empty endpoint list, which connecting refuses too.
+pub(crate) fn no_endpoint() -> ConfigError {
+    ConfigError::invalid(
+        ENDPOINTS,
+        "etcd-endpoints: at least one endpoint is required",
+    )
 }
 
 #[cfg(test)]
 mod tests {
+    use leader_lock::TimingError;
+
     use super::*;
 
     fn timing() -> Timing {
         Timing::default()
+    }
+
+    /// The setting and the message of an invalid-setting error.
+    fn invalid(e: ConfigError) -> (&'static str, String) {
+        match e {
+            ConfigError::Invalid { setting, message } => (setting, message),
+            other => panic!("not an invalid setting: {other:?}"),
+        }
     }
 
     #[test]
@@ -191,15 +247,16 @@ mod tests {
             "unix:///run/etcd.sock",
             "http://::1:2379",
         ] {
-            let e = check_endpoint(bad).expect_err(bad);
-            assert!(e.contains("etcd-endpoints"), "{e}");
+            let (setting, _) = invalid(check_endpoint(bad).expect_err(bad));
+            assert_eq!(setting, "etcd-endpoints", "{bad}");
         }
         for with_password in [
             "http://u:SECRET@127.0.0.1:2379",
             "https://:SECRET@h:2379/",
             "u:SECRET@h:2379",
         ] {
-            let e = check_endpoint(with_password).expect_err(with_password);
+            let (setting, e) = invalid(check_endpoint(with_password).expect_err(with_password));
+            assert_eq!(setting, "etcd-endpoints");
             assert!(
                 e.contains("--etcd-username")
                     && e.contains("GATEWAY_LEADER_ETCD_PASSWORD")
@@ -219,11 +276,9 @@ mod tests {
             &format!("/{}/", "a".repeat(127)),
         ] {
             c.key_prefix = bad.into();
-            let e = validate(&c, &timing()).unwrap_err();
-            assert!(
-                e.contains("etcd-key-prefix") && e.contains("128 bytes"),
-                "{e}"
-            );
+            let (setting, e) = invalid(validate(&c, &timing()).unwrap_err());
+            assert_eq!(setting, "etcd-key-prefix");
+            assert!(e.contains("128 bytes"), "{e}");
         }
         c.key_prefix = "/team-a/gateway_leader:v1/".into();
         assert_eq!(validate(&c, &timing()), Ok(()));
@@ -235,17 +290,16 @@ mod tests {
         assert_eq!(validate(&ok, &timing()), Ok(()));
 
         let empty = EtcdConfig::new(vec![]);
-        assert!(validate(&empty, &timing())
-            .unwrap_err()
-            .contains("etcd-endpoints"));
+        let (setting, _) = invalid(validate(&empty, &timing()).unwrap_err());
+        assert_eq!(setting, "etcd-endpoints");
 
         let mut half = ok.clone();
         half.endpoints = vec!["https://127.0.0.1:2379".into()];
         half.ca_file = Some("/etc/hostname".into());
         half.cert_file = Some("/etc/hostname".into());
-        assert!(validate(&half, &timing())
-            .unwrap_err()
-            .contains("without etcd-key-file"));
+        let (setting, e) = invalid(validate(&half, &timing()).unwrap_err());
+        assert_eq!(setting, "etcd-cert-file");
+        assert!(e.contains("without etcd-key-file"), "{e}");
 
         let dir = tempfile::tempdir().expect("tempdir");
         let real = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])
@@ -289,7 +343,8 @@ mod tests {
                 _ => &mut c.key_file,
             };
             *slot = Some(bad.into());
-            let e = validate(&c, &timing()).unwrap_err();
+            let (named, e) = invalid(validate(&c, &timing()).unwrap_err());
+            assert_eq!(named, setting, "{bad}: {e}");
             assert!(
                 e.starts_with(setting) && e.contains(why),
                 "{setting} {bad}: {e}"
@@ -303,7 +358,9 @@ mod tests {
 
         let mut user = ok.clone();
         user.username = Some("root".into());
-        assert!(validate(&user, &timing()).unwrap_err().contains("password"));
+        let (setting, e) = invalid(validate(&user, &timing()).unwrap_err());
+        assert_eq!(setting, "etcd-username");
+        assert!(e.contains("password"), "{e}");
     }
 
     #[test]
@@ -311,17 +368,48 @@ mod tests {
         let ok = EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]);
         let ms = Duration::from_millis;
         let fractional = Timing::new(ms(2500), ms(2000), ms(500)).expect("valid timing");
-        assert!(validate(&ok, &fractional)
-            .unwrap_err()
-            .contains("lease-duration"));
+        let e = validate(&ok, &fractional).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                ConfigError::Timing {
+                    source: TimingError::NotWholeSeconds {
+                        setting: "lease-duration",
+                        ..
+                    },
+                    note: Some(_),
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(e.setting(), Some("lease-duration"));
+        assert!(
+            e.to_string()
+                .ends_with("(etcd lease TTLs are whole seconds, at least 2s)"),
+            "{e}"
+        );
         let short = Timing::new(ms(1000), ms(800), ms(200)).expect("valid timing");
-        assert!(validate(&ok, &short)
-            .unwrap_err()
-            .contains("lease-duration"));
+        assert!(
+            matches!(
+                validate(&ok, &short),
+                Err(ConfigError::Timing {
+                    source: TimingError::BelowMinimum {
+                        setting: "lease-duration",
+                        ..
+                    },
+                    ..
+                })
+            ),
+            "{:?}",
+            validate(&ok, &short)
+        );
         let mut slow = ok.clone();
         slow.request_timeout = Duration::from_secs(10);
-        assert!(validate(&slow, &timing())
-            .unwrap_err()
-            .contains("renew-deadline"));
+        let too_slow = TimingError::RequestTimeout {
+            backend: "etcd",
+            value: Duration::from_secs(10),
+            renew: Duration::from_secs(10),
+        };
+        assert_eq!(validate(&slow, &timing()), Err(too_slow.into()));
     }
 }

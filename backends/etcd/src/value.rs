@@ -1,7 +1,9 @@
-//! The JSON value stored under the lock key.
+//! The JSON value stored under the lock key, and a key-value read back as a lock record.
 
 use std::time::{Duration, SystemTime};
 
+use etcd_client::KeyValue;
+use leader_lock::{LockRecord, Term};
 use serde::{Deserialize, Serialize};
 
 /// A lease longer than this is not one we wrote; such a value is treated as foreign.
@@ -87,6 +89,22 @@ impl StoredValue {
             .as_deref()
             .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
     }
+}
+
+pub(crate) fn record(kv: &KeyValue) -> Result<LockRecord, String> {
+    let v = StoredValue::parse(kv.value())?;
+    Ok(LockRecord {
+        lease_duration: v.lease_duration(),
+        acquire_time: v.acquire_time(),
+        renew_time: v.renew_time(),
+        holder: v.holder,
+        term: Term(revision(kv.create_revision())),
+        version: kv.mod_revision().to_string(),
+    })
+}
+
+pub(crate) fn revision(r: i64) -> u64 {
+    r.max(0).unsigned_abs()
 }
 
 #[cfg(test)]

@@ -160,7 +160,7 @@ async fn tls_with_client_certificates() {
         .err()
         .expect("needs a client cert");
     eprintln!("without a client certificate: {err}");
-    assert!(!matches!(err, LockError::Malformed(_)), "{err}");
+    assert!(!matches!(err, LockError::Malformed { .. }), "{err}");
     assert!(err.to_string().contains(&server.endpoint()), "{err}");
     assert!(err.to_string().contains("etcd-cert-file"), "{err}");
 
@@ -172,6 +172,7 @@ async fn tls_with_client_certificates() {
         .err()
         .expect("untrusted server");
     eprintln!("with the wrong CA: {err}");
+    assert!(matches!(err, LockError::Unavailable { .. }), "{err:?}");
     assert!(err.to_string().contains("etcd-ca-file"), "{err}");
 
     // No CA file: the system's roots do not know the test CA, so the server is not trusted.
@@ -182,6 +183,7 @@ async fn tls_with_client_certificates() {
         .err()
         .expect("a test CA is not a system root");
     eprintln!("with the system roots: {err}");
+    assert!(matches!(err, LockError::Unavailable { .. }), "{err:?}");
     assert!(err.to_string().contains("etcd-ca-file"), "{err}");
 
     // Garbage instead of a certificate.
@@ -193,8 +195,12 @@ async fn tls_with_client_certificates() {
         .err()
         .expect("bad cert file");
     eprintln!("with a garbage client certificate: {err}");
-    assert!(matches!(err, LockError::Refused(_)), "{err}");
-    assert!(err.to_string().contains("etcd-cert-file"), "{err}");
+    assert!(matches!(err, LockError::Refused { .. }), "{err}");
+    assert_eq!(
+        common::refused_setting(&err),
+        Some("etcd-cert-file"),
+        "{err:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,8 +268,17 @@ async fn user_and_password() {
         .err()
         .expect("wrong password");
     eprintln!("wrong password: {err}");
-    assert!(matches!(err, LockError::Refused(_)), "{err}");
+    assert!(matches!(err, LockError::Refused { .. }), "{err}");
     assert!(err.to_string().contains("etcd-username"), "{err}");
+    // The refusal keeps etcd's own error, for callers that inspect the cause.
+    let source = std::error::Error::source(&err).expect("the etcd error is kept");
+    assert!(
+        matches!(
+            source.downcast_ref::<etcd_client::Error>(),
+            Some(etcd_client::Error::GRpcStatus(_))
+        ),
+        "{source:?}"
+    );
 
     let mut anonymous = good.clone();
     anonymous.username = None;
@@ -273,7 +288,7 @@ async fn user_and_password() {
         .err()
         .expect("no credentials");
     eprintln!("no credentials: {err}");
-    assert!(matches!(err, LockError::Refused(_)), "{err}");
+    assert!(matches!(err, LockError::Refused { .. }), "{err}");
 
     // A user whose role does not cover the key prefix.
     let mut other_prefix = good.clone();
@@ -283,5 +298,5 @@ async fn user_and_password() {
         .err()
         .expect("no permission");
     eprintln!("outside the granted prefix: {err}");
-    assert!(matches!(err, LockError::Refused(_)), "{err}");
+    assert!(matches!(err, LockError::Refused { .. }), "{err}");
 }

@@ -44,62 +44,76 @@ pub async fn client(
     };
     let (config, source) = if let Some(path) = kubeconfig {
         let kc = Kubeconfig::read_from(path).map_err(|e| {
-            LockError::Refused(format!(
-                "cannot read kubeconfig {} (--kubeconfig): {e}",
-                path.display()
-            ))
+            LockError::refused_from(
+                format!(
+                    "cannot read kubeconfig {} (--kubeconfig): {e}",
+                    path.display()
+                ),
+                e,
+            )
         })?;
         let c = Config::from_custom_kubeconfig(kc, &opts)
             .await
             .map_err(|e| {
-                LockError::Refused(format!(
-                    "kubeconfig {} (--kubeconfig, --kube-context {}): {e}",
-                    path.display(),
-                    context.unwrap_or("<current>")
-                ))
+                LockError::refused_from(
+                    format!(
+                        "kubeconfig {} (--kubeconfig, --kube-context {}): {e}",
+                        path.display(),
+                        context.unwrap_or("<current>")
+                    ),
+                    e,
+                )
             })?;
         (c, path.display().to_string())
     } else if let Some(found) = default_kubeconfig() {
         let c = Config::from_kubeconfig(&opts).await.map_err(|e| {
-            LockError::Refused(format!(
-                "kubeconfig {} (KUBECONFIG or ~/.kube/config, --kube-context {}): {e}",
-                found.display(),
-                context.unwrap_or("<current>")
-            ))
+            LockError::refused_from(
+                format!(
+                    "kubeconfig {} (KUBECONFIG or ~/.kube/config, --kube-context {}): {e}",
+                    found.display(),
+                    context.unwrap_or("<current>")
+                ),
+                e,
+            )
         })?;
         (c, found.display().to_string())
     } else if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
         if let Some(ctx) = context {
-            return Err(LockError::Refused(format!(
+            return Err(LockError::refused(format!(
                 "--kube-context {ctx} given but no kubeconfig found (--kubeconfig, KUBECONFIG, ~/.kube/config)"
             )));
         }
         let c = Config::incluster().map_err(|e| {
-            LockError::Refused(format!(
-                "in-cluster config (service account at /var/run/secrets/kubernetes.io/serviceaccount): {e}"
-            ))
+            LockError::refused_from(
+                format!(
+                    "in-cluster config (service account at \
+                     /var/run/secrets/kubernetes.io/serviceaccount): {e}"
+                ),
+                e,
+            )
         })?;
         (c, "in-cluster service account".to_string())
     } else {
-        return Err(LockError::Refused(
+        return Err(LockError::refused(
             "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, create ~/.kube/config, \
-             or run in a pod with a service account"
-                .to_string(),
+             or run in a pod with a service account",
         ));
     };
     let mut config = config;
     let agent = http::HeaderValue::from_str(user_agent).map_err(|e| {
-        LockError::Refused(format!(
-            "user agent {user_agent:?} is not a header value: {e}"
-        ))
+        LockError::refused_from(
+            format!("user agent {user_agent:?} is not a header value: {e}"),
+            e,
+        )
     })?;
     config.headers.push((http::header::USER_AGENT, agent));
     let namespace = config.default_namespace.clone();
     let url = config.cluster_url.to_string();
     let client = Client::try_from(config).map_err(|e| {
-        LockError::Refused(format!(
-            "cannot build a client for {url} (from {source}): {e}"
-        ))
+        LockError::refused_from(
+            format!("cannot build a client for {url} (from {source}): {e}"),
+            e,
+        )
     })?;
     info!(apiserver = %url, from = %source, %namespace, "kubernetes client ready");
     Ok((client, namespace))

@@ -19,8 +19,13 @@ pub(crate) fn is_conflict(e: &kube::Error) -> bool {
 }
 
 /// Classifies `e`; `what` names the operation and the object, e.g. `update Lease ns/name on URL`.
+/// The kube error is kept as the source.
 pub(crate) fn classify(what: &str, e: kube::Error) -> LockError {
-    match &e {
+    type Class = fn(String, kube::Error) -> LockError;
+    let refused: Class = LockError::refused_from;
+    let unavailable: Class = LockError::unavailable_from;
+    let malformed: Class = LockError::malformed_from;
+    let (class, message) = match &e {
         kube::Error::Api(s) => {
             let msg = if s.message.is_empty() {
                 s.reason.clone()
@@ -28,31 +33,42 @@ pub(crate) fn classify(what: &str, e: kube::Error) -> LockError {
                 s.message.clone()
             };
             match s.code {
-                401 => LockError::Refused(format!(
-                    "{what}: unauthorized (401): the credentials were rejected ({msg}); check the \
-                     kubeconfig user or the service-account token"
-                )),
-                403 => LockError::Refused(format!(
-                    "{what}: forbidden (403) by RBAC: {msg}; grant the Role in docs/kubernetes.md \
-                     (leases: get, list, watch, create, update; events: create)"
-                )),
-                404 => LockError::Refused(format!(
-                    "{what}: not found (404): {msg}; check the namespace \
-                     (--leader-election-namespace)"
-                )),
+                401 => (
+                    refused,
+                    format!(
+                        "{what}: unauthorized (401): the credentials were rejected ({msg}); check \
+                         the kubeconfig user or the service-account token"
+                    ),
+                ),
+                403 => (
+                    refused,
+                    format!(
+                        "{what}: forbidden (403) by RBAC: {msg}; grant the Role in \
+                         docs/kubernetes.md (leases: get, list, watch, create, update; events: \
+                         create)"
+                    ),
+                ),
+                404 => (
+                    refused,
+                    format!(
+                        "{what}: not found (404): {msg}; check the namespace \
+                         (--leader-election-namespace)"
+                    ),
+                ),
                 400 | 405 | 406 | 415 | 422 => {
-                    LockError::Refused(format!("{what}: rejected ({}): {msg}", s.code))
+                    (refused, format!("{what}: rejected ({}): {msg}", s.code))
                 }
-                _ => LockError::Unavailable(format!("{what}: API error {}: {msg}", s.code)),
+                _ => (unavailable, format!("{what}: API error {}: {msg}", s.code)),
             }
         }
-        kube::Error::SerdeError(_) => LockError::Malformed(format!("{what}: {e}")),
+        kube::Error::SerdeError(_) => (malformed, format!("{what}: {e}")),
         kube::Error::Auth(_)
         | kube::Error::InferConfig(_)
         | kube::Error::InferKubeconfig(_)
-        | kube::Error::RustlsTls(_) => LockError::Refused(format!("{what}: {e}")),
-        _ => LockError::Unavailable(format!("{what}: {e}")),
-    }
+        | kube::Error::RustlsTls(_) => (refused, format!("{what}: {e}")),
+        _ => (unavailable, format!("{what}: {e}")),
+    };
+    class(message, e)
 }
 
 /// Runs one API request with its own deadline, so a hung apiserver never eats the renew deadline.
@@ -63,4 +79,30 @@ pub(crate) async fn bounded<T>(
     tokio::time::timeout(limit, f)
         .await
         .map_err(|_| LockError::Timeout(limit))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn a_forbidden_request_is_refused_and_keeps_the_kube_error() {
+        let status = kube::core::Status::failure("leases is forbidden", "Forbidden").with_code(403);
+        let e = classify(
+            "update Lease ns/lock on https://127.0.0.1:6443",
+            kube::Error::Api(status.boxed()),
+        );
+        assert!(matches!(e, LockError::Refused { .. }), "{e:?}");
+        assert!(e.to_string().starts_with(
+            "backend refused the request: update Lease ns/lock on https://127.0.0.1:6443: \
+             forbidden (403) by RBAC: leases is forbidden;"
+        ));
+        let source = e.source().expect("the kube error is kept");
+        match source.downcast_ref::<kube::Error>() {
+            Some(kube::Error::Api(s)) => assert_eq!(s.code, 403),
+            other => panic!("not the kube error: {other:?}"),
+        }
+    }
 }

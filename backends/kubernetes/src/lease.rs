@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use kube::Api;
 use leader_lock::{
-    Attempt, Candidate, LeaderLock, LockError, LockEvent, LockEventStream, LockRecord,
+    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEvent, LockEventStream, LockRecord,
     ObservedRecord, Term, Timing,
 };
 use tokio::sync::mpsc;
@@ -96,18 +96,17 @@ impl LeaseLock {
     /// 1 s) and that `request_timeout`, the deadline of each API request (set it with
     /// [`with_request_timeout`](Self::with_request_timeout)), ends before the renew deadline: a
     /// request that hangs must not use up the leader's whole validity.
-    pub fn validate(timing: &Timing, request_timeout: Duration) -> Result<(), String> {
-        timing.validate().map_err(|e| e.to_string())?;
-        timing
-            .check_request_timeout("kubernetes", request_timeout)
-            .map_err(|e| e.to_string())?;
-        timing
-            .require_whole_seconds(Duration::from_secs(1))
-            .map_err(|e| e.to_string())?;
+    pub fn validate(timing: &Timing, request_timeout: Duration) -> Result<(), ConfigError> {
+        timing.validate()?;
+        timing.check_request_timeout("kubernetes", request_timeout)?;
+        timing.require_whole_seconds(Duration::from_secs(1))?;
         if timing.lease_duration.as_secs() > i32::MAX as u64 {
-            return Err(format!(
-                "lease-duration ({:?}) does not fit a Lease's leaseDurationSeconds (int32)",
-                timing.lease_duration
+            return Err(ConfigError::invalid(
+                "lease-duration",
+                format!(
+                    "lease-duration ({:?}) does not fit a Lease's leaseDurationSeconds (int32)",
+                    timing.lease_duration
+                ),
             ));
         }
         Ok(())
@@ -224,7 +223,7 @@ impl Inner {
     fn next_transitions(&self, current: i32) -> Result<i32, LockError> {
         let floor = self.state().highest.unwrap_or(0).max(current);
         floor.checked_add(1).ok_or_else(|| {
-            LockError::Malformed(format!(
+            LockError::malformed(format!(
                 "{}: leaseTransitions is at its int32 maximum",
                 self.what("take")
             ))

@@ -13,7 +13,8 @@ use kube::api::{ListParams, PostParams};
 use kube::Api;
 use leader_lock::conformance::{patience, wait_leader, wait_state};
 use leader_lock::{
-    Candidate, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, LockError,
+    Candidate, ConfigError, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, LockError,
+    TimingError,
 };
 use leader_lock_kubernetes::{client, spawn_leader_events, LeaseLock};
 use serde_json::json;
@@ -271,13 +272,13 @@ async fn documented_role_is_enough_and_no_rbac_is_refused_clearly() {
         lease_duration: timing.lease_duration,
     };
     match lock.try_acquire_or_renew(&c).await {
-        Err(LockError::Refused(m)) => {
+        Err(LockError::Refused { message: m, .. }) => {
             assert!(m.contains("forbidden") && m.contains("RBAC"), "{m}");
             assert!(m.contains(&ns) && m.contains(lease), "names the Lease: {m}");
         }
         other => panic!("expected a refusal naming RBAC, got {other:?}"),
     }
-    assert!(matches!(lock.watch().await, Err(LockError::Refused(_))));
+    assert!(matches!(lock.watch().await, Err(LockError::Refused { .. })));
 
     // A bad token: refused as unauthorized.
     let bad = LeaseLock::new(
@@ -286,7 +287,7 @@ async fn documented_role_is_enough_and_no_rbac_is_refused_clearly() {
         lease,
     );
     match bad.get().await {
-        Err(LockError::Refused(m)) => assert!(m.contains("unauthorized"), "{m}"),
+        Err(LockError::Refused { message: m, .. }) => assert!(m.contains("unauthorized"), "{m}"),
         other => panic!("expected unauthorized, got {other:?}"),
     }
 }
@@ -304,7 +305,7 @@ async fn client_is_built_from_a_kubeconfig_and_errors_name_the_setting() {
 
     let missing = std::path::Path::new("/nonexistent/kubeconfig");
     match client(Some(missing), None, "gateway-leader-test").await {
-        Err(LockError::Refused(m)) => {
+        Err(LockError::Refused { message: m, .. }) => {
             assert!(
                 m.contains("/nonexistent/kubeconfig") && m.contains("--kubeconfig"),
                 "{m}"
@@ -319,7 +320,7 @@ async fn client_is_built_from_a_kubeconfig_and_errors_name_the_setting() {
     )
     .await
     {
-        Err(LockError::Refused(m)) => assert!(m.contains("no-such-context"), "{m}"),
+        Err(LockError::Refused { message: m, .. }) => assert!(m.contains("no-such-context"), "{m}"),
         other => panic!("expected a refusal, got {:?}", other.map(|(_, ns)| ns)),
     }
 }
@@ -335,7 +336,19 @@ fn timing_must_be_whole_seconds() {
     )
     .expect("valid");
     let err = LeaseLock::validate(&frac, Duration::from_millis(500)).expect_err("fractional lease");
-    assert!(err.contains("lease-duration"), "{err}");
+    assert!(
+        matches!(
+            err,
+            ConfigError::Timing {
+                source: TimingError::NotWholeSeconds {
+                    setting: "lease-duration",
+                    ..
+                },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -349,8 +362,17 @@ fn requests_must_time_out_before_the_renew_deadline() {
     // The old default for a 30 s lease: a quarter of it, capped at 5 s.
     let err = LeaseLock::validate(&t, Duration::from_secs(5)).expect_err("5 s > 3 s");
     assert!(
-        err.contains("kubernetes") && err.contains("renew-deadline"),
-        "{err}"
+        matches!(
+            err,
+            ConfigError::Timing {
+                source: TimingError::RequestTimeout {
+                    backend: "kubernetes",
+                    ..
+                },
+                ..
+            }
+        ),
+        "{err:?}"
     );
     assert!(LeaseLock::validate(&t, Duration::from_secs(3)).is_err());
     assert!(LeaseLock::validate(&t, Duration::from_millis(1500)).is_ok());

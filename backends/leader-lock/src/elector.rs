@@ -573,7 +573,7 @@ impl Run {
         }
         if let Err(e) = result {
             match e {
-                LockError::Refused(_) | LockError::Malformed(_) => {
+                LockError::Refused { .. } | LockError::Malformed { .. } => {
                     error!(error = %e, lock = %lock, "lock attempt failed")
                 }
                 _ => warn!(error = %e, lock = %lock, "lock attempt failed"),

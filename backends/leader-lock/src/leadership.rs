@@ -45,6 +45,7 @@ impl LeaderState {
 
 /// Why a write may not go ahead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum NotLeader {
     /// Another replica leads, or nobody does yet.
     #[error("not the leader (holder: {})", holder.as_deref().unwrap_or("unknown"))]

@@ -20,6 +20,7 @@ mod timing;
 pub mod conformance;
 
 pub use elector::{Elector, ElectorConfig, SHUTDOWN_BUDGET};
+pub use input::ConfigError;
 #[cfg(feature = "conformance")]
 pub use leadership::Scripted;
 pub use leadership::{GuardedError, LeaderState, Leadership, NotLeader, Stamped, WritePermit};

@@ -3,23 +3,115 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
+use crate::input::ConfigError;
 use crate::record::{Candidate, LockRecord, Term};
 
 /// Why a lock operation failed.
+///
+/// The message says what failed (the operation, the object) and what to check; `source` keeps
+/// the backend client's own error (`kube::Error`, `etcd_client::Error`, `redis::RedisError`) or
+/// the [`ConfigError`] behind a refusal, for [`std::error::Error::source`].
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LockError {
     /// The backend could not be reached or answered with an error; worth retrying.
-    #[error("backend unavailable: {0}")]
-    Unavailable(String),
+    #[error("backend unavailable: {message}")]
+    Unavailable {
+        /// What failed and where.
+        message: String,
+        /// The backend's own error, when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
     /// The backend refused us for good (authentication, authorization, bad configuration).
-    #[error("backend refused the request: {0}")]
-    Refused(String),
+    #[error("backend refused the request: {message}")]
+    Refused {
+        /// What was refused and what to fix.
+        message: String,
+        /// The backend's own error, when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
     /// The stored record is not one this library wrote, or is damaged.
-    #[error("malformed lock record: {0}")]
-    Malformed(String),
+    #[error("malformed lock record: {message}")]
+    Malformed {
+        /// Which record and what is wrong with it.
+        message: String,
+        /// The backend's own error, when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
     /// The operation did not finish in time.
     #[error("timed out after {0:?}")]
     Timeout(Duration),
+}
+
+// === impl LockError ===
+
+impl LockError {
+    /// [`LockError::Unavailable`] without a cause.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        LockError::Unavailable {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`LockError::Unavailable`] caused by `source`, the backend's own error.
+    pub fn unavailable_from(
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        LockError::Unavailable {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// [`LockError::Refused`] without a cause.
+    pub fn refused(message: impl Into<String>) -> Self {
+        LockError::Refused {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`LockError::Refused`] caused by `source`, the backend's own error.
+    pub fn refused_from(
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        LockError::Refused {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// [`LockError::Malformed`] without a cause.
+    pub fn malformed(message: impl Into<String>) -> Self {
+        LockError::Malformed {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`LockError::Malformed`] caused by `source`, the backend's own error.
+    pub fn malformed_from(
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        LockError::Malformed {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+}
+
+/// A setting that cannot work is a refusal for good: retrying does not fix it.
+impl From<ConfigError> for LockError {
+    fn from(e: ConfigError) -> Self {
+        LockError::refused_from(e.to_string(), e)
+    }
 }
 
 /// The outcome of one acquire-or-renew attempt.
@@ -76,4 +168,57 @@ pub trait LeaderLock: Send + Sync {
     /// Opens a change stream on the lock. The elector reopens it with backoff when it breaks and
     /// polls every retry period meanwhile.
     async fn watch(&self) -> Result<LockEventStream, LockError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn display_is_the_classification_and_the_message() {
+        assert_eq!(
+            LockError::unavailable("etcd get at http://h:2379: down").to_string(),
+            "backend unavailable: etcd get at http://h:2379: down"
+        );
+        assert_eq!(
+            LockError::refused("bad password").to_string(),
+            "backend refused the request: bad password"
+        );
+        assert_eq!(
+            LockError::malformed("foreign value").to_string(),
+            "malformed lock record: foreign value"
+        );
+        assert_eq!(
+            LockError::Timeout(Duration::from_secs(2)).to_string(),
+            "timed out after 2s"
+        );
+    }
+
+    #[test]
+    fn the_cause_is_kept_as_the_source() {
+        let e = LockError::unavailable_from("reset", std::io::Error::other("reset by peer"));
+        assert_eq!(e.to_string(), "backend unavailable: reset");
+        let source = e.source().expect("a source");
+        assert!(
+            source.downcast_ref::<std::io::Error>().is_some(),
+            "{source:?}"
+        );
+        assert!(LockError::refused("x").source().is_none());
+    }
+
+    #[test]
+    fn a_config_error_is_a_refusal_that_keeps_it() {
+        let c = ConfigError::invalid("redis-url", "redis-url `x` is not a URL");
+        let e = LockError::from(c.clone());
+        assert!(
+            matches!(&e, LockError::Refused { message, .. } if message == "redis-url `x` is not a URL"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.source().and_then(|s| s.downcast_ref::<ConfigError>()),
+            Some(&c)
+        );
+    }
 }

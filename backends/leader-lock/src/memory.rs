@@ -114,9 +114,9 @@ impl MemoryStore {
 
     fn parse(raw: &str, version: u64) -> Result<LockRecord, LockError> {
         let s: Stored =
-            serde_json::from_str(raw).map_err(|e| LockError::Malformed(format!("{e}")))?;
+            serde_json::from_str(raw).map_err(|e| LockError::malformed_from(e.to_string(), e))?;
         if s.holder.is_empty() {
-            return Err(LockError::Malformed("empty holder".into()));
+            return Err(LockError::malformed("empty holder"));
         }
         Ok(LockRecord {
             holder: s.holder,
@@ -180,11 +180,11 @@ impl LeaderLock for MemoryLock {
                 return match parsed {
                     Ok(rec) if rec.holder == me => {
                         let mut s: Stored = serde_json::from_str(raw)
-                            .map_err(|e| LockError::Malformed(e.to_string()))?;
+                            .map_err(|e| LockError::malformed_from(e.to_string(), e))?;
                         s.renewed_ms = millis(SystemTime::now());
                         s.lease_ms = c.lease_duration.as_millis() as u64;
                         let raw = serde_json::to_string(&s)
-                            .map_err(|e| LockError::Malformed(e.to_string()))?;
+                            .map_err(|e| LockError::malformed_from(e.to_string(), e))?;
                         slot.value = Some((raw, now + c.lease_duration));
                         slot.version += 1;
                         Ok(Attempt::Leader { term: rec.term })
@@ -226,8 +226,8 @@ impl LeaderLock for MemoryLock {
             acquired_ms: t,
             renewed_ms: t,
         };
-        let raw =
-            serde_json::to_string(&stored).map_err(|e| LockError::Malformed(e.to_string()))?;
+        let raw = serde_json::to_string(&stored)
+            .map_err(|e| LockError::malformed_from(e.to_string(), e))?;
         slot.value = Some((raw.clone(), now + c.lease_duration));
         slot.vanished = false;
         slot.version += 1;

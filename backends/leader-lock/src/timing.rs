@@ -13,6 +13,7 @@ pub struct Timing {
 
 /// A broken timing rule, naming the settings involved.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TimingError {
     /// `lease_duration` must exceed `renew_deadline`.
     #[error("lease-duration ({lease:?}) must be greater than renew-deadline ({renew:?})")]
@@ -91,6 +92,21 @@ pub const MAX_LEASE_DURATION: Duration = Duration::from_secs(3600);
 
 /// client-go's jitter factor: followers poll at a random point in `[retry, 1.2 × retry)`.
 pub const JITTER_FACTOR: f64 = 1.2;
+
+impl TimingError {
+    /// The one setting this error is about; `None` for a rule between settings.
+    pub fn setting(&self) -> Option<&'static str> {
+        match self {
+            TimingError::Zero { setting }
+            | TimingError::NotWholeSeconds { setting, .. }
+            | TimingError::OutOfRange { setting, .. }
+            | TimingError::BelowMinimum { setting, .. } => Some(setting),
+            TimingError::LeaseNotAboveRenew { .. }
+            | TimingError::RenewNotAboveRetry { .. }
+            | TimingError::RequestTimeout { .. } => None,
+        }
+    }
+}
 
 impl Default for Timing {
     fn default() -> Self {

@@ -89,7 +89,7 @@ impl LeaderLock for NoWatch {
         self.0.get().await
     }
     async fn watch(&self) -> Result<LockEventStream, LockError> {
-        Err(LockError::Unavailable("no watch".into()))
+        Err(LockError::unavailable("no watch"))
     }
 }
 

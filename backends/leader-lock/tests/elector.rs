@@ -76,7 +76,7 @@ impl LeaderLock for NoWatch {
         self.0.get().await
     }
     async fn watch(&self) -> Result<LockEventStream, LockError> {
-        Err(LockError::Unavailable("watch refused".into()))
+        Err(LockError::unavailable("watch refused"))
     }
 }
 
@@ -203,8 +203,8 @@ impl LeaderLock for Scripted {
                 term: Some(Term(t)),
                 retry_after: None,
             }),
-            Answer::Fail => Err(LockError::Unavailable("scripted failure".into())),
-            Answer::Refuse => Err(LockError::Refused("scripted refusal".into())),
+            Answer::Fail => Err(LockError::unavailable("scripted failure")),
+            Answer::Refuse => Err(LockError::refused("scripted refusal")),
         }
     }
     async fn release(&self, _: &Candidate, term: Term) -> Result<bool, LockError> {

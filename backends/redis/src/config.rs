@@ -2,7 +2,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use leader_lock::input::{read_pem, Pem};
-use leader_lock::Timing;
+use leader_lock::{ConfigError, Timing};
 use redis::IntoConnectionInfo;
 
 /// How to reach Redis and where to keep the lock.
@@ -35,6 +35,10 @@ impl std::fmt::Debug for RedisConfig {
             .finish()
     }
 }
+
+/// Settings named by several checks, spelled as their flags.
+const URL: &str = "redis-url";
+const CA_FILE: &str = "redis-ca-file";
 
 /// The default key prefix.
 pub const DEFAULT_KEY_PREFIX: &str = "gateway-leader";
@@ -73,11 +77,12 @@ const KEY_PREFIX_CHARS: &str = "-._:/";
 const MAX_KEY_PREFIX_BYTES: usize = 128;
 
 /// Checks the URL, the prefix and the CA file; no network.
-pub(crate) fn check_config(config: &RedisConfig) -> Result<(), String> {
+pub(crate) fn check_config(config: &RedisConfig) -> Result<(), ConfigError> {
     let shown = redact_url(&config.url);
+    let bad_url = |message: String| Err(ConfigError::invalid(URL, message));
     // A password in the URL would show in `--print-config`, in process listings and in messages.
     if config.url.contains('@') {
-        return Err(format!(
+        return bad_url(format!(
             "redis-url `{shown}` holds credentials; give the user with --redis-username and the \
              password with --redis-password-file or GATEWAY_LEADER_REDIS_PASSWORD"
         ));
@@ -85,60 +90,80 @@ pub(crate) fn check_config(config: &RedisConfig) -> Result<(), String> {
     match scheme(&config.url) {
         Some(s) if s.eq_ignore_ascii_case("redis") || s.eq_ignore_ascii_case("rediss") => {}
         Some(s) => {
-            return Err(format!(
+            return bad_url(format!(
                 "redis-url `{shown}`: scheme `{s}` is not supported; use redis:// or rediss://"
             ))
         }
         None => {
-            return Err(format!(
+            return bad_url(format!(
                 "redis-url `{shown}` is not a URL; expected redis://HOST:PORT or rediss://HOST:PORT"
             ))
         }
     }
     if let Err(e) = config.url.as_str().into_connection_info() {
-        return Err(format!("redis-url `{shown}` is invalid: {e}"));
+        return bad_url(format!("redis-url `{shown}` is invalid: {e}"));
     }
     leader_lock::input::check_name(&config.key_prefix, KEY_PREFIX_CHARS, MAX_KEY_PREFIX_BYTES)
-        .map_err(|e| format!("redis-key-prefix: {e}"))?;
+        .map_err(|e| ConfigError::invalid("redis-key-prefix", format!("redis-key-prefix: {e}")))?;
     if let Some(ca) = &config.ca_file {
         if !config.is_tls() {
-            return Err(format!(
-                "redis-ca-file is set but redis-url `{shown}` does not use TLS; use rediss://"
+            return Err(ConfigError::invalid(
+                CA_FILE,
+                format!(
+                    "redis-ca-file is set but redis-url `{shown}` does not use TLS; use rediss://"
+                ),
             ));
         }
         read_ca(ca)?;
     }
     if config.request_timeout.is_zero() {
-        return Err("the redis request timeout must be greater than zero".into());
+        return Err(ConfigError::invalid(
+            "request-timeout",
+            "the redis request timeout must be greater than zero",
+        ));
     }
     Ok(())
 }
 
 /// Reads a CA bundle (bounded) and checks that it holds PEM certificates.
-pub(crate) fn read_ca(path: &Path) -> Result<Vec<u8>, String> {
-    read_pem(path, Pem::Certificates).map_err(|e| format!("redis-ca-file: {e}"))
+pub(crate) fn read_ca(path: &Path) -> Result<Vec<u8>, ConfigError> {
+    read_pem(path, Pem::Certificates)
+        .map_err(|e| ConfigError::invalid(CA_FILE, format!("redis-ca-file: {e}")))
 }
 
 /// Checks the timing against what Redis can express (PX takes whole milliseconds).
-pub(crate) fn check_timing(config: &RedisConfig, timing: &Timing) -> Result<(), String> {
-    timing.validate().map_err(|e| e.to_string())?;
+pub(crate) fn check_timing(config: &RedisConfig, timing: &Timing) -> Result<(), ConfigError> {
+    timing.validate()?;
     let lease = timing.lease_duration;
     if !lease.subsec_nanos().is_multiple_of(1_000_000) || lease < Duration::from_millis(1) {
-        return Err(format!(
-            "lease-duration ({lease:?}) must be a whole number of milliseconds, at least 1ms, for redis"
+        return Err(ConfigError::invalid(
+            "lease-duration",
+            format!(
+                "lease-duration ({lease:?}) must be a whole number of milliseconds, at least 1ms, \
+                 for redis"
+            ),
         ));
     }
-    timing
-        .check_request_timeout("redis", config.request_timeout)
-        .map_err(|e| e.to_string())
+    timing.check_request_timeout("redis", config.request_timeout)?;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use leader_lock::TimingError;
+
     use super::*;
 
     fn timing() -> Timing {
         Timing::default()
+    }
+
+    /// The setting and the message of an invalid-setting error.
+    fn invalid(e: ConfigError) -> (&'static str, String) {
+        match e {
+            ConfigError::Invalid { setting, message } => (setting, message),
+            other => panic!("not an invalid setting: {other:?}"),
+        }
     }
 
     #[test]
@@ -146,12 +171,13 @@ mod tests {
         let ok = |u: &str| check_config(&RedisConfig::new(u));
         assert!(ok("redis://127.0.0.1:6379").is_ok());
         assert!(ok("rediss://redis.example:6380/2").is_ok());
-        let e = ok("http://127.0.0.1:6379").unwrap_err();
-        assert!(e.contains("redis-url") && e.contains("http"), "{e}");
-        let e = ok("127.0.0.1:6379").unwrap_err();
-        assert!(e.contains("redis-url"), "{e}");
-        let e = ok("redis+unix:///tmp/x.sock").unwrap_err();
-        assert!(e.contains("redis-url"), "{e}");
+        let (setting, e) = invalid(ok("http://127.0.0.1:6379").unwrap_err());
+        assert_eq!(setting, "redis-url");
+        assert!(e.contains("http"), "{e}");
+        for bad in ["127.0.0.1:6379", "redis+unix:///tmp/x.sock"] {
+            let (setting, _) = invalid(ok(bad).unwrap_err());
+            assert_eq!(setting, "redis-url", "{bad}");
+        }
     }
 
     #[test]
@@ -162,7 +188,8 @@ mod tests {
             "redis:u:SECRET@h",
             "http://u:SECRET@h:1",
         ] {
-            let e = check_config(&RedisConfig::new(url)).unwrap_err();
+            let (setting, e) = invalid(check_config(&RedisConfig::new(url)).unwrap_err());
+            assert_eq!(setting, "redis-url");
             assert!(
                 e.contains("--redis-username")
                     && e.contains("GATEWAY_LEADER_REDIS_PASSWORD")
@@ -184,38 +211,32 @@ mod tests {
         let mut c = RedisConfig::new("redis://127.0.0.1:6379");
         for bad in ["a{b}", "", "gl\u{202e}x", "gl\u{200b}", "a b"] {
             c.key_prefix = bad.into();
-            let e = check_config(&c).unwrap_err();
-            assert!(
-                e.contains("redis-key-prefix") && e.contains("128 bytes"),
-                "{e}"
-            );
+            let (setting, e) = invalid(check_config(&c).unwrap_err());
+            assert_eq!(setting, "redis-key-prefix");
+            assert!(e.contains("128 bytes"), "{e}");
         }
         c.key_prefix = "gl:test/1".into();
         assert_eq!(check_config(&c), Ok(()));
         c.ca_file = Some("/nonexistent/ca.pem".into());
-        assert!(check_config(&c).unwrap_err().contains("rediss://"));
+        let (setting, e) = invalid(check_config(&c).unwrap_err());
+        assert_eq!(setting, "redis-ca-file");
+        assert!(e.contains("rediss://"), "{e}");
         c.url = "rediss://127.0.0.1:6379".into();
-        let e = check_config(&c).unwrap_err();
-        assert!(
-            e.contains("redis-ca-file") && e.contains("/nonexistent/ca.pem"),
-            "{e}"
-        );
+        let (setting, e) = invalid(check_config(&c).unwrap_err());
+        assert_eq!(setting, "redis-ca-file");
+        assert!(e.contains("/nonexistent/ca.pem"), "{e}");
         c.ca_file = Some("/dev/zero".into());
-        let e = check_config(&c).unwrap_err();
-        assert!(
-            e.contains("redis-ca-file") && e.contains("not a regular file"),
-            "{e}"
-        );
+        let (setting, e) = invalid(check_config(&c).unwrap_err());
+        assert_eq!(setting, "redis-ca-file");
+        assert!(e.contains("not a regular file"), "{e}");
 
         let dir = tempfile::tempdir().expect("tempdir");
         let ca = dir.path().join("ca.pem");
         std::fs::write(&ca, "not a certificate\n").expect("write");
         c.ca_file = Some(ca.clone());
-        let e = check_config(&c).unwrap_err();
-        assert!(
-            e.contains("redis-ca-file") && e.contains("no PEM certificate"),
-            "{e}"
-        );
+        let (setting, e) = invalid(check_config(&c).unwrap_err());
+        assert_eq!(setting, "redis-ca-file");
+        assert!(e.contains("no PEM certificate"), "{e}");
         let real = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])
             .expect("a certificate");
         std::fs::write(&ca, real.cert.pem()).expect("write");
@@ -230,13 +251,18 @@ mod tests {
             lease_duration: Duration::from_micros(15_000_500),
             ..timing()
         };
-        assert!(check_timing(&c, &t).unwrap_err().contains("milliseconds"));
+        let (setting, e) = invalid(check_timing(&c, &t).unwrap_err());
+        assert_eq!(setting, "lease-duration");
+        assert!(e.contains("milliseconds"), "{e}");
         let slow = RedisConfig {
             request_timeout: Duration::from_secs(10),
             ..c
         };
-        assert!(check_timing(&slow, &timing())
-            .unwrap_err()
-            .contains("renew-deadline"));
+        let too_slow = TimingError::RequestTimeout {
+            backend: "redis",
+            value: Duration::from_secs(10),
+            renew: Duration::from_secs(10),
+        };
+        assert_eq!(check_timing(&slow, &timing()), Err(too_slow.into()));
     }
 }

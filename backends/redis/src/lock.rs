@@ -4,7 +4,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use futures::StreamExt;
 use leader_lock::{
-    Attempt, Candidate, LeaderLock, LockError, LockEventStream, LockRecord, Term, Timing,
+    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord, Term,
+    Timing,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{
@@ -18,8 +19,8 @@ use tracing::{debug, info, warn};
 use crate::config::{check_config, check_timing, read_ca, RedisConfig};
 use crate::keys::Keys;
 use crate::knowledge::{Knowledge, Plan};
-use crate::scripts;
-use crate::value;
+use crate::scripts::{self, Scripts};
+use crate::value::{self, bytes, int, pttl_wait};
 use crate::watch::WatchTask;
 
 /// A [`LeaderLock`] on one Redis server (or a cluster's primary for the lock's slot).
@@ -37,12 +38,6 @@ pub struct RedisLock {
     /// What this client knows of the lock: the holders it campaigns as and the terms they hold,
     /// the highest term seen, the last live holder seen and whether a watch hears every change.
     knowledge: Arc<Knowledge>,
-}
-
-pub(crate) struct Scripts {
-    acquire: redis::Script,
-    release: redis::Script,
-    pub(crate) get: redis::Script,
 }
 
 fn endpoint(addr: &ConnectionAddr, db: i64) -> String {
@@ -68,16 +63,18 @@ fn install_crypto_provider() {
     }
 }
 
-/// Maps a redis error to a lock error whose message names the endpoint and the setting to fix.
+/// Maps a redis error to a lock error whose message names the endpoint and the setting to fix;
+/// the error itself is kept as the source.
 fn classify(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
     let code = e.code().unwrap_or_default();
     let auth = matches!(e.kind(), ErrorKind::AuthenticationFailed)
         || matches!(code, "WRONGPASS" | "NOAUTH");
     if auth {
-        return LockError::Refused(format!(
+        let message = format!(
             "redis at {endpoint} rejected the credentials ({e}); check redis-username and the \
              password (redis-password-file or GATEWAY_LEADER_REDIS_PASSWORD)"
-        ));
+        );
+        return LockError::refused_from(message, e.clone());
     }
     let text = e.to_string();
     // Inside a script a denied command comes back as a plain ERR with this wording.
@@ -86,70 +83,46 @@ fn classify(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
         || code == "NOPERM"
         || denied_in_script
     {
-        return LockError::Refused(format!(
+        let message = format!(
             "redis at {endpoint}: the ACL user lacks a permission ({e}); it needs the commands \
              EVAL, EVALSHA, SCRIPT LOAD, GET, SET, DEL, PTTL, INCR, EXISTS, TIME, INFO, PUBLISH, \
              SUBSCRIBE and PING, the keys and channels under redis-key-prefix (see docs/redis.md)"
-        ));
+        );
+        return LockError::refused_from(message, e.clone());
     }
     if matches!(e.kind(), ErrorKind::InvalidClientConfig) {
-        return LockError::Refused(format!("redis-url {endpoint}: {e}"));
+        return LockError::refused_from(format!("redis-url {endpoint}: {e}"), e.clone());
     }
     if code == "GLBADTERM" || code == "WRONGTYPE" {
-        return LockError::Malformed(format!("redis at {endpoint}: {e}"));
+        return LockError::malformed_from(format!("redis at {endpoint}: {e}"), e.clone());
     }
     if text.contains("certificate") || text.contains("UnknownIssuer") {
-        return LockError::Refused(format!(
+        let message = format!(
             "redis at {endpoint}: the server's TLS certificate is not trusted ({e}); set \
              redis-ca-file to the CA that signed it"
-        ));
+        );
+        return LockError::refused_from(message, e.clone());
     }
     if e.is_timeout() {
         return LockError::Timeout(timeout);
     }
     if matches!(e.kind(), ErrorKind::Server(ServerErrorKind::ReadOnly)) {
-        return LockError::Unavailable(format!(
+        let message = format!(
             "redis at {endpoint} is a read-only replica; redis-url must point to the primary ({e})"
-        ));
+        );
+        return LockError::unavailable_from(message, e.clone());
     }
     if e.is_connection_refusal() {
-        return LockError::Unavailable(format!(
-            "cannot reach redis at {endpoint}: connection refused ({e})"
-        ));
+        let message = format!("cannot reach redis at {endpoint}: connection refused ({e})");
+        return LockError::unavailable_from(message, e.clone());
     }
-    LockError::Unavailable(format!("redis at {endpoint}: {e}"))
-}
-
-pub(crate) fn int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        Value::SimpleString(s) => s.parse().ok(),
-        _ => None,
-    }
-}
-
-pub(crate) fn bytes(v: &Value) -> Option<&[u8]> {
-    match v {
-        Value::BulkString(b) => Some(b),
-        Value::SimpleString(s) => Some(s.as_bytes()),
-        _ => None,
-    }
-}
-
-/// A PTTL reply as a wait: `Some` for a running TTL, `Some(0)` for a key already gone.
-pub(crate) fn pttl_wait(pttl: i64) -> Option<Duration> {
-    match pttl {
-        p if p > 0 => Some(Duration::from_millis(p.unsigned_abs())),
-        -2 | 0 => Some(Duration::ZERO),
-        _ => None,
-    }
+    LockError::unavailable_from(format!("redis at {endpoint}: {e}"), e.clone())
 }
 
 impl RedisLock {
     /// Checks the settings without touching the network: URL scheme (`redis-url`), CA file,
     /// key prefix, and that the timing fits Redis (lease in whole milliseconds).
-    pub fn validate(config: &RedisConfig, timing: &Timing) -> Result<(), String> {
+    pub fn validate(config: &RedisConfig, timing: &Timing) -> Result<(), ConfigError> {
         check_config(config)?;
         check_timing(config, timing)
     }
@@ -157,15 +130,15 @@ impl RedisLock {
     /// Connects and authenticates; fails with a clear message when the server is unreachable or
     /// refuses the credentials.
     pub async fn connect(config: RedisConfig, lock_name: &str) -> Result<RedisLock, LockError> {
-        check_config(&config).map_err(LockError::Refused)?;
+        check_config(&config)?;
         if lock_name.is_empty() {
-            return Err(LockError::Refused("the lock name must not be empty".into()));
+            return Err(LockError::refused("the lock name must not be empty"));
         }
         let mut info = config
             .url
             .as_str()
             .into_connection_info()
-            .map_err(|e| LockError::Refused(format!("redis-url is invalid: {e}")))?;
+            .map_err(|e| LockError::refused_from(format!("redis-url is invalid: {e}"), e))?;
         let mut settings = info.redis_settings().clone();
         if let Some(u) = &config.username {
             settings = settings.set_username(u);
@@ -182,7 +155,7 @@ impl RedisLock {
         }
         let client = match &config.ca_file {
             Some(ca) => {
-                let root = read_ca(ca).map_err(LockError::Refused)?;
+                let root = read_ca(ca)?;
                 Client::build_with_tls(
                     info,
                     TlsCertificates {
@@ -193,7 +166,7 @@ impl RedisLock {
             }
             None => Client::open(info),
         }
-        .map_err(|e| LockError::Refused(format!("redis-url {endpoint}: {e}")))?;
+        .map_err(|e| LockError::refused_from(format!("redis-url {endpoint}: {e}"), e))?;
         let manager = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
@@ -211,17 +184,23 @@ impl RedisLock {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => {
                 return Err(match classify(&e, &endpoint, timeout) {
-                    LockError::Unavailable(m) if !m.starts_with("cannot reach") => {
-                        LockError::Unavailable(format!("cannot reach redis at {endpoint}: {e}"))
+                    LockError::Unavailable { message, source }
+                        if !message.starts_with("cannot reach") =>
+                    {
+                        LockError::Unavailable {
+                            message: format!("cannot reach redis at {endpoint}: {e}"),
+                            source,
+                        }
                     }
-                    LockError::Timeout(_) => LockError::Unavailable(format!(
-                        "cannot reach redis at {endpoint}: timed out after {timeout:?}"
-                    )),
+                    LockError::Timeout(_) => LockError::unavailable_from(
+                        format!("cannot reach redis at {endpoint}: timed out after {timeout:?}"),
+                        e,
+                    ),
                     other => other,
                 })
             }
             Err(_) => {
-                return Err(LockError::Unavailable(format!(
+                return Err(LockError::unavailable(format!(
                     "cannot reach redis at {endpoint}: no connection within {limit:?}"
                 )))
             }
@@ -288,7 +267,7 @@ impl RedisLock {
         match value::parse(raw) {
             Ok(rec) => {
                 if wait.is_none() {
-                    return Err(LockError::Malformed(format!(
+                    return Err(LockError::malformed(format!(
                         "{} holds a record of {} (term {}) without a TTL; it never expires and is \
                          never taken over: delete it by hand",
                         self.keys.holder, rec.holder, rec.term
@@ -304,7 +283,7 @@ impl RedisLock {
             }
             Err(why) => {
                 if wait.is_none() {
-                    return Err(LockError::Malformed(format!(
+                    return Err(LockError::malformed(format!(
                         "{} holds a value this library did not write ({why}) and it has no TTL; \
                          it is never overwritten: delete it by hand or change redis-key-prefix",
                         self.keys.holder
@@ -334,8 +313,8 @@ impl LeaderLock for RedisLock {
         let me = candidate.holder();
         let lease_ms = u64::try_from(candidate.lease_duration.as_millis()).unwrap_or(u64::MAX);
         if lease_ms == 0 {
-            return Err(LockError::Refused(
-                "lease-duration must be at least 1ms for redis".into(),
+            return Err(LockError::refused(
+                "lease-duration must be at least 1ms for redis",
             ));
         }
         let k = &self.knowledge;
@@ -374,7 +353,7 @@ impl LeaderLock for RedisLock {
         let reply: Vec<Value> = self.run(inv).await?;
         let got = Instant::now();
         let malformed = || {
-            LockError::Malformed(format!(
+            LockError::malformed(format!(
                 "unexpected reply from the acquire script: {reply:?}"
             ))
         };
@@ -504,10 +483,10 @@ impl LeaderLock for RedisLock {
             None | Some(Value::Nil) => Ok(None),
             Some(v) => {
                 let raw = bytes(v).ok_or_else(|| {
-                    LockError::Malformed(format!("unexpected reply from the get script: {reply:?}"))
+                    LockError::malformed(format!("unexpected reply from the get script: {reply:?}"))
                 })?;
                 let rec = value::parse(raw).map_err(|why| {
-                    LockError::Malformed(format!(
+                    LockError::malformed(format!(
                         "{} holds a foreign value: {why}",
                         self.keys.holder
                     ))

@@ -166,6 +166,13 @@ const GET_BODY: &str = r#"
 return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
 "#;
 
+/// The scripts of one lock, shared by its watch tasks (they read with `get`).
+pub(crate) struct Scripts {
+    pub(crate) acquire: redis::Script,
+    pub(crate) release: redis::Script,
+    pub(crate) get: redis::Script,
+}
+
 pub(crate) fn acquire() -> redis::Script {
     redis::Script::new(&format!("{PRELUDE}{ACQUIRE_BODY}"))
 }

@@ -1,6 +1,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leader_lock::{LockRecord, Term};
+use redis::Value;
 use serde::Deserialize;
 
 /// The version marker of the stored value; anything else is a foreign record.
@@ -92,6 +93,34 @@ pub(crate) fn message(payload: &[u8]) -> Message {
     match parse(payload) {
         Ok(rec) => Message::Record(rec),
         Err(_) => Message::Unknown,
+    }
+}
+
+/// A reply element as an integer; the scripts return terms as decimal strings, not Lua numbers.
+pub(crate) fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// A reply element's bytes (a value, a record), whichever string type the server used.
+pub(crate) fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+/// A PTTL reply as a wait: `Some` for a running TTL, `Some(0)` for a key already gone.
+pub(crate) fn pttl_wait(pttl: i64) -> Option<Duration> {
+    match pttl {
+        p if p > 0 => Some(Duration::from_millis(p.unsigned_abs())),
+        -2 | 0 => Some(Duration::ZERO),
+        _ => None,
     }
 }
 

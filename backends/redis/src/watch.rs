@@ -18,8 +18,8 @@ use tracing::{debug, warn};
 
 use crate::keys::Keys;
 use crate::knowledge::{Knowledge, Subscription};
-use crate::lock::{bytes, int, pttl_wait, Scripts};
-use crate::value::{self, Message};
+use crate::scripts::Scripts;
+use crate::value::{self, bytes, int, pttl_wait, Message};
 
 pub(crate) struct WatchTask {
     pub conn: ConnectionManager,
@@ -57,7 +57,7 @@ impl WatchTask {
                 _ = self.tx.closed() => return,
                 msg = messages.next() => match msg {
                     None => {
-                        let _ = self.tx.send(Err(LockError::Unavailable(format!(
+                        let _ = self.tx.send(Err(LockError::unavailable(format!(
                             "redis at {}: the subscription to {} closed", self.endpoint, self.keys.events
                         )))).await;
                         return;
@@ -184,7 +184,7 @@ impl WatchTask {
                     term = %rec.term,
                     "the lock changed without a message on the subscription; reopening it"
                 );
-                return Err(LockError::Unavailable(format!(
+                return Err(LockError::unavailable(format!(
                     "redis at {}: the subscription to {} missed a change of the lock",
                     self.endpoint, self.keys.events
                 )));

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leader_lock::conformance::{patience, wait_leader};
-use leader_lock::{Elector, ElectorConfig, Identity, LockError};
+use leader_lock::{ConfigError, Elector, ElectorConfig, Identity, LockError};
 use leader_lock_redis::{RedisConfig, RedisLock};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use testkit::redis::{RedisServer, RedisTls};
@@ -98,11 +98,16 @@ async fn tls_with_custom_ca_and_passwords() {
         &timing,
     );
     in_url.ca_file = Some(pki.ca_file());
-    let e = RedisLock::validate(&in_url, &timing).expect_err("credentials in the URL");
-    assert!(
-        e.contains("--redis-username") && !e.contains("acl-secret"),
-        "{e}"
-    );
+    match RedisLock::validate(&in_url, &timing).expect_err("credentials in the URL") {
+        ConfigError::Invalid {
+            setting: "redis-url",
+            message,
+        } => assert!(
+            message.contains("--redis-username") && !message.contains("acl-secret"),
+            "{message}"
+        ),
+        other => panic!("expected an invalid redis-url: {other:?}"),
+    }
 
     // A wrong ACL password is refused with a message that says what to fix.
     let mut wrong = acl.clone();
@@ -110,7 +115,7 @@ async fn tls_with_custom_ca_and_passwords() {
     let Err(e) = RedisLock::connect(wrong, "tls-wrong").await else {
         panic!("a wrong password must not connect");
     };
-    assert!(matches!(e, LockError::Refused(_)), "{e:?}");
+    assert!(matches!(e, LockError::Refused { .. }), "{e:?}");
     let msg = e.to_string();
     assert!(
         msg.contains("rejected the credentials") && msg.contains("redis-password-file"),
@@ -125,7 +130,7 @@ async fn tls_with_custom_ca_and_passwords() {
         panic!("a server signed by an unknown CA must not be trusted");
     };
     eprintln!("without the CA: {e}");
-    assert!(matches!(e, LockError::Refused(_)), "{e:?}");
+    assert!(matches!(e, LockError::Refused { .. }), "{e:?}");
     assert!(
         e.to_string().contains(&url) && e.to_string().contains("redis-ca-file"),
         "{e}"
@@ -147,7 +152,7 @@ async fn password_auth_plain() {
     let Err(e) = RedisLock::connect(c.clone(), "pw").await else {
         panic!("connecting without the password must fail");
     };
-    assert!(matches!(e, LockError::Refused(_)), "{e:?}");
+    assert!(matches!(e, LockError::Refused { .. }), "{e:?}");
     assert!(e.to_string().contains("rejected the credentials"), "{e}");
 
     // A wrong password.
@@ -156,12 +161,22 @@ async fn password_auth_plain() {
         panic!("a wrong password must fail");
     };
     let msg = e.to_string();
-    assert!(matches!(e, LockError::Refused(_)), "{e:?}");
+    assert!(matches!(e, LockError::Refused { .. }), "{e:?}");
     assert!(
         msg.contains("rejected the credentials")
             && msg.contains(&server.url())
             && !msg.contains("wrong"),
         "{msg}"
+    );
+    // The refusal keeps the server's own error, for callers that inspect the cause.
+    let source = std::error::Error::source(&e).expect("the redis error is kept");
+    let redis_error = source
+        .downcast_ref::<redis::RedisError>()
+        .unwrap_or_else(|| panic!("not a redis::RedisError: {source:?}"));
+    assert!(
+        matches!(redis_error.kind(), redis::ErrorKind::AuthenticationFailed)
+            || redis_error.code() == Some("WRONGPASS"),
+        "{redis_error:?}"
     );
 
     c.password = Some("s3cret".into());
@@ -177,7 +192,7 @@ async fn unreachable_server_is_a_clear_error() {
     let Err(e) = RedisLock::connect(common::config(&url, &common::timing()), "gone").await else {
         panic!("nothing listens on {url}");
     };
-    assert!(matches!(e, LockError::Unavailable(_)), "{e:?}");
+    assert!(matches!(e, LockError::Unavailable { .. }), "{e:?}");
     let msg = e.to_string();
     assert!(
         msg.contains("cannot reach redis at") && msg.contains(&format!("127.0.0.1:{port}")),
@@ -194,7 +209,32 @@ async fn unreachable_server_is_a_clear_error() {
         &common::timing(),
     )
     .unwrap_err();
-    assert!(e.contains("redis-url"), "{e}");
+    assert!(
+        matches!(
+            e,
+            ConfigError::Invalid {
+                setting: "redis-url",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setting_refused_on_connect_keeps_its_config_error() {
+    let mut c = common::config("rediss://127.0.0.1:1", &common::timing());
+    c.ca_file = Some("/nonexistent/ca.pem".into());
+    let Err(e) = RedisLock::connect(c, "ca").await else {
+        panic!("a missing CA file must not connect");
+    };
+    assert!(matches!(e, LockError::Refused { .. }), "{e:?}");
+    let config = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<ConfigError>());
+    assert_eq!(
+        config.and_then(ConfigError::setting),
+        Some("redis-ca-file"),
+        "{e:?}"
+    );
 }
 
 /// The `--user` arguments of the least-privilege ACL user documented in docs/redis.md.
@@ -306,7 +346,7 @@ async fn missing_acl_permission_is_refused_clearly() {
     };
     use leader_lock::LeaderLock;
     match lock.try_acquire_or_renew(&candidate).await {
-        Err(LockError::Refused(m)) => {
+        Err(LockError::Refused { message: m, .. }) => {
             assert!(m.contains("ACL") && m.contains("INFO"), "{m}")
         }
         other => panic!("expected a refusal naming the ACL: {other:?}"),

@@ -179,7 +179,7 @@ async fn term_survives_counter_loss_and_never_repeats() {
         .await
         .expect("set");
     match lock.try_acquire_or_renew(&a).await {
-        Err(LockError::Malformed(m)) => assert!(m.contains(lock.term_key()), "{m}"),
+        Err(LockError::Malformed { message: m, .. }) => assert!(m.contains(lock.term_key()), "{m}"),
         other => panic!("expected a clear error: {other:?}"),
     }
 }
@@ -199,7 +199,7 @@ async fn foreign_values_are_never_overwritten() {
         .expect("set");
     for _ in 0..3 {
         match lock.try_acquire_or_renew(&a).await {
-            Err(LockError::Malformed(m)) => {
+            Err(LockError::Malformed { message: m, .. }) => {
                 assert!(m.contains("no TTL") && m.contains(lock.holder_key()), "{m}")
             }
             other => panic!("expected a clear error: {other:?}"),
@@ -211,7 +211,7 @@ async fn foreign_values_are_never_overwritten() {
         .await
         .expect("get");
     assert_eq!(v, "somebody else's");
-    assert!(matches!(lock.get().await, Err(LockError::Malformed(_))));
+    assert!(matches!(lock.get().await, Err(LockError::Malformed { .. })));
 
     // With a TTL: respected, and the follower is told when it runs out.
     let _: () = redis::cmd("SET")
@@ -245,7 +245,7 @@ async fn foreign_values_are_never_overwritten() {
         .expect("hset");
     assert!(matches!(
         lock.try_acquire_or_renew(&a).await,
-        Err(LockError::Malformed(_))
+        Err(LockError::Malformed { .. })
     ));
 }
 

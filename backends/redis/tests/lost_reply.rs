@@ -42,10 +42,7 @@ impl LeaderLock for Spy {
     async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {
         let started = Instant::now();
         let (r, injected) = if self.refuse.load(Ordering::SeqCst) {
-            (
-                Err(LockError::Unavailable("refused by the test".into())),
-                true,
-            )
+            (Err(LockError::unavailable("refused by the test")), true)
         } else {
             (self.inner.try_acquire_or_renew(c).await, false)
         };

@@ -67,7 +67,7 @@ async fn terms_stay_exact_beyond_2_pow_53() {
     set_counter(&r, &lock, &i64::MAX.to_string()).await;
     let c = support::candidate("overflow", &common::timing());
     match r.connect("big").await.try_acquire_or_renew(&c).await {
-        Err(LockError::Malformed(m)) => assert!(m.contains(lock.term_key()), "{m}"),
+        Err(LockError::Malformed { message: m, .. }) => assert!(m.contains(lock.term_key()), "{m}"),
         other => panic!("expected a clear error at the end of the range: {other:?}"),
     }
 }

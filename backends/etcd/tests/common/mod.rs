@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leader_lock::{Elector, ElectorConfig, Identity, LeaderLock, Timing};
+use leader_lock::{ConfigError, Elector, ElectorConfig, Identity, LeaderLock, LockError, Timing};
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
 use testkit::etcd::EtcdServer;
 
@@ -59,4 +59,11 @@ pub fn init_tracing() {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
+}
+
+/// The setting named by the configuration error a refusal keeps as its source.
+pub fn refused_setting(err: &LockError) -> Option<&'static str> {
+    std::error::Error::source(err)
+        .and_then(|s| s.downcast_ref::<ConfigError>())
+        .and_then(ConfigError::setting)
 }

@@ -8,10 +8,10 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{
-    patience, wait_any_leader, wait_following, wait_leader, wait_state, Fault, Faulty, Harness,
-    Protect, SplitBrainChecker, Tamper,
-};
+use super::checker::SplitBrainChecker;
+use super::faulty::{Fault, Faulty};
+use super::harness::{patience, Harness, Protect, Tamper};
+use super::wait::{wait_any_leader, wait_following, wait_leader, wait_state};
 use crate::{
     Attempt, Candidate, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, Leadership,
     LockError, LockEventStream, LockRecord, Term, Timing,

@@ -9,6 +9,7 @@ use crate::{Attempt, Candidate, LeaderLock, LockError, LockEventStream, LockReco
 
 /// How a [`Faulty`] lock misbehaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Fault {
     /// Calls hang until the fault is cleared, like a paused process or a dead link. The elector
     /// itself lives on, so its `check()` stays truthful: this is how the suite crashes a leader.
@@ -48,7 +49,7 @@ impl Faulty {
             let f = *self.fault.lock().unwrap_or_else(|p| p.into_inner());
             match f {
                 None => return Ok(()),
-                Some(Fault::Fail) => return Err(LockError::Unavailable("injected fault".into())),
+                Some(Fault::Fail) => return Err(LockError::unavailable("injected fault")),
                 Some(Fault::Hang) => notified.await,
             }
         }

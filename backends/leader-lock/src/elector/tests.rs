@@ -107,7 +107,7 @@ fn a_failed_renew_keeps_leading_until_the_deadline_then_steps_down() {
         term: Term(4),
         valid_until: t0 + S(10),
     };
-    let failure = Err(LockError::Unavailable("down".into()));
+    let failure = Err(LockError::unavailable("down"));
     let before = t0 + S(10) - MS(1);
     let d = decide(&context(Some(held), None), before, before, &failure);
     assert_eq!(d.held, Some(held), "still valid: still leading");
@@ -132,10 +132,10 @@ fn a_failure_never_leads_and_a_candidate_backs_off_with_jitter() {
     let mut c = context(None, None);
     c.starting = true;
     for e in [
-        LockError::Unavailable("x".into()),
+        LockError::unavailable("x"),
         LockError::Timeout(S(1)),
-        LockError::Refused("x".into()),
-        LockError::Malformed("x".into()),
+        LockError::refused("x"),
+        LockError::malformed("x"),
     ] {
         let d = decide(&c, t0, t0, &Err(e));
         assert_eq!(d.held, None);
@@ -143,7 +143,7 @@ fn a_failure_never_leads_and_a_candidate_backs_off_with_jitter() {
         assert_eq!(d.next, t0 + MS(2100));
     }
     c.starting = false;
-    let d = decide(&c, t0, t0, &Err(LockError::Unavailable("x".into())));
+    let d = decide(&c, t0, t0, &Err(LockError::unavailable("x")));
     assert_eq!(d.publish, None);
 }
 

@@ -1,0 +1,185 @@
+//! Connecting: the checks before it, the connection itself, and what a failed connect means.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions};
+use leader_lock::{ConfigError, LockError, Timing};
+use tokio::sync::Mutex;
+
+use crate::client::{Inner, State};
+use crate::config::{self, EtcdConfig};
+use crate::error::map_error;
+use crate::knowledge::Knowledge;
+use crate::lease::keep_spare;
+use crate::lock::EtcdLock;
+use crate::tls::tls_options;
+
+/// HTTP/2 pings find dead connections (a paused or unplugged server) under a long watch.
+/// etcd refuses pings more often than every 5 s, so stay above that.
+const PING_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The release marker's key: the lock key and this suffix. Neither key prefixes nor lock names
+/// may contain `#`, so it is never another lock's key.
+const MARKER_SUFFIX: &str = "#released";
+
+impl EtcdLock {
+    /// Connects to etcd and checks that the lock key can be read.
+    ///
+    /// Fails with a message that names the endpoints and the setting to look at when no endpoint
+    /// answers, a TLS file cannot be read, or authentication is refused.
+    pub async fn connect(config: EtcdConfig, lock_name: &str) -> Result<EtcdLock, LockError> {
+        if lock_name.is_empty() {
+            return Err(LockError::refused("the lock name must not be empty"));
+        }
+        if lock_name.contains('#') {
+            // `#` separates the lock key from its release marker's suffix.
+            return Err(LockError::refused(format!(
+                "the lock name {lock_name:?} must not contain '#'"
+            )));
+        }
+        if config.endpoints.is_empty() {
+            return Err(config::no_endpoint().into());
+        }
+        for e in &config.endpoints {
+            config::check_endpoint(e)?;
+        }
+        let endpoints = config.endpoints.join(",");
+        let timeout = config.request_timeout.max(Duration::from_millis(100));
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_keep_alive(PING_INTERVAL, timeout.max(Duration::from_secs(1)))
+            .with_keep_alive_while_idle(false);
+        if config.uses_tls() {
+            options = options.with_tls(tls_options(&config)?);
+        }
+        if let Some(user) = &config.username {
+            let password = config.password.clone().unwrap_or_default();
+            // Simple tokens expire (5 min by default); re-authenticate instead of failing.
+            options = options
+                .with_user(user.clone(), password)
+                .with_auto_token_refresh(true);
+        }
+        // With a user, connecting authenticates at once, so it needs the timeout too.
+        let client = match tokio::time::timeout(
+            timeout,
+            Client::connect(config.endpoints.clone(), Some(options)),
+        )
+        .await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(connect_error(&config, "connecting", e).await),
+            Err(_) => return Err(unreachable(&config, timeout).await),
+        };
+        let key_text = format!("{}{}", config.key_prefix, lock_name);
+        let inner = Arc::new(Inner {
+            client,
+            key: key_text.clone().into_bytes(),
+            marker: format!("{key_text}{MARKER_SUFFIX}").into_bytes(),
+            key_text,
+            endpoints,
+            timeout,
+            state: Mutex::new(State::default()),
+            knowledge: Arc::new(std::sync::Mutex::new(Knowledge::default())),
+            spare: Mutex::new(None),
+        });
+        // The channel connects lazily: one read proves reachability, TLS and permissions.
+        let mut kv = inner.client.kv_client();
+        match tokio::time::timeout(timeout, kv.get(inner.key.clone(), None)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(connect_error(&config, "reading the lock key", e).await),
+            Err(_) => return Err(unreachable(&config, timeout).await),
+        }
+        let spare_keeper = tokio::spawn(keep_spare(Arc::downgrade(&inner)));
+        Ok(EtcdLock {
+            inner,
+            spare_keeper,
+        })
+    }
+
+    /// Checks the settings without touching the network: well-formed endpoints without
+    /// credentials, TLS files given together and holding PEM of the right kind, credentials
+    /// complete, a plain key prefix, lease duration whole seconds of at least 2 s.
+    pub fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), ConfigError> {
+        config::validate(config, timing)
+    }
+}
+
+/// A clear error for a failed connect: permanent for auth, a TLS or address hint otherwise.
+async fn connect_error(config: &EtcdConfig, what: &str, e: etcd_client::Error) -> LockError {
+    let endpoints = config.endpoints.join(",");
+    let from_server = matches!(e, etcd_client::Error::GRpcStatus(_));
+    match map_error(&endpoints, what, e) {
+        LockError::Refused { message, source } if from_server => LockError::Refused {
+            message: format!(
+                "{message}; check etcd-username and the password, and the user's role on \
+                 etcd-key-prefix"
+            ),
+            source,
+        },
+        LockError::Unavailable { message, source } => LockError::Unavailable {
+            message: format!("{message}; {}", diagnose(config).await),
+            source,
+        },
+        other => other,
+    }
+}
+
+/// No endpoint answered in time: say whether TCP works, which points at TLS or at the address.
+async fn unreachable(config: &EtcdConfig, timeout: Duration) -> LockError {
+    LockError::unavailable(format!(
+        "no etcd endpoint answered within {timeout:?} (etcd-endpoints: {}); {}",
+        config.endpoints.join(","),
+        diagnose(config).await
+    ))
+}
+
+async fn diagnose(config: &EtcdConfig) -> String {
+    let mut reachable = Vec::new();
+    let mut refused = Vec::new();
+    for e in &config.endpoints {
+        let authority = e
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .trim_end_matches('/');
+        let addr = authority.trim_start_matches('[').replace("]:", ":");
+        let probe = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio::net::TcpStream::connect(if authority.starts_with('[') {
+                authority.to_string()
+            } else {
+                addr.clone()
+            }),
+        )
+        .await;
+        match probe {
+            Ok(Ok(_)) => reachable.push(e.as_str()),
+            Ok(Err(err)) => refused.push(format!("{e}: {err}")),
+            Err(_) => refused.push(format!("{e}: TCP connect timed out")),
+        }
+    }
+    let mut hints = Vec::new();
+    if !refused.is_empty() {
+        hints.push(format!(
+            "cannot open a TCP connection to {} (is etcd running there?)",
+            refused.join("; ")
+        ));
+    }
+    if !reachable.is_empty() {
+        if config.uses_tls() {
+            hints.push(format!(
+                "TCP works to {} but the TLS/gRPC connection failed: check etcd-ca-file (it must sign the \
+                 server certificate, whose SANs must match the host) and, when the server requires \
+                 client certificates, etcd-cert-file/etcd-key-file",
+                reachable.join(",")
+            ));
+        } else {
+            hints.push(format!(
+                "TCP works to {} but etcd did not answer over plain http (does the server want \
+                 https://?)",
+                reachable.join(",")
+            ));
+        }
+    }
+    hints.join("; ")
+}

@@ -1,0 +1,111 @@
+//! The leases behind the key: a spare lease granted in advance and kept alive while following,
+//! fresh grants, and leases let go (revoked in the background).
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use leader_lock::LockError;
+use tracing::debug;
+
+use crate::client::Inner;
+use crate::keepalive::{LeaseState, LeaseStream};
+
+/// Keeps the spare lease alive (a third of its TTL apart) until the lock is dropped.
+pub(crate) async fn keep_spare(inner: Weak<Inner>) {
+    loop {
+        let interval = match inner.upgrade() {
+            None => return,
+            Some(i) => i
+                .spare
+                .lock()
+                .await
+                .as_ref()
+                .map(|s| Duration::from_secs(s.ttl().unsigned_abs()) / 3),
+        };
+        tokio::time::sleep(interval.unwrap_or(Duration::from_secs(1))).await;
+        let Some(i) = inner.upgrade() else { return };
+        let mut spare = i.spare.lock().await;
+        if let Some(s) = spare.as_mut() {
+            match s.keep_alive(&i.client, i.timeout).await {
+                Ok(LeaseState::Alive) => {}
+                Ok(LeaseState::Gone) => *spare = None,
+                // Kept: the stream reopens next time, and the acquire checks the lease anyway.
+                Err(e) => debug!(lease = s.id(), error = ?e, "spare lease keep-alive failed"),
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Grants a fresh lease of `ttl` seconds; refuses a TTL the server rounded up to its minimum.
+    pub(crate) async fn grant(&self, ttl: i64) -> Result<LeaseStream, LockError> {
+        let mut client = self.client.lease_client();
+        let resp = self.call("lease grant", client.grant(ttl, None)).await?;
+        if !resp.error().is_empty() {
+            return Err(LockError::unavailable(format!(
+                "etcd lease grant at {}: {}",
+                self.endpoints,
+                resp.error()
+            )));
+        }
+        if resp.ttl() != ttl {
+            self.revoke_later(resp.id());
+            return Err(LockError::refused(format!(
+                "lease-duration {ttl}s is below the etcd server's minimum lease TTL ({}s, \
+                 1.5 × its election timeout); raise lease-duration",
+                resp.ttl()
+            )));
+        }
+        Ok(LeaseStream::new(resp.id(), ttl))
+    }
+
+    /// Revokes a lease in the background; it expires on its own if this fails.
+    pub(crate) fn revoke_later(&self, lease: i64) {
+        let mut client = self.client.lease_client();
+        let timeout = self.timeout;
+        tokio::spawn(async move {
+            if let Ok(Err(e)) = tokio::time::timeout(timeout, client.revoke(lease)).await {
+                debug!(lease, error = %e, "revoking an unused etcd lease failed; it will expire");
+            }
+        });
+    }
+
+    /// Lets a lease go: its stream closes cleanly and it is revoked in the background.
+    pub(crate) fn abandon(&self, mut lease: LeaseStream) {
+        lease.close();
+        self.revoke_later(lease.id());
+    }
+
+    /// Grants the spare lease while following, so that taking a released lock later is one
+    /// round trip; a failure only costs that round trip later.
+    pub(crate) async fn prepare_spare(&self, ttl: i64) {
+        let mut spare = self.spare.lock().await;
+        if spare.as_ref().is_some_and(|s| s.ttl() == ttl) {
+            return;
+        }
+        match self.grant(ttl).await {
+            Ok(s) => {
+                if let Some(old) = spare.replace(s) {
+                    self.abandon(old);
+                }
+            }
+            Err(e) => {
+                debug!(error = %e, "granting a spare lease failed; the acquire will grant one")
+            }
+        }
+    }
+
+    /// Makes sure a spare lease of `ttl` exists; returns it and whether it was just granted.
+    pub(crate) async fn take_spare(&self, ttl: i64) -> Result<(LeaseStream, bool), LockError> {
+        let spare = self.spare.lock().await.take();
+        match spare {
+            Some(s) if s.ttl() == ttl => Ok((s, false)),
+            other => {
+                if let Some(s) = other {
+                    self.abandon(s);
+                }
+                Ok((self.grant(ttl).await?, true))
+            }
+        }
+    }
+}

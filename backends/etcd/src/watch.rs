@@ -1,0 +1,158 @@
+//! The change stream on the key, and the replay of its history that explains a vanished key.
+
+use std::sync::Arc;
+
+use etcd_client::{KeyValue, WatchOptions, WatchStream};
+use futures::StreamExt;
+use leader_lock::{LockError, LockEvent, LockEventStream};
+use tokio::time::Instant;
+
+use crate::client::Inner;
+use crate::error::map_error;
+use crate::knowledge::{Knowledge, Seen};
+use crate::value::record;
+
+impl Inner {
+    /// Reads the key's history from `from` up to `until`, to learn how a key we believed present
+    /// went missing (which versions it had, whether we saw the last one).
+    pub(crate) async fn replay(&self, from: i64, until: i64) -> Result<(), LockError> {
+        let mut client = self.client.watch_client();
+        let options = WatchOptions::new()
+            .with_start_revision(from)
+            .with_prev_key();
+        let deadline = Instant::now() + self.timeout;
+        let mut stream = self
+            .call(
+                "history watch",
+                client.watch(self.key.clone(), Some(options)),
+            )
+            .await?;
+        loop {
+            let msg = match tokio::time::timeout_at(deadline, stream.message()).await {
+                Ok(m) => m.map_err(|e| self.error("history watch", e))?,
+                Err(_) => return Err(LockError::Timeout(self.timeout)),
+            };
+            let Some(resp) = msg else {
+                return Err(LockError::unavailable(format!(
+                    "etcd history watch at {} ended early",
+                    self.endpoints
+                )));
+            };
+            if resp.canceled() {
+                // Compacted: we cannot know whether we saw the last version; wait from now.
+                self.knowledge().absent_unexplained(until, Instant::now());
+                return Ok(());
+            }
+            if resp.created() && resp.events().is_empty() {
+                continue;
+            }
+            apply_events(&self.knowledge, &resp);
+            if resp.header().map_or(0, |x| x.revision()) >= until {
+                return Ok(());
+            }
+        }
+    }
+
+    pub(crate) async fn watch(&self) -> Result<LockEventStream, LockError> {
+        // Read first, then watch from the next revision: nothing between is missed.
+        let current = self.read().await?;
+        let rev = current.header().map(|h| h.revision()).unwrap_or(0);
+        let initial = match current.kvs().first() {
+            None => LockEvent::Changed(None),
+            Some(kv) => {
+                self.knowledge()
+                    .present(rev, Seen::from(kv), Instant::now());
+                event(kv)
+            }
+        };
+        let mut client = self.client.watch_client();
+        let stream = self
+            .call(
+                "watch",
+                client.watch(
+                    self.key.clone(),
+                    Some(
+                        WatchOptions::new()
+                            .with_start_revision(rev + 1)
+                            .with_prev_key(),
+                    ),
+                ),
+            )
+            .await?;
+        let state = Some(WatchState {
+            stream,
+            endpoints: self.endpoints.clone(),
+            knowledge: self.knowledge.clone(),
+        });
+        let changes = futures::stream::unfold(state, |state| async move {
+            let mut st = state?;
+            loop {
+                match st.stream.message().await {
+                    Ok(Some(resp)) => {
+                        if resp.canceled() {
+                            let why = if resp.compact_revision() > 0 {
+                                format!("compacted at revision {}", resp.compact_revision())
+                            } else {
+                                resp.cancel_reason().to_string()
+                            };
+                            let e = LockError::unavailable(format!(
+                                "etcd watch at {} canceled: {why}",
+                                st.endpoints
+                            ));
+                            return Some((Err(e), None));
+                        }
+                        // Knowledge first, so an attempt woken by this event finds it there.
+                        apply_events(&st.knowledge, &resp);
+                        // Several events on our one key: only the latest state matters.
+                        if let Some(kv) = resp.events().last().and_then(|e| e.kv()) {
+                            return Some((Ok(event(kv)), Some(st)));
+                        }
+                    }
+                    Ok(None) => return None,
+                    Err(e) => {
+                        let e = map_error(&st.endpoints, "watch", e);
+                        return Some((Err(e), None));
+                    }
+                }
+            }
+        });
+        Ok(futures::stream::once(async move { Ok(initial) })
+            .chain(changes)
+            .boxed())
+    }
+}
+
+/// Feeds a watch response's events into the knowledge, oldest first.
+fn apply_events(knowledge: &std::sync::Mutex<Knowledge>, resp: &etcd_client::WatchResponse) {
+    let now = Instant::now();
+    let mut k = knowledge.lock().unwrap_or_else(|p| p.into_inner());
+    for ev in resp.events() {
+        let Some(kv) = ev.kv() else { continue };
+        // A delete carries a key-value with version 0; reading that avoids the client's
+        // event-type accessor, which panics on types it does not know.
+        if kv.version() == 0 {
+            k.deleted(kv.mod_revision(), ev.prev_kv().map(Seen::from), now);
+        } else {
+            k.present(kv.mod_revision(), Seen::from(kv), now);
+        }
+    }
+}
+
+/// Keeps the watch's request side alive with the response side.
+struct WatchState {
+    stream: WatchStream,
+    endpoints: String,
+    knowledge: Arc<std::sync::Mutex<Knowledge>>,
+}
+
+/// A change of the key as a lock event (a delete carries a key-value with version 0).
+fn event(kv: &KeyValue) -> LockEvent {
+    if kv.version() == 0 {
+        return LockEvent::Changed(None);
+    }
+    match record(kv) {
+        Ok(r) => LockEvent::Changed(Some(r)),
+        // A foreign value: let the elector look (it will follow until the key goes).
+        Err(_) => LockEvent::Resynced,
+    }
+}
