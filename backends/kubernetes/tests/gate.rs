@@ -77,6 +77,16 @@ async fn patch_data(
     api.patch(name, &pp, &Patch::Merge(body)).await
 }
 
+/// A merge patch of `TARGET`.
+async fn write(
+    client: Client,
+    ns: &str,
+    manager: &str,
+    body: Value,
+) -> Result<ConfigMap, kube::Error> {
+    patch_data(client, ns, TARGET, manager, body).await
+}
+
 async fn get(client: Client, ns: &str, name: &str) -> ConfigMap {
     let api: Api<ConfigMap> = Api::namespaced(client, ns);
     api.get(name).await.expect("reading the ConfigMap")
@@ -168,22 +178,16 @@ async fn a_follower_s_gated_writes_are_refused_and_not_sent() {
     let gated_b = gated_client(s.config().clone(), b.leadership()).expect("client b");
 
     // The leader's gated write lands.
-    patch_data(gated_a, &ns, TARGET, "gate-a", json!({"data": {"by": "a"}}))
+    write(gated_a, &ns, "gate-a", json!({"data": {"by": "a"}}))
         .await
         .expect("the leader's write");
     let before = get(s.admin_client(), &ns, TARGET).await;
     assert!(managed_by(&before, "gate-a").is_some(), "{before:?}");
 
     // The follower's is refused, typed; a read through the same client passes.
-    let e = patch_data(
-        gated_b.clone(),
-        &ns,
-        TARGET,
-        "gate-b",
-        json!({"data": {"by": "b"}}),
-    )
-    .await
-    .expect_err("a follower's write");
+    let e = write(gated_b.clone(), &ns, "gate-b", json!({"data": {"by": "b"}}))
+        .await
+        .expect_err("a follower's write");
     match gate_error(&e) {
         Some(GateError::NotLeader {
             method,
@@ -221,15 +225,9 @@ async fn after_a_graceful_handover_the_new_leader_s_gated_writes_land() {
     create_config_map(s.admin_client(), &ns, TARGET).await;
     let gated_a = gated_client(s.config().clone(), a.leadership()).expect("client a");
     let gated_b = gated_client(s.config().clone(), b.leadership()).expect("client b");
-    let refused = patch_data(
-        gated_b.clone(),
-        &ns,
-        TARGET,
-        "gate-b",
-        json!({"data": {"by": "b"}}),
-    )
-    .await
-    .expect_err("b follows");
+    let refused = write(gated_b.clone(), &ns, "gate-b", json!({"data": {"by": "b"}}))
+        .await
+        .expect_err("b follows");
     assert!(gate_error(&refused).is_some(), "{refused}");
 
     a.shutdown().await.expect("a releases");
@@ -238,7 +236,7 @@ async fn after_a_graceful_handover_the_new_leader_s_gated_writes_land() {
 
     // The stopped leader's writes are refused from now on.
     let before = get(s.admin_client(), &ns, TARGET).await;
-    let e = patch_data(gated_a, &ns, TARGET, "gate-a", json!({"data": {"by": "a"}}))
+    let e = write(gated_a, &ns, "gate-a", json!({"data": {"by": "a"}}))
         .await
         .expect_err("a stopped");
     assert!(
@@ -257,7 +255,7 @@ async fn after_a_graceful_handover_the_new_leader_s_gated_writes_land() {
     );
 
     // The new leader's write lands: a new resourceVersion, its manager in managedFields.
-    patch_data(gated_b, &ns, TARGET, "gate-b", json!({"data": {"by": "b"}}))
+    write(gated_b, &ns, "gate-b", json!({"data": {"by": "b"}}))
         .await
         .expect("the new leader's write");
     let after = get(s.admin_client(), &ns, TARGET).await;
@@ -303,10 +301,9 @@ async fn frozen_leader_child() {
     let e = elector(lock, "frozen", short_timing());
     let gated = gated_client(config, e.leadership()).expect("the gated client");
     for n in 1u64.. {
-        let r = patch_data(
+        let r = write(
             gated.clone(),
             &ns,
-            TARGET,
             FROZEN_MANAGER,
             json!({"data": {"frozen": n.to_string()}}),
         )
@@ -384,10 +381,9 @@ async fn a_leader_frozen_past_its_validity_sends_nothing_after_the_thaw() {
     child.signal(Signal::SIGSTOP);
     wait_leader(&taker.leadership(), PATIENCE, "taker after the freeze").await;
     let gated = gated_client(s.config().clone(), taker.leadership()).expect("taker's client");
-    patch_data(
+    write(
         gated.clone(),
         &ns,
-        TARGET,
         "gate-taker",
         json!({"data": {"taker": "1"}}),
     )
@@ -413,15 +409,9 @@ async fn a_leader_frozen_past_its_validity_sends_nothing_after_the_thaw() {
         |cm| attempt(cm) >= attempts_at_freeze + 3,
     )
     .await;
-    patch_data(
-        gated,
-        &ns,
-        TARGET,
-        "gate-taker",
-        json!({"data": {"taker": "2"}}),
-    )
-    .await
-    .expect("the new leader's write after the thaw");
+    write(gated, &ns, "gate-taker", json!({"data": {"taker": "2"}}))
+        .await
+        .expect("the new leader's write after the thaw");
 
     let after = get(s.admin_client(), &ns, TARGET).await;
     assert_eq!(
@@ -483,12 +473,9 @@ async fn a_write_that_outlives_the_validity_is_cancelled_at_the_deadline_and_fen
     proxy.cut();
     let started = Instant::now();
     let body = json!({"metadata": {"resourceVersion": rv}, "data": {"late": "1"}});
-    let r = tokio::time::timeout(
-        PATIENCE,
-        patch_data(gated.clone(), &ns, TARGET, "gate-late", body),
-    )
-    .await
-    .expect("the gated call returned");
+    let r = tokio::time::timeout(PATIENCE, write(gated.clone(), &ns, "gate-late", body))
+        .await
+        .expect("the gated call returned");
     let took = started.elapsed();
     let e = r.expect_err("the write could not reach the server");
     match gate_error(&e) {
@@ -509,10 +496,9 @@ async fn a_write_that_outlives_the_validity_is_cancelled_at_the_deadline_and_fen
     // The proxy still holds the request's bytes and delivers them once it heals, as TCP would:
     // the server must fence the late request. The patch carries the resourceVersion it was
     // based on; another write moves it on meanwhile (as a new leader would), so it cannot land.
-    let moved = patch_data(
+    let moved = write(
         s.admin_client(),
         &ns,
-        TARGET,
         "test-fence",
         json!({"data": {"moved": "1"}}),
     )
@@ -520,10 +506,9 @@ async fn a_write_that_outlives_the_validity_is_cancelled_at_the_deadline_and_fen
     .expect("moving the ConfigMap on");
     proxy.heal();
     // A write through the healed proxy, on a new connection, after the held bytes were let go.
-    patch_data(
+    write(
         gated.clone(),
         &ns,
-        TARGET,
         "gate-after",
         json!({"data": {"after": "1"}}),
     )
