@@ -9,9 +9,11 @@
 mod client;
 mod error;
 mod events;
+mod gate;
 mod lease;
 mod spec;
 
 pub use client::{client, install_crypto_provider};
 pub use events::{spawn_leader_events, EVENT_POST_TIMEOUT};
+pub use gate::gated_client;
 pub use lease::{LeaseLock, DEFAULT_MAX_LEASE_DURATION};

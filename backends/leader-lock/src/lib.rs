@@ -8,6 +8,7 @@
 
 pub mod clock;
 mod elector;
+mod gate;
 pub mod input;
 mod leadership;
 mod lock;
@@ -20,6 +21,7 @@ mod timing;
 pub mod conformance;
 
 pub use elector::{Elector, ElectorConfig, SHUTDOWN_BUDGET};
+pub use gate::{GateError, WriteGate, WriteGateFuture, WriteGateLayer};
 pub use input::ConfigError;
 #[cfg(feature = "conformance")]
 pub use leadership::Scripted;
