@@ -16,9 +16,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
-use futures::StreamExt;
-use tokio::sync::watch;
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
@@ -28,6 +25,12 @@ use crate::leadership::{LeaderState, Leadership, Publisher};
 use crate::lock::{Attempt, LeaderLock, LockError, LockEvent};
 use crate::record::{Candidate, Identity, LockRecord, Term};
 use crate::timing::Timing;
+
+mod decide;
+mod stream;
+
+use decide::{decide, not_leading, regression, Context, Decision, Held, Note};
+use stream::WatchTask;
 
 /// How long [`Elector::shutdown`] may take in all: draining writes, then releasing.
 ///
@@ -198,7 +201,7 @@ impl Elector {
 }
 
 /// A panic's message, or the join error itself.
-fn describe_join_error(e: JoinError) -> String {
+pub(super) fn describe_join_error(e: JoinError) -> String {
     if !e.is_panic() {
         return e.to_string();
     }
@@ -209,178 +212,6 @@ fn describe_join_error(e: JoinError) -> String {
         format!("panicked: {s}")
     } else {
         "panicked".to_string()
-    }
-}
-
-/// Our leadership while we hold the lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Held {
-    term: Term,
-    /// The instant the last successful attempt was sent, plus the renew deadline.
-    valid_until: Instant,
-}
-
-/// What [`decide`] knows besides the attempt itself.
-#[derive(Debug, Clone, Copy)]
-struct Context {
-    timing: Timing,
-    held: Option<Held>,
-    /// The latest term the lock reported (ours or another holder's).
-    last_term: Option<Term>,
-    /// Whether a change stream would wake us on a change (then followers poll once a lease).
-    watch_healthy: bool,
-    /// Whether nothing was published yet.
-    starting: bool,
-    /// This attempt's follower poll interval (`Timing::jittered_retry`).
-    jittered_retry: Duration,
-}
-
-/// What an attempt's outcome means, for the log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Note {
-    Became(Term),
-    Renewed(Term),
-    /// The lock answered with another term of ours while we led.
-    NewTerm {
-        old: Term,
-        term: Term,
-    },
-    Lost {
-        term: Term,
-        holder: Option<String>,
-    },
-    Following,
-    /// The attempt failed; `stepped_down` when our validity ended meanwhile.
-    Failed {
-        stepped_down: Option<Term>,
-    },
-    /// The lock granted a term that is no real leadership.
-    NotElected(Term),
-    /// The reply came after the validity it would grant had ended.
-    TooLate(Term),
-}
-
-/// The outcome of one attempt: the next state of the loop, and what to publish and log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Decision {
-    held: Option<Held>,
-    publish: Option<LeaderState>,
-    next: Instant,
-    last_term: Option<Term>,
-    /// The term the lock went back from, when it went back.
-    regressed_from: Option<Term>,
-    note: Note,
-}
-
-/// A term lower than the latest one seen: the one it went back from.
-fn regression(last: Option<Term>, now: Term) -> Option<Term> {
-    last.filter(|l| now < *l)
-}
-
-fn not_leading() -> LeaderState {
-    LeaderState::Follower {
-        holder: None,
-        term: None,
-    }
-}
-
-/// Decides from one attempt, sent at `sent` and answered at `now`. No I/O: the safety rules in
-/// one place, for the loop and for unit tests.
-fn decide(
-    c: &Context,
-    sent: Instant,
-    now: Instant,
-    result: &Result<Attempt, LockError>,
-) -> Decision {
-    let t = c.timing;
-    let failed = |stepped_down: Option<Term>| {
-        let mut d = Decision {
-            held: c.held,
-            publish: None,
-            next: now + c.jittered_retry,
-            last_term: c.last_term,
-            regressed_from: None,
-            note: Note::Failed { stepped_down },
-        };
-        match c.held {
-            // Past its validity a leader stops at once; it keeps trying at the retry period.
-            Some(h) if now >= h.valid_until => {
-                d.held = None;
-                d.publish = Some(not_leading());
-                d.note = Note::Failed {
-                    stepped_down: Some(h.term),
-                };
-                d.next = now + t.retry_period;
-            }
-            // Still valid: keep trying to renew at the retry period.
-            Some(_) => d.next = now + t.retry_period,
-            None if c.starting => d.publish = Some(not_leading()),
-            None => {}
-        }
-        d
-    };
-    match result {
-        Ok(Attempt::Leader { term }) if !term.is_elected() => {
-            let mut d = failed(None);
-            d.note = Note::NotElected(*term);
-            d
-        }
-        Ok(Attempt::Leader { term }) => {
-            let term = *term;
-            let valid_until = sent + t.renew_deadline;
-            let regressed_from = regression(c.last_term, term);
-            if now >= valid_until {
-                // As a failure: a leader's validity ended too (it was sent before this one).
-                let mut d = failed(None);
-                d.next = now;
-                d.last_term = Some(term);
-                d.regressed_from = regressed_from;
-                d.note = Note::TooLate(term);
-                return d;
-            }
-            let note = match c.held {
-                Some(h) if h.term == term => Note::Renewed(term),
-                Some(h) => Note::NewTerm { old: h.term, term },
-                None => Note::Became(term),
-            };
-            Decision {
-                held: Some(Held { term, valid_until }),
-                publish: Some(LeaderState::Leader { term, valid_until }),
-                next: sent + t.retry_period,
-                last_term: Some(term),
-                regressed_from,
-                note,
-            }
-        }
-        Ok(Attempt::Follower {
-            holder,
-            term,
-            retry_after,
-        }) => {
-            let fallback = if c.watch_healthy {
-                t.lease_duration
-            } else {
-                c.jittered_retry
-            };
-            Decision {
-                held: None,
-                publish: Some(LeaderState::Follower {
-                    holder: holder.clone(),
-                    term: *term,
-                }),
-                next: now + retry_after.map_or(fallback, |r| r.min(fallback)),
-                last_term: term.or(c.last_term),
-                regressed_from: term.and_then(|t| regression(c.last_term, t)),
-                note: match c.held {
-                    Some(h) => Note::Lost {
-                        term: h.term,
-                        holder: holder.clone(),
-                    },
-                    None => Note::Following,
-                },
-            }
-        }
-        Err(_) => failed(None),
     }
 }
 
@@ -610,145 +441,6 @@ impl Run {
                 "the lock granted a term that is no real leadership (0 or the disabled marker); not leading"),
             Note::TooLate(term) => warn!(term = %term, lock = %lock,
                 "the lock answered after the validity it would grant had ended; not leading"),
-        }
-    }
-}
-
-/// What the watch task tells the loop: the last event and whether the stream is up.
-#[derive(Debug, Clone, Default)]
-struct WatchStatus {
-    healthy: bool,
-    last: Option<LockEvent>,
-}
-
-/// The task that keeps the lock's change stream open, supervised by the loop.
-struct WatchTask {
-    lock: Arc<dyn LeaderLock>,
-    timing: Timing,
-    rx: watch::Receiver<WatchStatus>,
-    /// The running task; `None` while a restart is pending.
-    handle: Option<JoinHandle<()>>,
-    /// When to start it again after it died.
-    restart_at: Option<Instant>,
-    backoff: ExponentialBackoff,
-}
-
-fn restart_backoff(timing: &Timing) -> ExponentialBackoff {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(timing.retry_period.max(Duration::from_millis(100)) * 4)
-        .with_jitter()
-        .without_max_times()
-        .build()
-}
-
-impl WatchTask {
-    fn spawn(lock: Arc<dyn LeaderLock>, timing: Timing, cancel: &CancellationToken) -> Self {
-        let (tx, rx) = watch::channel(WatchStatus::default());
-        let handle = tokio::spawn(watch_loop(lock.clone(), tx, timing, cancel.child_token()));
-        WatchTask {
-            lock,
-            timing,
-            rx,
-            handle: Some(handle),
-            restart_at: None,
-            backoff: restart_backoff(&timing),
-        }
-    }
-
-    fn healthy(&self) -> bool {
-        self.handle.is_some() && self.rx.borrow().healthy
-    }
-
-    /// The task ended: reports why, and schedules a restart unless we are stopping. Returns
-    /// whether the loop goes on without a stream for now.
-    async fn ended(&mut self, cancel: &CancellationToken) -> bool {
-        let outcome = match self.handle.take() {
-            Some(h) => h.await,
-            None => Ok(()),
-        };
-        if cancel.is_cancelled() {
-            return false;
-        }
-        let delay = self.backoff.next().unwrap_or(self.timing.retry_period);
-        match outcome {
-            Err(e) => {
-                error!(error = %describe_join_error(e), lock = %self.lock.describe(), restart_in = ?delay,
-                "the lock watch task failed; polling until it is restarted")
-            }
-            Ok(()) => warn!(lock = %self.lock.describe(), restart_in = ?delay,
-                "the lock watch task ended; polling until it is restarted"),
-        }
-        self.restart_at = Some(Instant::now() + delay);
-        true
-    }
-
-    fn restart(&mut self, cancel: &CancellationToken) {
-        let fresh = WatchTask::spawn(self.lock.clone(), self.timing, cancel);
-        self.rx = fresh.rx;
-        self.handle = fresh.handle;
-        self.restart_at = None;
-        // The backoff grows across restarts; a task that keeps dying is retried less often.
-    }
-
-    async fn stop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            // The task answers the (already cancelled) token at once.
-            let _ = h.await;
-        }
-    }
-}
-
-/// Keeps a change stream open, reopening it with exponential backoff when it breaks.
-async fn watch_loop(
-    lock: Arc<dyn LeaderLock>,
-    tx: watch::Sender<WatchStatus>,
-    timing: Timing,
-    cancel: CancellationToken,
-) {
-    let builder = ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(timing.retry_period.max(Duration::from_millis(100)))
-        .with_jitter()
-        .without_max_times();
-    let mut backoff = builder.build();
-    let send = |healthy: bool, last: Option<LockEvent>| {
-        tx.send_replace(WatchStatus { healthy, last });
-    };
-    loop {
-        let opened = tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = lock.watch() => r,
-        };
-        match opened {
-            Ok(mut stream) => {
-                backoff = builder.build();
-                send(true, Some(LockEvent::Resynced));
-                loop {
-                    let item = tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        item = stream.next() => item,
-                    };
-                    match item {
-                        Some(Ok(ev)) => send(true, Some(ev)),
-                        Some(Err(e)) => {
-                            warn!(error = %e, "lock watch broke; polling until it is back");
-                            break;
-                        }
-                        None => {
-                            debug!("lock watch ended; reopening");
-                            break;
-                        }
-                    }
-                }
-            }
-            Err(e) => warn!(error = %e, "cannot open lock watch; polling meanwhile"),
-        }
-        send(false, None);
-        let delay = backoff.next().unwrap_or(timing.retry_period);
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(delay) => {}
         }
     }
 }
