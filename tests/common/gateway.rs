@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
@@ -195,6 +195,25 @@ pub fn status_managers<K: Resource>(o: &K) -> BTreeSet<String> {
         })
         .filter_map(|m| m.manager.clone())
         .collect()
+}
+
+/// When `manager` last wrote the status of `o`: its managedFields entry's time, which the
+/// apiserver sets on every write, in whole seconds.
+pub fn last_status_write<K: Resource>(o: &K, manager: &str) -> Option<SystemTime> {
+    o.meta()
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.manager.as_deref() == Some(manager))
+        .filter(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.get("f:status").is_some())
+        })
+        .filter_map(|m| m.time.as_ref())
+        .filter_map(|t| u64::try_from(t.0.as_second()).ok())
+        .map(|secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+        .max()
 }
 
 /// The field manager a replica named `name` writes statuses as.
