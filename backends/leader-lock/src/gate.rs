@@ -101,7 +101,7 @@ pub enum GateError {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::sync::Arc;
 /// use leader_lock::{Elector, ElectorConfig, GateError, Identity, MemoryStore, Timing};
 /// use leader_lock::WriteGateLayer;
@@ -114,7 +114,7 @@ pub enum GateError {
 ///         timing: Timing::default(),
 ///         release_on_shutdown: true,
 ///     },
-/// );
+/// )?;
 /// let http = service_fn(|req: http::Request<()>| async move {
 ///     Ok::<_, std::convert::Infallible>(format!("{} sent", req.method()))
 /// });
@@ -122,15 +122,16 @@ pub enum GateError {
 /// let patch = || http::Request::patch("/api/v1/namespaces/a/configmaps/b").body(());
 ///
 /// // Not leading yet: the write is refused and not sent; a read passes.
-/// let refused = client.clone().oneshot(patch().unwrap()).await.unwrap_err();
+/// let refused = client.clone().oneshot(patch()?).await.expect_err("refused");
 /// assert!(matches!(refused.downcast_ref(), Some(GateError::NotLeader { .. })));
-/// let get = http::Request::get("/api/v1/namespaces/a/configmaps/b").body(()).unwrap();
+/// let get = http::Request::get("/api/v1/namespaces/a/configmaps/b").body(())?;
 /// assert_eq!(client.clone().oneshot(get).await.ok().as_deref(), Some("GET sent"));
 ///
 /// // Leading: the write goes out, bounded by the leadership's validity.
-/// let _ = elector.leadership().wait_leader().await.expect("the only contender leads");
-/// assert_eq!(client.oneshot(patch().unwrap()).await.ok().as_deref(), Some("PATCH sent"));
-/// assert!(elector.shutdown().await.expect("released"));
+/// drop(elector.leadership().wait_leader().await?); // the gate takes its own permit
+/// assert_eq!(client.oneshot(patch()?).await.ok().as_deref(), Some("PATCH sent"));
+/// assert!(elector.shutdown().await?);
+/// # Ok(())
 /// # }
 /// ```
 #[derive(Debug, Clone)]
