@@ -87,9 +87,18 @@ pub enum GateError {
 }
 
 /// A [`Layer`] that puts a [`WriteGate`] around a service: mutating requests go out only under
-/// a valid [`Leadership`] and are cancelled at its deadline (see the [module docs](self)).
+/// a valid [`Leadership`] and are cancelled at its deadline.
 ///
-/// Give it only to the controller's client, never to the lock's (see the module docs).
+/// Every request whose method is not `GET`, `HEAD` or `OPTIONS` takes a [`WritePermit`] first;
+/// without one it is refused with [`GateError::NotLeader`] and not sent. The permit is checked
+/// again right before the inner service is called, the inner future is dropped at the permit's
+/// deadline ([`GateError::Deadline`]), and the permit lives until the response completes, so a
+/// graceful release waits for the writes in flight. Reads and watches pass untouched. A gate
+/// that finds an outer gate's permit in the request's extensions checks that permit instead of
+/// taking its own, so a second, innermost gate can check again after authentication.
+///
+/// Give it only to the controller's client, never to the lock's: a leader could not renew once
+/// its validity lapsed, and a follower could never acquire.
 ///
 /// # Examples
 ///
