@@ -78,11 +78,11 @@ pub fn validate(s: &Settings) -> Result<(), ConfigError> {
     }
     let r = match s.backend {
         #[cfg(feature = "kubernetes")]
-        Backend::Kubernetes => LeaseLock::validate(&s.timing, request_timeout(s)),
+        Backend::Kubernetes => LeaseLock::check_timing(&s.timing, Some(request_timeout(s))),
         #[cfg(feature = "etcd")]
-        Backend::Etcd => EtcdLock::validate(&etcd_config(s), &s.timing),
+        Backend::Etcd => etcd_config(s).validate(&s.timing),
         #[cfg(feature = "redis")]
-        Backend::Redis => RedisLock::validate(&redis_config(s), &s.timing),
+        Backend::Redis => redis_config(s).validate(&s.timing),
         #[allow(unreachable_patterns)]
         other => return Err(not_built(other)),
     };
@@ -127,10 +127,13 @@ pub fn lease_namespace(s: &Settings, client_default: &str) -> String {
         .unwrap_or_else(|| client_default.to_string())
 }
 
-/// The Lease lock of the Kubernetes backend, its requests bounded like every backend's.
+/// The Lease lock of the Kubernetes backend, its requests bounded like every backend's, its
+/// writes under the program's field manager.
 #[cfg(feature = "kubernetes")]
 fn lease_lock(s: &Settings, client: &kube::Client, namespace: &str) -> LeaseLock {
-    LeaseLock::new(client.clone(), namespace, &s.lock_name).with_request_timeout(request_timeout(s))
+    LeaseLock::new(client.clone(), namespace, &s.lock_name)
+        .with_request_timeout(request_timeout(s))
+        .with_field_manager(crate::run::PROGRAM)
 }
 
 /// Connects to the configured backend; the Kubernetes lock uses `kube`, the client the status

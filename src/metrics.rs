@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leader_lock::{
-    Attempt, Candidate, LeaderLock, LeaderState, Leadership, LockError, LockEventStream,
-    LockRecord, Term,
+    Attempt, Candidate, ConfigError, LeaderLock, LeaderState, Leadership, LockError,
+    LockEventStream, LockRecord, Term, Timing,
 };
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -195,6 +195,10 @@ impl InstrumentedLock {
 impl LeaderLock for InstrumentedLock {
     fn describe(&self) -> String {
         self.inner.describe()
+    }
+
+    fn validate(&self, timing: &Timing) -> Result<(), ConfigError> {
+        self.inner.validate(timing)
     }
 
     async fn try_acquire_or_renew(&self, candidate: &Candidate) -> Result<Attempt, LockError> {

@@ -9,7 +9,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use leader_lock::{Attempt, Candidate, LeaderLock, LockError, LockEventStream, LockRecord, Term};
+use leader_lock::{
+    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord, Term,
+    Timing,
+};
 
 /// A lock whose change stream never opens and whose attempts carry no expiry hint.
 pub struct PollingLock {
@@ -27,6 +30,10 @@ impl PollingLock {
 impl LeaderLock for PollingLock {
     fn describe(&self) -> String {
         format!("{} (polling)", self.inner.describe())
+    }
+
+    fn validate(&self, timing: &Timing) -> Result<(), ConfigError> {
+        self.inner.validate(timing)
     }
 
     async fn try_acquire_or_renew(&self, candidate: &Candidate) -> Result<Attempt, LockError> {

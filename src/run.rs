@@ -98,6 +98,10 @@ fn log_changes(leadership: &Leadership) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// The program's name where Kubernetes shows who wrote: the Lease's field manager, the source
+/// component of the leader-election Events, the prefix of the status writes' field manager.
+pub const PROGRAM: &str = "gateway-leader";
+
 /// The longest field manager name the apiserver accepts.
 const FIELD_MANAGER_MAX: usize = 128;
 /// Kubernetes kills a pod this long after SIGTERM unless told otherwise
@@ -116,7 +120,7 @@ const _: () = assert!(
 /// The field manager of this replica's status writes: it names the replica in `managedFields`,
 /// so an object shows which replica wrote which of its fields.
 pub fn field_manager(identity: &Identity) -> String {
-    let mut m = format!("gateway-leader/{}", identity.name());
+    let mut m = format!("{PROGRAM}/{}", identity.name());
     if m.len() > FIELD_MANAGER_MAX {
         let mut end = FIELD_MANAGER_MAX;
         while !m.is_char_boundary(end) {
@@ -243,7 +247,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             timing: settings.timing,
             release_on_shutdown: settings.release_on_shutdown,
         },
-    );
+    )
+    .context("starting the elector: the lock refused the timing")?;
     let leadership = elector.leadership();
     lead_tx.send_replace(Some(leadership.clone()));
     let gauges = metrics.follow(&leadership);
@@ -251,6 +256,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let events = connected.lease_namespace.map(|ns| {
         leader_lock_kubernetes::spawn_leader_events(
             client.clone(),
+            PROGRAM,
             &ns,
             &settings.lock_name,
             &identity,

@@ -8,7 +8,10 @@
 //! - [`writer`]: the guarded writer, which sends only under a valid leadership.
 //! - [`metrics`]: what the writer counts, registered where the caller says.
 //!
-//! See `docs/architecture.md` for the flow from watch to write.
+//! [`StatusController::start`] runs all of it under a [`leader_lock::Leadership`]; every write
+//! goes through [`leader_lock::Leadership::run`] with a resourceVersion precondition, so only the
+//! valid leader writes and a stale read never overwrites a newer status. See
+//! `docs/architecture.md` for the flow from watch to write and `docs/library.md` for embedding.
 
 pub mod cache;
 pub mod compute;
@@ -47,9 +50,39 @@ pub struct StatusController {
 impl StatusController {
     /// Starts watching, computing and (while `leadership` is valid) writing.
     ///
+    /// `client` must be allowed to list and watch the Gateway API objects and to update their
+    /// status; the writes are guarded here already, so it need not be a gated client. `synced`
+    /// turns true once every watch has its initial list (a readiness signal).
+    ///
     /// # Panics
     /// Outside a Tokio runtime.
-    /// `synced` turns true once every watch has its initial list.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(kube: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use gateway_leader_status::{StatusController, WriterConfig};
+    /// use leader_lock::{Elector, ElectorConfig, Identity, MemoryStore, Timing};
+    ///
+    /// // Any lock: a Lease (leader-lock-kubernetes) in production.
+    /// let elector = Elector::spawn(
+    ///     Arc::new(MemoryStore::new().lock("statuses")),
+    ///     ElectorConfig {
+    ///         identity: Identity::new("pod-a"),
+    ///         timing: Timing::default(),
+    ///         release_on_shutdown: true,
+    ///     },
+    /// )?;
+    /// let config = WriterConfig::default().with_controller_name("example.net/gateway-controller");
+    /// let (synced, _ready) = tokio::sync::watch::channel(false);
+    /// let status = StatusController::start(kube, elector.leadership(), config, synced);
+    /// // ... until a shutdown signal; then stop writing before releasing the lock:
+    /// let ((), released) = tokio::join!(status.stop(), elector.shutdown());
+    /// released?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn start(
         client: Client,
         leadership: Leadership,

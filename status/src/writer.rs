@@ -42,6 +42,22 @@ pub const DEFAULT_CONTROLLER_NAME: &str = "gateway-leader.dev/gateway-controller
 
 /// How the status writer runs: a plain struct with a [`Default`] and one `with_*` setter per
 /// field.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use gateway_leader_status::WriterConfig;
+///
+/// let config = WriterConfig::default()
+///     .with_controller_name("example.net/gateway-controller")
+///     .with_field_manager("my-controller/pod-a")
+///     .with_identity("pod-a")
+///     .with_concurrency(8)
+///     .with_shutdown_grace(Duration::from_secs(5));
+/// assert_eq!(config.controller_name, "example.net/gateway-controller");
+/// assert_eq!(config.concurrency, 8);
+/// ```
 #[derive(Debug, Clone)]
 pub struct WriterConfig {
     /// Our Gateway API `controllerName`: only objects of GatewayClasses with it are ours, and

@@ -152,6 +152,7 @@ async fn contender(endpoint: &str, i: usize) -> Elector {
             release_on_shutdown: true,
         },
     )
+    .expect("a valid timing")
 }
 
 struct Ctl {

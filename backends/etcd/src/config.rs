@@ -6,7 +6,7 @@ use std::time::Duration;
 use leader_lock::input::{check_name, read_pem, redact_userinfo, Pem};
 use leader_lock::{ConfigError, Timing};
 
-/// Settings named by several checks, spelled as their flags.
+/// Settings named by several checks (see [`ConfigError`] for the spelling).
 const ENDPOINTS: &str = "etcd-endpoints";
 const USERNAME: &str = "etcd-username";
 
@@ -14,6 +14,27 @@ const USERNAME: &str = "etcd-username";
 pub const MIN_LEASE: Duration = Duration::from_secs(2);
 
 /// How to reach etcd and where the lock keys live.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use leader_lock::Timing;
+/// use leader_lock_etcd::EtcdConfig;
+///
+/// let mut config = EtcdConfig::new(vec!["http://127.0.0.1:2379".to_string()]);
+/// config.key_prefix = "/my-controller/".to_string();
+/// config.request_timeout = Duration::from_secs(2);
+/// assert!(config.validate(&Timing::default()).is_ok());
+///
+/// let fractional = Timing::new(
+///     Duration::from_millis(2500),
+///     Duration::from_secs(2),
+///     Duration::from_millis(500),
+/// )?;
+/// assert!(config.validate(&fractional).is_err(), "etcd leases are whole seconds");
+/// # Ok::<(), leader_lock::TimingError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct EtcdConfig {
     /// Client URLs, `http://host:port` or `https://host:port`; several are balanced.
@@ -26,7 +47,7 @@ pub struct EtcdConfig {
     pub key_file: Option<PathBuf>,
     /// User for etcd authentication.
     pub username: Option<String>,
-    /// Password of `username` (read from a file or the environment by the CLI).
+    /// Password of `username`.
     pub password: Option<String>,
     /// Prefix of the lock keys; the key is `<prefix><lock name>`.
     pub key_prefix: String,
@@ -48,6 +69,20 @@ impl EtcdConfig {
             key_prefix: "/gateway-leader/".to_string(),
             request_timeout: Duration::from_secs(5),
         }
+    }
+
+    /// Checks the settings without touching the network: well-formed endpoints without
+    /// credentials, TLS files given together and holding PEM of the right kind, credentials
+    /// complete, a plain key prefix, lease duration whole seconds of at least [`MIN_LEASE`], and
+    /// `request_timeout` below the renew deadline.
+    ///
+    /// [`Elector::spawn`](leader_lock::Elector::spawn) checks the timing rules again on the
+    /// connected lock; this checks the rest too, before connecting.
+    ///
+    /// # Errors
+    /// The [`ConfigError`] naming the first setting that cannot work.
+    pub fn validate(&self, timing: &Timing) -> Result<(), ConfigError> {
+        validate(self, timing)
     }
 
     /// True when any endpoint uses TLS.
@@ -122,7 +157,7 @@ pub(crate) fn read_tls_file(
     read_pem(path, kind).map_err(|e| ConfigError::invalid(setting, format!("{setting}: {e}")))
 }
 
-/// The checks of [`EtcdLock::validate`](crate::EtcdLock::validate).
+/// The checks of [`EtcdConfig::validate`].
 pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), ConfigError> {
     if config.endpoints.is_empty() {
         return Err(no_endpoint());
@@ -189,6 +224,12 @@ pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), Confi
     }
     check_name(&config.key_prefix, KEY_PREFIX_CHARS, MAX_KEY_PREFIX_BYTES)
         .map_err(|e| ConfigError::invalid("etcd-key-prefix", format!("etcd-key-prefix: {e}")))?;
+    check_timing(timing, config.request_timeout)
+}
+
+/// The timing rules of etcd: leases of whole seconds, at least [`MIN_LEASE`], and requests that
+/// time out before the renew deadline.
+pub(crate) fn check_timing(timing: &Timing, request_timeout: Duration) -> Result<(), ConfigError> {
     timing.validate()?;
     timing
         .require_whole_seconds(MIN_LEASE)
@@ -198,7 +239,7 @@ pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), Confi
                 "etcd lease TTLs are whole seconds, at least {MIN_LEASE:?}"
             )),
         })?;
-    timing.check_request_timeout("etcd", config.request_timeout)?;
+    timing.check_request_timeout("etcd", request_timeout)?;
     Ok(())
 }
 

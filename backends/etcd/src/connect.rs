@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
-use leader_lock::{ConfigError, LockError, Timing};
+use leader_lock::LockError;
 use tokio::sync::Mutex;
 
 use crate::client::{Inner, State};
@@ -26,8 +26,41 @@ const MARKER_SUFFIX: &str = "#released";
 impl EtcdLock {
     /// Connects to etcd and checks that the lock key can be read.
     ///
-    /// Fails with a message that names the endpoints and the setting to look at when no endpoint
-    /// answers, a TLS file cannot be read, or authentication is refused.
+    /// Check the config with [`EtcdConfig::validate`] first: connecting checks only the
+    /// endpoints.
+    ///
+    /// # Errors
+    /// A message that names the endpoints and the setting to look at when no endpoint answers
+    /// ([`LockError::Unavailable`], [`LockError::Timeout`]: worth retrying), a TLS file cannot be
+    /// read, or authentication is refused ([`LockError::Refused`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use leader_lock::{Elector, ElectorConfig, Identity, Timing};
+    /// use leader_lock_etcd::{EtcdConfig, EtcdLock};
+    ///
+    /// let timing = Timing::default();
+    /// let mut config = EtcdConfig::new(vec!["https://etcd-0.example:2379".to_string()]);
+    /// config.ca_file = Some("/etc/etcd/ca.pem".into());
+    /// config.username = Some("my-controller".to_string());
+    /// config.password = Some(std::env::var("ETCD_PASSWORD")?);
+    /// config.validate(&timing)?;
+    /// let lock = EtcdLock::connect(config, "my-controller").await?;
+    /// let elector = Elector::spawn(
+    ///     Arc::new(lock),
+    ///     ElectorConfig {
+    ///         identity: Identity::new("pod-a"),
+    ///         timing,
+    ///         release_on_shutdown: true,
+    ///     },
+    /// )?;
+    /// # let _ = elector;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect(config: EtcdConfig, lock_name: &str) -> Result<EtcdLock, LockError> {
         if lock_name.is_empty() {
             return Err(LockError::refused("the lock name must not be empty"));
@@ -95,13 +128,6 @@ impl EtcdLock {
             inner,
             spare_keeper,
         })
-    }
-
-    /// Checks the settings without touching the network: well-formed endpoints without
-    /// credentials, TLS files given together and holding PEM of the right kind, credentials
-    /// complete, a plain key prefix, lease duration whole seconds of at least 2 s.
-    pub fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), ConfigError> {
-        config::validate(config, timing)
     }
 }
 

@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
-use leader_lock::{Attempt, Candidate, LeaderLock, LockError, LockEventStream, LockRecord, Term};
+use leader_lock::{
+    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord, Term,
+    Timing,
+};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -540,6 +543,12 @@ impl LeaderLock for EtcdLock {
             "etcd key {} at {}",
             self.inner.key_text, self.inner.endpoints
         )
+    }
+
+    /// The timing rules of [`EtcdConfig::validate`](crate::EtcdConfig::validate), with the
+    /// request timeout this lock connected with.
+    fn validate(&self, timing: &Timing) -> Result<(), ConfigError> {
+        crate::config::check_timing(timing, self.inner.timeout)
     }
 
     async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {

@@ -53,7 +53,8 @@ async fn contender(endpoint: String) {
             timing: common::timing(),
             release_on_shutdown: true,
         },
-    );
+    )
+    .expect("a valid timing");
     let l = elector.leadership();
     let (mut last_check, mut last_state) = (String::new(), String::new());
     loop {

@@ -124,7 +124,7 @@ async fn tls_with_client_certificates() {
     good.ca_file = Some(pki.ca.clone());
     good.cert_file = Some(pki.client_cert.clone());
     good.key_file = Some(pki.client_key.clone());
-    EtcdLock::validate(&good, &common::timing()).expect("valid settings");
+    good.validate(&common::timing()).expect("valid settings");
     let lock = EtcdLock::connect(good.clone(), "tls")
         .await
         .expect("TLS connect");
@@ -142,7 +142,8 @@ async fn tls_with_client_certificates() {
             timing: common::timing(),
             release_on_shutdown: true,
         },
-    );
+    )
+    .expect("a valid timing");
     wait_leader(
         &elector.leadership(),
         patience(&common::timing()),
@@ -236,7 +237,7 @@ async fn user_and_password() {
     let mut good = common::config(&server);
     good.username = Some("gw".into());
     good.password = Some("gw-secret".into());
-    EtcdLock::validate(&good, &common::timing()).expect("valid settings");
+    good.validate(&common::timing()).expect("valid settings");
     let lock = EtcdLock::connect(good.clone(), "auth")
         .await
         .expect("auth connect");
@@ -252,7 +253,8 @@ async fn user_and_password() {
             timing: common::timing(),
             release_on_shutdown: true,
         },
-    );
+    )
+    .expect("a valid timing");
     wait_leader(
         &elector.leadership(),
         patience(&common::timing()),

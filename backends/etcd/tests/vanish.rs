@@ -69,7 +69,8 @@ async fn hung_leader_loses_its_record(how: Vanish) {
             timing,
             release_on_shutdown: true,
         },
-    );
+    )
+    .expect("a valid timing");
     checker.watch(a.leadership());
     let t1 = wait_leader(&a.leadership(), patience(&timing), "a").await;
     let b = common::contender(&server, name, "b").await;
@@ -307,6 +308,7 @@ async fn graceful_release_hands_over_within_a_retry_period() {
                     release_on_shutdown: true,
                 },
             )
+            .expect("a valid timing")
         }
     };
     let mut leader = spawn("c0").await;

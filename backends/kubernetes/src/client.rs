@@ -26,12 +26,37 @@ fn default_kubeconfig() -> Option<PathBuf> {
     p.is_file().then_some(p)
 }
 
-/// Builds a client: kubeconfig path (else KUBECONFIG, else ~/.kube/config) and context, or in-cluster
-/// when no kubeconfig is given/found and the service-account env is present. Returns the client and its default namespace.
+/// Builds a client and returns it with its default namespace.
 ///
-/// Every request carries `user_agent`: the apiserver names an update's field manager after it
-/// when none is given (a Lease written by a client without one shows manager `unknown`), and
-/// audit logs name the caller by it.
+/// The configuration comes from `kubeconfig` when given, else the files `KUBECONFIG` lists, else
+/// `~/.kube/config`, with `context` (default: the current one); with none of those, from the
+/// pod's service account (in-cluster). Every request carries `user_agent` (such as
+/// `my-controller/1.2 (pod-a)`): audit logs name the caller by it, and the apiserver names a
+/// write's field manager after it when the write gives none.
+///
+/// Give the [`LeaseLock`](crate::LeaseLock) this client as is; a controller's own writes go
+/// through a gated one ([`gated_client`](crate::gated_client)).
+///
+/// # Errors
+/// [`LockError::Refused`] when no configuration is found, the kubeconfig or its context cannot be
+/// used, or `user_agent` is no valid header value; the message names the file or context.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::path::Path;
+///
+/// let (kube, namespace) = leader_lock_kubernetes::client(
+///     Some(Path::new("/etc/my-controller/kubeconfig")),
+///     Some("production"),
+///     "my-controller/0.1",
+/// )
+/// .await?;
+/// # let _ = (kube, namespace);
+/// # Ok(())
+/// # }
+/// ```
 pub async fn client(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
@@ -44,20 +69,14 @@ pub async fn client(
     };
     let (config, source) = if let Some(path) = kubeconfig {
         let kc = Kubeconfig::read_from(path).map_err(|e| {
-            LockError::refused_from(
-                format!(
-                    "cannot read kubeconfig {} (--kubeconfig): {e}",
-                    path.display()
-                ),
-                e,
-            )
+            LockError::refused_from(format!("cannot read kubeconfig {}: {e}", path.display()), e)
         })?;
         let c = Config::from_custom_kubeconfig(kc, &opts)
             .await
             .map_err(|e| {
                 LockError::refused_from(
                     format!(
-                        "kubeconfig {} (--kubeconfig, --kube-context {}): {e}",
+                        "kubeconfig {} (context {}): {e}",
                         path.display(),
                         context.unwrap_or("<current>")
                     ),
@@ -69,7 +88,7 @@ pub async fn client(
         let c = Config::from_kubeconfig(&opts).await.map_err(|e| {
             LockError::refused_from(
                 format!(
-                    "kubeconfig {} (KUBECONFIG or ~/.kube/config, --kube-context {}): {e}",
+                    "kubeconfig {} (from KUBECONFIG or ~/.kube/config, context {}): {e}",
                     found.display(),
                     context.unwrap_or("<current>")
                 ),
@@ -80,7 +99,7 @@ pub async fn client(
     } else if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
         if let Some(ctx) = context {
             return Err(LockError::refused(format!(
-                "--kube-context {ctx} given but no kubeconfig found (--kubeconfig, KUBECONFIG, ~/.kube/config)"
+                "context {ctx} given but no kubeconfig found (none given, none in KUBECONFIG or ~/.kube/config)"
             )));
         }
         let c = Config::incluster().map_err(|e| {
@@ -95,7 +114,7 @@ pub async fn client(
         (c, "in-cluster service account".to_string())
     } else {
         return Err(LockError::refused(
-            "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, create ~/.kube/config, \
+            "no Kubernetes configuration: give a kubeconfig, set KUBECONFIG, create ~/.kube/config, \
              or run in a pod with a service account",
         ));
     };

@@ -51,8 +51,8 @@ pub(crate) fn classify(what: &str, e: kube::Error) -> LockError {
                 404 => (
                     refused,
                     format!(
-                        "{what}: not found (404): {msg}; check the namespace \
-                         (--leader-election-namespace)"
+                        "{what}: not found (404): {msg}; check that the Lease's namespace \
+                         exists"
                     ),
                 ),
                 400 | 405 | 406 | 415 | 422 => {

@@ -11,16 +11,44 @@ use leader_lock::{Identity, LeaderState, Leadership, Term};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
-/// The event source component.
-const COMPONENT: &str = "gateway-leader";
-
 /// How long one Event may take to post (a read of the Lease's uid, then the create). Events are
 /// optional: a hung apiserver must not hold up the next one, nor a shutdown waiting for the last.
 pub const EVENT_POST_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Posts Kubernetes Events on the Lease whenever this replica becomes or stops being leader.
+/// Posts Kubernetes Events on the Lease whenever this replica becomes or stops being leader, as
+/// client-go does: reason `LeaderElection`, message `<holder> became leader` or `<holder> stopped
+/// leading`, source `component` (your controller's name). Each post is bounded by
+/// [`EVENT_POST_TIMEOUT`]; a failure is logged, never fatal. The task ends after the elector
+/// stops (with a last "stopped leading" when it was leading).
+///
+/// `client` must be ungated (as the lock's, see [`LeaseLock`](crate::LeaseLock)): the "stopped
+/// leading" Event is posted after leadership ended. It needs RBAC `events: create`.
+///
+/// # Panics
+/// Outside a Tokio runtime.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run(kube: kube::Client, elector: leader_lock::Elector) {
+/// use leader_lock_kubernetes::spawn_leader_events;
+///
+/// let identity = elector.candidate().identity.clone();
+/// let events = spawn_leader_events(
+///     kube,
+///     "my-controller",
+///     "default",
+///     "my-controller-lock",
+///     &identity,
+///     elector.leadership(),
+/// );
+/// let _ = elector.shutdown().await;
+/// let _ = events.await; // the last Event is posted
+/// # }
+/// ```
 pub fn spawn_leader_events(
     client: kube::Client,
+    component: &str,
     namespace: &str,
     lease_name: &str,
     identity: &Identity,
@@ -29,6 +57,7 @@ pub fn spawn_leader_events(
     let poster = Poster {
         events: Api::namespaced(client.clone(), namespace),
         leases: Api::namespaced(client, namespace),
+        component: component.to_string(),
         namespace: namespace.to_string(),
         lease: lease_name.to_string(),
         holder: identity.holder(),
@@ -61,6 +90,8 @@ pub fn spawn_leader_events(
 struct Poster {
     events: Api<Event>,
     leases: Api<Lease>,
+    /// The Event's source component.
+    component: String,
     namespace: String,
     lease: String,
     holder: String,
@@ -104,7 +135,7 @@ impl Poster {
             message: Some(message.to_string()),
             type_: Some("Normal".into()),
             source: Some(EventSource {
-                component: Some(COMPONENT.into()),
+                component: Some(self.component.clone()),
                 host: None,
             }),
             first_timestamp: Some(now.clone()),
@@ -159,10 +190,18 @@ mod tests {
                 timing: Timing::default(),
                 release_on_shutdown: true,
             },
-        );
+        )
+        .expect("a valid timing");
         let leadership = elector.leadership();
         let identity = elector.candidate().identity.clone();
-        let events = spawn_leader_events(client, "ns", "events", &identity, leadership.clone());
+        let events = spawn_leader_events(
+            client,
+            "test",
+            "ns",
+            "events",
+            &identity,
+            leadership.clone(),
+        );
         drop(leadership.wait_leader().await.expect("leads"));
         let stopped = Instant::now();
         assert!(elector.shutdown().await.expect("released"));

@@ -45,7 +45,7 @@ use crate::client::install_crypto_provider;
 ///         timing: Timing::default(),
 ///         release_on_shutdown: true,
 ///     },
-/// );
+/// )?;
 /// // The controller writes through the gate.
 /// let client = gated_client(config, elector.leadership())?;
 /// let api: Api<ConfigMap> = Api::default_namespaced(client);

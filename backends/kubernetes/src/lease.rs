@@ -31,10 +31,52 @@ pub const DEFAULT_MAX_LEASE_DURATION: Duration = Duration::from_secs(3600);
 /// client-go's default lease duration, used until a candidate tells us ours.
 const DEFAULT_LEASE: Duration = Duration::from_secs(15);
 
+/// The field manager of the lock's Lease writes unless [`LeaseLock::with_field_manager`] says
+/// otherwise: the Lease's `managedFields` name it.
+pub const DEFAULT_FIELD_MANAGER: &str = "leader-lock";
+
+/// The longest field manager name the apiserver accepts.
+const FIELD_MANAGER_MAX: usize = 128;
+
 /// The server ends a watch after this long; we then reopen it from the last resourceVersion.
 const WATCH_TIMEOUT_SECS: u32 = 290;
 
 /// A lock on one `coordination.k8s.io/v1` Lease, written exactly as client-go writes it.
+///
+/// Give it a client of its own, never a gated one ([`gated_client`](crate::gated_client)): the
+/// lock's requests must go out while this replica is not (or no longer) leading, or a leader
+/// could not renew once its validity lapsed and a follower could never acquire.
+///
+/// Each API request is bounded by a timeout well inside the renew deadline (see
+/// [`with_request_timeout`](Self::with_request_timeout)); the Lease's `managedFields` name the
+/// field manager ([`DEFAULT_FIELD_MANAGER`] unless [`with_field_manager`](Self::with_field_manager)).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use leader_lock::{Elector, ElectorConfig, Identity, Timing};
+/// use leader_lock_kubernetes::{client, LeaseLock};
+///
+/// // A kubeconfig (`KUBECONFIG`, `~/.kube/config`) or the pod's service account.
+/// let (kube, namespace) = client(None, None, "my-controller/0.1").await?;
+/// let lock = LeaseLock::new(kube, &namespace, "my-controller-lock")
+///     .with_field_manager("my-controller");
+/// let elector = Elector::spawn(
+///     Arc::new(lock),
+///     ElectorConfig {
+///         identity: Identity::new(std::env::var("POD_NAME")?),
+///         timing: Timing::default(),
+///         release_on_shutdown: true,
+///     },
+/// )?; // refuses a timing a Lease cannot express, or a timeout not below the renew deadline
+/// let leadership = elector.leadership();
+/// # let _ = leadership;
+/// elector.shutdown().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct LeaseLock {
     inner: Arc<Inner>,
@@ -47,6 +89,7 @@ struct Inner {
     server: Option<String>,
     max_lease: Duration,
     request_timeout: Option<Duration>,
+    field_manager: String,
     state: Mutex<State>,
 }
 
@@ -62,6 +105,9 @@ struct State {
     /// again from 0; when we write a new holder we continue above this instead, so our terms
     /// never go back.
     highest: Option<i32>,
+    /// The renew deadline of the timing [`LeaderLock::validate`] accepted: the default request
+    /// timeout is half of it.
+    renew_deadline: Option<Duration>,
 }
 
 /// What to do after reading the Lease.
@@ -82,23 +128,36 @@ impl LeaseLock {
                 server: None,
                 max_lease: DEFAULT_MAX_LEASE_DURATION,
                 request_timeout: None,
+                field_manager: DEFAULT_FIELD_MANAGER.to_string(),
                 state: Mutex::new(State {
                     observed: ObservedRecord::default(),
                     own: None,
                     fallback: DEFAULT_LEASE,
                     highest: None,
+                    renew_deadline: None,
                 }),
             }),
         }
     }
 
-    /// Checks that a timing fits Leases (`lease-duration` a whole number of seconds, at least
-    /// 1 s) and that `request_timeout`, the deadline of each API request (set it with
+    /// The checks [`LeaderLock::validate`] runs (and so [`Elector::spawn`]), for a program that
+    /// checks its settings before it has a client: the timing fits Leases (`lease_duration` a
+    /// whole number of seconds, at least 1 s), and `request_timeout`, when set (see
     /// [`with_request_timeout`](Self::with_request_timeout)), ends before the renew deadline: a
     /// request that hangs must not use up the leader's whole validity.
-    pub fn validate(timing: &Timing, request_timeout: Duration) -> Result<(), ConfigError> {
+    ///
+    /// # Errors
+    /// The [`ConfigError`] naming the setting that cannot work.
+    ///
+    /// [`Elector::spawn`]: leader_lock::Elector::spawn
+    pub fn check_timing(
+        timing: &Timing,
+        request_timeout: Option<Duration>,
+    ) -> Result<(), ConfigError> {
         timing.validate()?;
-        timing.check_request_timeout("kubernetes", request_timeout)?;
+        if let Some(t) = request_timeout {
+            timing.check_request_timeout("kubernetes", t)?;
+        }
         timing.require_whole_seconds(Duration::from_secs(1))?;
         if timing.lease_duration.as_secs() > i32::MAX as u64 {
             return Err(ConfigError::invalid(
@@ -118,9 +177,12 @@ impl LeaseLock {
         self.rebuild(|i| i.max_lease = max.max(Duration::from_secs(1)))
     }
 
-    /// Sets the deadline of each API request; keep it below the renew deadline (see
-    /// [`validate`](Self::validate)). The default, a quarter of the lease duration clamped to
-    /// 250 ms – 5 s, knows nothing of the renew deadline: with a short one, set this.
+    /// Sets the deadline of each API request. It must be below the renew deadline:
+    /// [`Elector::spawn`](leader_lock::Elector::spawn) refuses it otherwise.
+    ///
+    /// By default it is half the renew deadline of the timing the elector validated the lock
+    /// with ([`LeaderLock::validate`]); before that, for a lock used without an elector, a
+    /// quarter of the candidate's lease duration, clamped to 250 ms – 5 s.
     #[must_use]
     pub fn with_request_timeout(self, timeout: Duration) -> Self {
         self.rebuild(|i| i.request_timeout = Some(timeout))
@@ -129,6 +191,14 @@ impl LeaseLock {
     /// The deadline of each API request, as it applies now.
     pub fn request_timeout(&self) -> Duration {
         self.inner.timeout()
+    }
+
+    /// Sets the field manager of the Lease writes (default [`DEFAULT_FIELD_MANAGER`]): the
+    /// Lease's `managedFields` name it, so an operator sees which program holds the lock.
+    #[must_use]
+    pub fn with_field_manager(self, manager: impl Into<String>) -> Self {
+        let manager = manager.into();
+        self.rebuild(|i| i.field_manager = manager)
     }
 
     /// Names the apiserver in error messages (the client does not expose its URL).
@@ -153,11 +223,13 @@ impl LeaseLock {
                     server: shared.server.clone(),
                     max_lease: shared.max_lease,
                     request_timeout: shared.request_timeout,
+                    field_manager: shared.field_manager.clone(),
                     state: Mutex::new(State {
                         observed: s.observed.clone(),
                         own: s.own.clone(),
                         fallback: s.fallback,
                         highest: s.highest,
+                        renew_deadline: s.renew_deadline,
                     }),
                 };
                 drop(s);
@@ -193,8 +265,21 @@ impl Inner {
 
     fn timeout(&self) -> Duration {
         self.request_timeout.unwrap_or_else(|| {
-            (self.state().fallback / 4).clamp(Duration::from_millis(250), Duration::from_secs(5))
+            let s = self.state();
+            match s.renew_deadline {
+                // Well inside the deadline: a hung request leaves time for the next attempt.
+                Some(renew) => renew / 2,
+                None => (s.fallback / 4).clamp(Duration::from_millis(250), Duration::from_secs(5)),
+            }
         })
+    }
+
+    /// The parameters of every write: our field manager names us in the Lease's managedFields.
+    fn post_params(&self) -> PostParams {
+        PostParams {
+            dry_run: false,
+            field_manager: Some(self.field_manager.clone()),
+        }
     }
 
     /// Notes a Lease seen now (read or watch event) and returns its record.
@@ -380,7 +465,7 @@ impl Inner {
         ));
         let r = bounded(
             self.timeout(),
-            self.api.replace(&self.name, &PostParams::default(), &lease),
+            self.api.replace(&self.name, &self.post_params(), &lease),
         )
         .await?;
         match r {
@@ -409,18 +494,15 @@ impl Inner {
             let (result, op) = match self.plan(current, c, &me)? {
                 Plan::Follow(a) => return Ok(a),
                 Plan::Create(lease, term) => (
-                    bounded(
-                        self.timeout(),
-                        self.api.create(&PostParams::default(), &lease),
-                    )
-                    .await?
-                    .map(|l| (l, term)),
+                    bounded(self.timeout(), self.api.create(&self.post_params(), &lease))
+                        .await?
+                        .map(|l| (l, term)),
                     "create",
                 ),
                 Plan::Replace(lease, term) => (
                     bounded(
                         self.timeout(),
-                        self.api.replace(&self.name, &PostParams::default(), &lease),
+                        self.api.replace(&self.name, &self.post_params(), &lease),
                     )
                     .await?
                     .map(|l| (l, term)),
@@ -466,7 +548,7 @@ impl Inner {
         lease.spec = Some(spec::spec("", 1, now.clone(), now, transitions));
         let r = bounded(
             self.timeout(),
-            self.api.replace(&self.name, &PostParams::default(), &lease),
+            self.api.replace(&self.name, &self.post_params(), &lease),
         )
         .await?;
         match r {
@@ -555,6 +637,21 @@ impl LeaderLock for LeaseLock {
             "kubernetes Lease {}/{}",
             self.inner.namespace, self.inner.name
         )
+    }
+
+    /// [`LeaseLock::check_timing`] with this lock's request timeout; from then on, unless
+    /// [`LeaseLock::with_request_timeout`] set one, requests time out at half the renew deadline.
+    fn validate(&self, timing: &Timing) -> Result<(), ConfigError> {
+        LeaseLock::check_timing(timing, self.inner.request_timeout)?;
+        let manager = &self.inner.field_manager;
+        if manager.is_empty() || manager.len() > FIELD_MANAGER_MAX {
+            return Err(ConfigError::invalid(
+                "field-manager",
+                format!("field-manager {manager:?} must be 1 to {FIELD_MANAGER_MAX} bytes"),
+            ));
+        }
+        self.inner.state().renew_deadline = Some(timing.renew_deadline);
+        Ok(())
     }
 
     async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {

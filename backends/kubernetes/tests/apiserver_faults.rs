@@ -26,6 +26,7 @@ fn elector(s: &KubeApiServer, ns: &str, name: &str, id: &str) -> Elector {
             release_on_shutdown: true,
         },
     )
+    .expect("a valid timing")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

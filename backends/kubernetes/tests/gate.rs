@@ -46,6 +46,7 @@ fn elector(lock: LeaseLock, name: &str, timing: Timing) -> Elector {
             release_on_shutdown: true,
         },
     )
+    .expect("a valid timing")
 }
 
 /// Creates a ConfigMap with the admin client (field manager `test-setup`).

@@ -29,6 +29,7 @@ fn elector(lock: LeaseLock, name: &str) -> Elector {
             release_on_shutdown: true,
         },
     )
+    .expect("a valid timing")
 }
 
 /// client-go's MicroTime: RFC 3339 with exactly six fractional digits, in UTC.
@@ -243,8 +244,16 @@ async fn documented_role_is_enough_and_no_rbac_is_refused_clearly() {
             timing,
             release_on_shutdown: true,
         },
+    )
+    .expect("a valid timing");
+    let events = spawn_leader_events(
+        client.clone(),
+        "scenarios",
+        &ns,
+        lease,
+        &identity,
+        e.leadership(),
     );
-    let events = spawn_leader_events(client.clone(), &ns, lease, &identity, e.leadership());
     wait_leader(&e.leadership(), patience(&timing), "the service account").await;
     // The watch (list + watch) works under the Role too.
     let watched = LeaseLock::new(client, &ns, lease).watch().await;
@@ -254,6 +263,11 @@ async fn documented_role_is_enough_and_no_rbac_is_refused_clearly() {
     assert_eq!(became.reason.as_deref(), Some("LeaderElection"));
     assert_eq!(became.involved_object.kind.as_deref(), Some("Lease"));
     assert_eq!(became.involved_object.name.as_deref(), Some(lease));
+    assert_eq!(
+        became.source.and_then(|s| s.component).as_deref(),
+        Some("scenarios"),
+        "the component the caller named"
+    );
     assert!(e.shutdown().await.expect("release"));
     wait_event(s, &ns, &format!("{} stopped leading", identity.holder())).await;
     tokio::time::timeout(Duration::from_secs(30), events)
@@ -307,7 +321,7 @@ async fn client_is_built_from_a_kubeconfig_and_errors_name_the_setting() {
     match client(Some(missing), None, "gateway-leader-test").await {
         Err(LockError::Refused { message: m, .. }) => {
             assert!(
-                m.contains("/nonexistent/kubeconfig") && m.contains("--kubeconfig"),
+                m.contains("cannot read kubeconfig /nonexistent/kubeconfig"),
                 "{m}"
             )
         }
@@ -328,14 +342,15 @@ async fn client_is_built_from_a_kubeconfig_and_errors_name_the_setting() {
 #[test]
 fn timing_must_be_whole_seconds() {
     let ok = leader_lock::Timing::default();
-    assert!(LeaseLock::validate(&ok, Duration::from_secs(5)).is_ok());
+    assert!(LeaseLock::check_timing(&ok, Some(Duration::from_secs(5))).is_ok());
     let frac = leader_lock::Timing::new(
         Duration::from_millis(1500),
         Duration::from_secs(1),
         Duration::from_millis(200),
     )
     .expect("valid");
-    let err = LeaseLock::validate(&frac, Duration::from_millis(500)).expect_err("fractional lease");
+    let err = LeaseLock::check_timing(&frac, Some(Duration::from_millis(500)))
+        .expect_err("fractional lease");
     assert!(
         matches!(
             err,
@@ -360,7 +375,7 @@ fn requests_must_time_out_before_the_renew_deadline() {
     )
     .expect("valid");
     // The old default for a 30 s lease: a quarter of it, capped at 5 s.
-    let err = LeaseLock::validate(&t, Duration::from_secs(5)).expect_err("5 s > 3 s");
+    let err = LeaseLock::check_timing(&t, Some(Duration::from_secs(5))).expect_err("5 s > 3 s");
     assert!(
         matches!(
             err,
@@ -374,6 +389,99 @@ fn requests_must_time_out_before_the_renew_deadline() {
         ),
         "{err:?}"
     );
-    assert!(LeaseLock::validate(&t, Duration::from_secs(3)).is_err());
-    assert!(LeaseLock::validate(&t, Duration::from_millis(1500)).is_ok());
+    assert!(LeaseLock::check_timing(&t, Some(Duration::from_secs(3))).is_err());
+    assert!(LeaseLock::check_timing(&t, Some(Duration::from_millis(1500))).is_ok());
+}
+
+/// A lock on a client that is never used: these checks send nothing.
+fn offline_lock() -> LeaseLock {
+    leader_lock_kubernetes::install_crypto_provider();
+    let config = kube::Config::new("https://127.0.0.1:1".parse().expect("url"));
+    LeaseLock::new(kube::Client::try_from(config).expect("client"), "ns", "l")
+}
+
+#[tokio::test]
+async fn the_default_request_timeout_is_half_the_renew_deadline_the_elector_validated() {
+    let t = leader_lock::Timing::new(
+        Duration::from_secs(30),
+        Duration::from_secs(3),
+        Duration::from_secs(2),
+    )
+    .expect("valid");
+    let lock = offline_lock();
+    // Without a timing: a quarter of the (default 15 s) lease, which a 3 s deadline would refuse.
+    assert_eq!(lock.request_timeout(), Duration::from_millis(3750));
+    lock.validate(&t)
+        .expect("no timeout set: the default follows the timing");
+    assert_eq!(lock.request_timeout(), Duration::from_millis(1500));
+
+    let set = offline_lock().with_request_timeout(Duration::from_secs(5));
+    let err = set
+        .validate(&t)
+        .expect_err("a set timeout above the renew deadline");
+    assert!(
+        matches!(
+            err,
+            ConfigError::Timing {
+                source: TimingError::RequestTimeout { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // The elector runs the same check before it sends anything.
+    let spawned = Elector::spawn(
+        Arc::new(set),
+        ElectorConfig {
+            identity: Identity::new("a"),
+            timing: t,
+            release_on_shutdown: true,
+        },
+    );
+    assert!(spawned.is_err(), "an elector on a lock that cannot work");
+    let err = offline_lock()
+        .with_field_manager("")
+        .validate(&t)
+        .expect_err("an empty field manager");
+    assert_eq!(err.setting(), Some("field-manager"));
+}
+
+/// The managers named in an object's managedFields.
+fn managers(raw: &serde_json::Value) -> Vec<String> {
+    raw["metadata"]["managedFields"]
+        .as_array()
+        .map(|fields| {
+            fields
+                .iter()
+                .filter_map(|f| f["manager"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leases_managed_fields_name_the_field_manager() {
+    common::init_tracing();
+    let s = common::server().await;
+    let ns = common::namespace(s, "manager").await;
+    let timing = common::timing();
+
+    let e = elector(common::lock(s, &ns, "default-manager"), "a");
+    wait_leader(&e.leadership(), patience(&timing), "a").await;
+    let raw = common::get_raw(s, &ns, "default-manager").await;
+    assert_eq!(
+        managers(&raw),
+        vec![leader_lock_kubernetes::DEFAULT_FIELD_MANAGER.to_string()],
+        "{raw}"
+    );
+    e.abort().await;
+
+    let lock = common::lock(s, &ns, "own-manager").with_field_manager("my-controller");
+    let e = elector(lock, "b");
+    wait_leader(&e.leadership(), patience(&timing), "b").await;
+    // A renewal (an update) is named too, not only the create.
+    tokio::time::sleep(timing.retry_period * 3).await;
+    let raw = common::get_raw(s, &ns, "own-manager").await;
+    assert_eq!(managers(&raw), vec!["my-controller".to_string()], "{raw}");
+    assert!(e.shutdown().await.expect("release"));
 }

@@ -21,6 +21,7 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use crate::config::ConfigError;
 use crate::leadership::{LeaderState, Leadership, Publisher};
 use crate::lock::{Attempt, LeaderLock, LockError, LockEvent};
 use crate::record::{Candidate, Identity, LockRecord, Term};
@@ -51,26 +52,39 @@ pub struct ElectorConfig {
 
 /// Runs the acquire/renew loop against a [`LeaderLock`] and publishes a [`Leadership`].
 ///
+/// # Usage
+///
+/// Spawn one elector per process and lock ([`Elector::spawn`], which refuses a timing the lock
+/// cannot honour), hand [`Elector::leadership`] to every task that writes, take a
+/// [`WritePermit`](crate::WritePermit) before each write ([`Leadership::check`],
+/// [`Leadership::run`]), and call [`Elector::shutdown`] on the way out: it refuses new writes,
+/// waits for the permits in flight, then releases the lock so a follower takes over at once.
+///
 /// # Examples
+///
+/// A single contender on the in-memory lock: it leads, writes once, and hands over.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::sync::Arc;
 /// use leader_lock::{Elector, ElectorConfig, Identity, MemoryStore, Timing};
 ///
 /// let elector = Elector::spawn(
-///     Arc::new(MemoryStore::new().lock("x")),
+///     Arc::new(MemoryStore::new().lock("my-controller")),
 ///     ElectorConfig {
 ///         identity: Identity::new("pod-a"),
 ///         timing: Timing::default(),
 ///         release_on_shutdown: true,
 ///     },
-/// );
+/// )?;
 /// let leadership = elector.leadership();
-/// let permit = leadership.wait_leader().await.expect("the only contender leads");
-/// let written = permit.run(|p| async move { p.check().map(|term| term.0) }).await;
-/// assert!(matches!(written, Ok(term) if term >= 1));
-/// assert!(elector.shutdown().await.expect("released"));
+/// // Drop the permit once the write is done: a permit kept holds back the release.
+/// let permit = leadership.wait_leader().await?;
+/// let term = permit.run(|p| async move { p.check() }).await?;
+/// assert!(term.is_elected());
+/// assert!(elector.shutdown().await?, "released for the next leader");
+/// # Ok(())
 /// # }
 /// ```
 pub struct Elector {
@@ -84,11 +98,17 @@ pub struct Elector {
 }
 
 impl Elector {
-    /// Starts electing in the background.
+    /// Checks the timing ([`Timing::validate`]) and the lock's own rules for it
+    /// ([`LeaderLock::validate`]), then starts electing in the background.
+    ///
+    /// # Errors
+    /// The [`ConfigError`] of the first rule broken; nothing was sent to the lock then.
     ///
     /// # Panics
     /// Outside a Tokio runtime.
-    pub fn spawn(lock: Arc<dyn LeaderLock>, config: ElectorConfig) -> Self {
+    pub fn spawn(lock: Arc<dyn LeaderLock>, config: ElectorConfig) -> Result<Self, ConfigError> {
+        config.timing.validate()?;
+        lock.validate(&config.timing)?;
         let (publisher, leadership) = Publisher::channel(LeaderState::Starting);
         let cancel = CancellationToken::new();
         let candidate = Candidate {
@@ -107,7 +127,7 @@ impl Elector {
             seen: None,
         };
         let task = tokio::spawn(run.run(token));
-        Elector {
+        Ok(Elector {
             leadership,
             publisher,
             cancel,
@@ -115,7 +135,7 @@ impl Elector {
             lock,
             candidate,
             config,
-        }
+        })
     }
 
     /// A handle that writers use to check leadership before each write.

@@ -87,9 +87,18 @@ pub enum GateError {
 }
 
 /// A [`Layer`] that puts a [`WriteGate`] around a service: mutating requests go out only under
-/// a valid [`Leadership`] and are cancelled at its deadline (see the [module docs](self)).
+/// a valid [`Leadership`] and are cancelled at its deadline.
 ///
-/// Give it only to the controller's client, never to the lock's (see the module docs).
+/// Every request whose method is not `GET`, `HEAD` or `OPTIONS` takes a [`WritePermit`] first;
+/// without one it is refused with [`GateError::NotLeader`] and not sent. The permit is checked
+/// again right before the inner service is called, the inner future is dropped at the permit's
+/// deadline ([`GateError::Deadline`]), and the permit lives until the response completes, so a
+/// graceful release waits for the writes in flight. Reads and watches pass untouched. A gate
+/// that finds an outer gate's permit in the request's extensions checks that permit instead of
+/// taking its own, so a second, innermost gate can check again after authentication.
+///
+/// Give it only to the controller's client, never to the lock's: a leader could not renew once
+/// its validity lapsed, and a follower could never acquire.
 ///
 /// # Examples
 ///
@@ -101,7 +110,7 @@ pub enum GateError {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::sync::Arc;
 /// use leader_lock::{Elector, ElectorConfig, GateError, Identity, MemoryStore, Timing};
 /// use leader_lock::WriteGateLayer;
@@ -114,7 +123,7 @@ pub enum GateError {
 ///         timing: Timing::default(),
 ///         release_on_shutdown: true,
 ///     },
-/// );
+/// )?;
 /// let http = service_fn(|req: http::Request<()>| async move {
 ///     Ok::<_, std::convert::Infallible>(format!("{} sent", req.method()))
 /// });
@@ -122,15 +131,16 @@ pub enum GateError {
 /// let patch = || http::Request::patch("/api/v1/namespaces/a/configmaps/b").body(());
 ///
 /// // Not leading yet: the write is refused and not sent; a read passes.
-/// let refused = client.clone().oneshot(patch().unwrap()).await.unwrap_err();
+/// let refused = client.clone().oneshot(patch()?).await.expect_err("refused");
 /// assert!(matches!(refused.downcast_ref(), Some(GateError::NotLeader { .. })));
-/// let get = http::Request::get("/api/v1/namespaces/a/configmaps/b").body(()).unwrap();
+/// let get = http::Request::get("/api/v1/namespaces/a/configmaps/b").body(())?;
 /// assert_eq!(client.clone().oneshot(get).await.ok().as_deref(), Some("GET sent"));
 ///
 /// // Leading: the write goes out, bounded by the leadership's validity.
-/// let _ = elector.leadership().wait_leader().await.expect("the only contender leads");
-/// assert_eq!(client.oneshot(patch().unwrap()).await.ok().as_deref(), Some("PATCH sent"));
-/// assert!(elector.shutdown().await.expect("released"));
+/// drop(elector.leadership().wait_leader().await?); // the gate takes its own permit
+/// assert_eq!(client.oneshot(patch()?).await.ok().as_deref(), Some("PATCH sent"));
+/// assert!(elector.shutdown().await?);
+/// # Ok(())
 /// # }
 /// ```
 #[derive(Debug, Clone)]

@@ -1,68 +1,20 @@
-//! Checks of outside input that the CLI and every backend share: files read with a bound, PEM
-//! bundles, URLs shown without their credentials, and names limited to a safe character set.
+//! Checks of outside input that backends and programs share: files read with a bound, PEM
+//! bundles, URLs shown without their credentials, names limited to a safe character set, and
+//! durations as text.
+//!
+//! Behind the `input` feature: a program that embeds the elector and builds its settings in code
+//! needs none of it (nor the certificate parser it pulls in); the etcd and Redis backends, which
+//! read certificate files named in their configs, enable it.
 //!
 //! Each check returns a message without the setting's name; callers put the name in front. A
-//! backend reports what its own checks find as a [`ConfigError`], which names the setting.
+//! backend reports what its own checks find as a [`ConfigError`](crate::ConfigError), which names
+//! the setting.
 
 use std::io::Read;
 use std::path::Path;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-
-use crate::timing::TimingError;
-
-/// A backend setting that cannot work, found before connecting.
-///
-/// Each variant names the setting, spelled as its flag without the dashes (`etcd-endpoints`), so
-/// that a caller can point at it without reading the message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// A setting is malformed, incomplete, or in conflict with another one.
-    #[error("{message}")]
-    Invalid {
-        /// The setting the message is about.
-        setting: &'static str,
-        /// What is wrong and what is accepted; it names the setting too.
-        message: String,
-    },
-    /// The timing breaks one of client-go's rules or one of the backend's.
-    #[error("{source}{}", note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default())]
-    Timing {
-        /// The rule broken; it names its settings.
-        source: TimingError,
-        /// Why the backend has this rule, when the rule alone does not say.
-        note: Option<String>,
-    },
-}
-
-// === impl ConfigError ===
-
-impl ConfigError {
-    /// [`ConfigError::Invalid`] about `setting`.
-    pub fn invalid(setting: &'static str, message: impl Into<String>) -> Self {
-        ConfigError::Invalid {
-            setting,
-            message: message.into(),
-        }
-    }
-
-    /// The one setting to fix; `None` for a timing rule between settings (such as
-    /// `lease-duration` above `renew-deadline`).
-    pub fn setting(&self) -> Option<&'static str> {
-        match self {
-            ConfigError::Invalid { setting, .. } => Some(setting),
-            ConfigError::Timing { source, .. } => source.setting(),
-        }
-    }
-}
-
-impl From<TimingError> for ConfigError {
-    fn from(source: TimingError) -> Self {
-        ConfigError::Timing { source, note: None }
-    }
-}
 
 /// The largest settings, credential or kubeconfig file accepted: far above any real one, small
 /// enough that `/dev/zero` or a runaway log file named by mistake cannot exhaust memory.
@@ -182,35 +134,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-
-    #[test]
-    fn config_errors_name_their_setting_and_read_as_before() {
-        let invalid = ConfigError::invalid("etcd-endpoints", "etcd-endpoints: `x` is not a URL");
-        assert_eq!(invalid.setting(), Some("etcd-endpoints"));
-        assert_eq!(invalid.to_string(), "etcd-endpoints: `x` is not a URL");
-
-        let rule = TimingError::NotWholeSeconds {
-            setting: "lease-duration",
-            value: Duration::from_millis(2500),
-        };
-        let plain = ConfigError::from(rule.clone());
-        assert_eq!(plain.to_string(), rule.to_string());
-        assert_eq!(plain.setting(), Some("lease-duration"));
-        let noted = ConfigError::Timing {
-            source: rule.clone(),
-            note: Some("etcd lease TTLs are whole seconds".into()),
-        };
-        assert_eq!(
-            noted.to_string(),
-            format!("{rule} (etcd lease TTLs are whole seconds)")
-        );
-
-        let between = ConfigError::from(TimingError::LeaseNotAboveRenew {
-            lease: Duration::from_secs(10),
-            renew: Duration::from_secs(10),
-        });
-        assert_eq!(between.setting(), None);
-    }
 
     #[test]
     fn durations() {

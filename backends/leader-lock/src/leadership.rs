@@ -1,6 +1,7 @@
+use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -68,11 +69,34 @@ pub enum NotLeader {
 
 /// Permission for one write: the term to carry and the deadline the write must finish by.
 ///
-/// Holding it delays the graceful release until the write is done (or the permit dropped). A
-/// permit is no promise about the future: it stays tied to the leadership it was taken under, and
-/// [`check`](Self::check) fails once that leadership ended or its validity passed, for instance
-/// after the process was frozen while holding it. Run writes with [`Leadership::run`] or
-/// [`WritePermit::run`], which enforce that.
+/// Holding it delays the graceful release until the write is done (or the permit dropped): drop
+/// it as soon as the write is over, never keep one across writes. A permit is no promise about
+/// the future: it stays tied to the leadership it was taken under, and [`check`](Self::check)
+/// fails once that leadership ended or its validity passed, for instance after the process was
+/// frozen while holding it. Run writes with [`Leadership::run`] or [`WritePermit::run`], which
+/// enforce that.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use leader_lock::{Leadership, NotLeader};
+///
+/// let leadership = Leadership::always_leader();
+/// let permit = leadership.check()?;
+/// assert!(permit.remaining().is_some(), "time left before the deadline");
+/// let sent = permit
+///     .run(|permit| async move {
+///         // ... read and prepare; then, with no await in between, check and send:
+///         let term = permit.check()?;
+///         Ok::<_, NotLeader>(format!("sent under term {term}"))
+///     })
+///     .await?; // the permit is dropped when the write is done
+/// assert_eq!(sent, "sent under term disabled");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 #[must_use = "a permit proves nothing once dropped; run the write with it"]
 pub struct WritePermit {
@@ -81,6 +105,10 @@ pub struct WritePermit {
     /// The validity deadline when the permit was taken; no write may be sent after it.
     pub valid_until: Instant,
     rx: watch::Receiver<LeaderState>,
+    /// The first refusal [`check`](Self::check) gave, shared by the clones of this permit, so
+    /// that [`run`](Self::run) can report a write that its own check stopped as
+    /// [`GuardedError::NotLeader`] whatever error type the write turned the refusal into.
+    refusal: Arc<OnceLock<NotLeader>>,
     _in_flight: TaskTrackerToken,
 }
 
@@ -98,7 +126,20 @@ impl WritePermit {
     ///
     /// Unlike [`Leadership::check`] it passes during a graceful shutdown: a write that already
     /// holds a permit may finish while the elector drains.
+    ///
+    /// # Errors
+    /// [`NotLeader`] once the leadership the permit was taken under is over or past its
+    /// deadline (whichever deadline is earlier: the permit's own never moves).
     pub fn check(&self) -> Result<Term, NotLeader> {
+        let verdict = self.verdict();
+        if let Err(refused) = &verdict {
+            // Only the first refusal counts: it is the one the write saw.
+            let _ = self.refusal.set(refused.clone());
+        }
+        verdict
+    }
+
+    fn verdict(&self) -> Result<Term, NotLeader> {
         let now = Instant::now();
         let state = self.rx.borrow().clone();
         match state {
@@ -129,46 +170,100 @@ impl WritePermit {
     /// The write starts only if [`check`](Self::check) passes now, and is abandoned (its future
     /// dropped) when the permit's validity deadline arrives. `write` gets the permit and must
     /// call [`check`](Self::check) again right before it sends its request: preparing a write
-    /// (reading the object, say) can take a while, and leadership can end meanwhile.
+    /// (reading the object, say) can take a while, and leadership can end meanwhile. The permit
+    /// is dropped when `write` returns.
     ///
     /// # Errors
-    /// [`GuardedError::NotLeader`] when the write could not start, [`GuardedError::Deadline`]
-    /// when it did not finish in time, [`GuardedError::Write`] with the write's own error.
+    /// - [`GuardedError::NotLeader`] when the write could not start, or when the write's own
+    ///   [`check`](Self::check) refused it and the write then failed (whatever error it turned
+    ///   the refusal into: `permit.check()?` in a write returning `anyhow::Result` counts too);
+    /// - [`GuardedError::Deadline`] when it did not finish in time;
+    /// - [`GuardedError::Write`] with the write's own error otherwise.
     ///
     /// # Cancel safety
     /// Dropping the returned future drops the write and the permit with it.
-    pub async fn run<T, E, F, Fut>(self, write: F) -> Result<T, GuardedError<E>>
+    pub async fn run<T, E, F, Fut>(mut self, write: F) -> Result<T, GuardedError<E>>
     where
         F: FnOnce(WritePermit) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
         let term = self.check().map_err(GuardedError::NotLeader)?;
+        // A slot of this write's own: a refusal seen before `run` is not this write's.
+        let refusal = Arc::new(OnceLock::new());
+        self.refusal = refusal.clone();
         let deadline = self.valid_until;
         match tokio::time::timeout_at(deadline, write(self)).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(GuardedError::Write(e)),
+            Ok(Err(e)) => Err(match refusal.get() {
+                Some(refused) => GuardedError::NotLeader(refused.clone()),
+                None => GuardedError::Write(e),
+            }),
             Err(_) => Err(GuardedError::Deadline { term }),
         }
     }
 }
 
 /// Why a guarded write did not complete.
-#[derive(Debug, thiserror::Error)]
+///
+/// It is a [`std::error::Error`] for any write error that is `Debug + Display`, `anyhow::Error`
+/// included, so `leadership.run(..).await?` works in a function returning `anyhow::Result` or
+/// `Result<_, Box<dyn Error>>`. Its message is the write error's own (or the refusal's); the
+/// write error's causes are not repeated as its [`source`](std::error::Error::source): match
+/// [`GuardedError::Write`] to get the error itself.
+///
+/// # Examples
+///
+/// ```
+/// use leader_lock::Leadership;
+///
+/// async fn reconcile(leadership: &Leadership) -> anyhow::Result<()> {
+///     leadership
+///         .run(|permit| async move {
+///             permit.check()?; // a refusal here comes back as GuardedError::NotLeader
+///             anyhow::Ok(())
+///         })
+///         .await?;
+///     Ok(())
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> anyhow::Result<()> {
+/// # reconcile(&Leadership::always_leader()).await
+/// # }
+/// ```
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum GuardedError<E> {
-    /// The write did not start: this replica may not write now.
-    #[error(transparent)]
+    /// This replica may not write: the write did not start, or its own check before sending
+    /// refused it.
     NotLeader(NotLeader),
     /// The write was abandoned at the validity deadline of its term.
-    #[error("write abandoned at the validity deadline of term {term}")]
     Deadline {
         /// The term the write ran under.
         term: Term,
     },
     /// The write itself failed.
-    #[error(transparent)]
     Write(E),
 }
+
+// === impl GuardedError ===
+
+impl<E: fmt::Display> fmt::Display for GuardedError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            // The inner formatter is passed on, so `{:#}` still shows an anyhow chain.
+            GuardedError::NotLeader(n) => fmt::Display::fmt(n, f),
+            GuardedError::Deadline { term } => {
+                write!(f, "write abandoned at the validity deadline of term {term}")
+            }
+            GuardedError::Write(e) => fmt::Display::fmt(e, f),
+        }
+    }
+}
+
+/// `Display + Debug`, not `std::error::Error`, so that `anyhow::Error` (which is no
+/// `std::error::Error`) qualifies; a `From` into `anyhow::Error` would overlap anyhow's blanket
+/// impl instead.
+impl<E: fmt::Debug + fmt::Display> std::error::Error for GuardedError<E> {}
 
 /// One published state and the instant it took effect.
 pub type Stamped = (Instant, LeaderState);
@@ -251,7 +346,8 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    /// A leadership that always holds, for `--leader-election-disable`.
+    /// A leadership that always holds, for a program that runs without leader election (a
+    /// single replica, a test): every [`check`](Self::check) passes.
     ///
     /// Its term is [`Term::DISABLED`] (shown as `disabled`), not a number: no election took place,
     /// and no real term may be mistaken for it.
@@ -286,6 +382,28 @@ impl Leadership {
     }
 
     /// Asks whether a write may start now. Synchronous and cheap: call it before every write.
+    ///
+    /// The permit delays a graceful release ([`Elector::shutdown`](crate::Elector::shutdown))
+    /// for as long as it is kept: take one per write and drop it when the write is done.
+    ///
+    /// # Errors
+    /// [`NotLeader`] while another replica leads (or nobody does yet), once this replica's
+    /// validity has passed, or during a shutdown.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_lock::{Leadership, NotLeader};
+    ///
+    /// fn write(leadership: &Leadership) -> Result<(), NotLeader> {
+    ///     let permit = leadership.check()?;
+    ///     // ... send the request carrying `permit.term`, finished by `permit.valid_until`;
+    ///     // `Leadership::run` enforces the deadline for you.
+    ///     drop(permit);
+    ///     Ok(())
+    /// }
+    /// assert!(write(&Leadership::always_leader()).is_ok());
+    /// ```
     pub fn check(&self) -> Result<WritePermit, NotLeader> {
         if self.closing.load(Ordering::SeqCst) {
             return Err(NotLeader::ShuttingDown);
@@ -304,6 +422,7 @@ impl Leadership {
                         term,
                         valid_until,
                         rx: self.rx.clone(),
+                        refusal: Arc::default(),
                         _in_flight: token,
                     })
                 } else {
@@ -325,7 +444,8 @@ impl Leadership {
     /// sends. This is the one way writes should go out.
     ///
     /// # Errors
-    /// As [`WritePermit::run`].
+    /// As [`WritePermit::run`]: a refusal by the write's own check comes back as
+    /// [`GuardedError::NotLeader`].
     ///
     /// # Examples
     /// ```
@@ -341,8 +461,11 @@ impl Leadership {
     ///         Ok::<_, NotLeader>(format!("written under term {term}"))
     ///     })
     ///     .await;
-    /// assert_eq!(written.as_deref().ok(), Some("written under term disabled"));
-    /// # let _: Option<GuardedError<NotLeader>> = written.err();
+    /// match written {
+    ///     Ok(what) => assert_eq!(what, "written under term disabled"),
+    ///     Err(GuardedError::NotLeader(_) | GuardedError::Deadline { .. }) => {} // not ours to write
+    ///     Err(e) => panic!("the write failed: {e}"),
+    /// }
     /// # }
     /// ```
     pub async fn run<T, E, F, Fut>(&self, write: F) -> Result<T, GuardedError<E>>
@@ -371,8 +494,37 @@ impl Leadership {
 
     /// Waits until `check()` passes (or the elector stops); returns the permit.
     ///
+    /// The permit delays a graceful release for as long as it is kept: to wait for leadership
+    /// and then write now and then, drop it at once (`drop(leadership.wait_leader().await?)`)
+    /// and take a fresh one per write with [`check`](Self::check) or [`run`](Self::run).
+    ///
+    /// # Errors
+    /// [`NotLeader::ShuttingDown`] once the elector stops.
+    ///
     /// # Cancel safety
     /// Cancel safe: dropping the future before it completes takes no permit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use leader_lock::{Elector, ElectorConfig, Identity, MemoryStore, Timing};
+    ///
+    /// let config = ElectorConfig {
+    ///     identity: Identity::new("pod-a"),
+    ///     timing: Timing::default(),
+    ///     release_on_shutdown: true,
+    /// };
+    /// let elector = Elector::spawn(Arc::new(MemoryStore::new().lock("x")), config)?;
+    /// let leadership = elector.leadership();
+    /// drop(leadership.wait_leader().await?); // leading now; keep no permit around
+    /// assert!(leadership.is_leader());
+    /// elector.shutdown().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn wait_leader(&self) -> Result<WritePermit, NotLeader> {
         let mut rx = self.rx.clone();
         loop {
@@ -523,8 +675,47 @@ mod tests {
             .await;
         assert!(matches!(
             r,
-            Err(GuardedError::Write(NotLeader::Follower { .. }))
+            Err(GuardedError::NotLeader(NotLeader::Follower { .. }))
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_the_write_turned_into_its_own_error_is_still_a_refusal() {
+        #[derive(Debug)]
+        struct Mine;
+        let (tx, l) = Publisher::channel(leader(7, Duration::from_secs(10)));
+        let r = l
+            .run(|permit| async move {
+                tx.publish(LeaderState::Stopped);
+                permit.check().map_err(|_| Mine)
+            })
+            .await;
+        assert!(matches!(
+            r,
+            Err(GuardedError::NotLeader(NotLeader::ShuttingDown))
+        ));
+        // A write that fails on its own, with leadership intact, is the write's failure.
+        let (_tx, l) = Publisher::channel(leader(7, Duration::from_secs(10)));
+        let r = l
+            .run(|permit| async move {
+                permit.check().map_err(|_| Mine)?;
+                Err::<(), _>(Mine)
+            })
+            .await;
+        assert!(matches!(r, Err(GuardedError::Write(Mine))));
+    }
+
+    #[test]
+    fn a_guarded_error_shows_the_write_errors_message() {
+        let e: GuardedError<std::io::Error> =
+            GuardedError::Write(std::io::Error::other("connection reset"));
+        assert_eq!(e.to_string(), "connection reset");
+        let boxed: Box<dyn std::error::Error> =
+            Box::new(GuardedError::<String>::Deadline { term: Term(4) });
+        assert_eq!(
+            boxed.to_string(),
+            "write abandoned at the validity deadline of term 4"
+        );
     }
 
     #[tokio::test(start_paused = true)]

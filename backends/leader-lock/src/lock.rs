@@ -3,8 +3,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-use crate::input::ConfigError;
+use crate::config::ConfigError;
 use crate::record::{Candidate, LockRecord, Term};
+use crate::timing::Timing;
 
 /// Why a lock operation failed.
 ///
@@ -149,10 +150,76 @@ pub type LockEventStream = BoxStream<'static, Result<LockEvent, LockError>>;
 ///
 /// Backends decide expiry by their own rules: a server-side TTL (etcd, Redis) or a record seen
 /// unchanged for the lease duration on the follower's own monotonic clock (Kubernetes).
+///
+/// [`Elector::spawn`](crate::Elector::spawn) calls [`validate`](Self::validate) once before it
+/// sends anything; a wrapper around another lock must forward it.
+///
+/// # Examples
+///
+/// A skeleton of a backend (here one that delegates to the in-memory lock); a real one talks to
+/// its server in each method.
+///
+/// ```
+/// use async_trait::async_trait;
+/// use leader_lock::{
+///     Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
+///     MemoryLock, Term, Timing, TimingError,
+/// };
+///
+/// struct MyLock {
+///     inner: MemoryLock,
+/// }
+///
+/// #[async_trait]
+/// impl LeaderLock for MyLock {
+///     fn describe(&self) -> String {
+///         "my lock".to_string()
+///     }
+///     // Optional: refuse a timing this backend cannot honour.
+///     fn validate(&self, timing: &Timing) -> Result<(), ConfigError> {
+///         if timing.lease_duration.subsec_nanos() != 0 {
+///             return Err(TimingError::NotWholeSeconds {
+///                 setting: "lease-duration",
+///                 value: timing.lease_duration,
+///             }
+///             .into());
+///         }
+///         Ok(())
+///     }
+///     async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {
+///         self.inner.try_acquire_or_renew(c).await
+///     }
+///     async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {
+///         self.inner.release(c, term).await
+///     }
+///     async fn get(&self) -> Result<Option<LockRecord>, LockError> {
+///         self.inner.get().await
+///     }
+///     async fn watch(&self) -> Result<LockEventStream, LockError> {
+///         self.inner.watch().await
+///     }
+/// }
+/// # let lock = MyLock { inner: leader_lock::MemoryStore::new().lock("x") };
+/// # assert!(lock.validate(&Timing::default()).is_ok());
+/// ```
 #[async_trait]
 pub trait LeaderLock: Send + Sync {
-    /// A short description for logs, e.g. `redis lease gateway-leader-lock`.
+    /// A short description for logs, e.g. `redis lease my-controller-lock`.
     fn describe(&self) -> String;
+
+    /// Checks that this lock can work under `timing` (its granularity, its request timeout
+    /// against the renew deadline), without touching the network. The default accepts any
+    /// timing; [`Timing::validate`] has been checked before the elector calls it.
+    ///
+    /// A lock may also take its defaults from `timing` here (the Kubernetes lock bounds its
+    /// requests by the renew deadline).
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the setting that cannot work.
+    fn validate(&self, timing: &Timing) -> Result<(), ConfigError> {
+        let _ = timing;
+        Ok(())
+    }
 
     /// Acquires the lock if free or expired, renews it if the candidate holds it.
     ///

@@ -42,7 +42,38 @@ struct Inner {
     watchers: HashMap<String, broadcast::Sender<LockEvent>>,
 }
 
-/// An in-process "server" of locks with server-side TTLs, for unit tests.
+/// An in-process "server" of locks with server-side TTLs: for tests, examples, and trying the
+/// elector without a server. Clones share the store; each [`lock`](Self::lock) is one client.
+///
+/// # Examples
+///
+/// Two replicas of one controller: one leads, and the other takes over once it hands over.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use leader_lock::{Elector, ElectorConfig, Identity, MemoryStore, Timing};
+///
+/// let store = MemoryStore::new();
+/// let replica = |name: &str| {
+///     let config = ElectorConfig {
+///         identity: Identity::new(name),
+///         timing: Timing::default(),
+///         release_on_shutdown: true,
+///     };
+///     Elector::spawn(Arc::new(store.lock("my-controller")), config)
+/// };
+/// let a = replica("a")?;
+/// drop(a.leadership().wait_leader().await?);
+/// let b = replica("b")?;
+/// assert!(!b.leadership().is_leader(), "a leads");
+/// a.shutdown().await?; // released: b need not wait for the lease to expire
+/// drop(b.leadership().wait_leader().await?);
+/// b.shutdown().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct MemoryStore {
     inner: Arc<Mutex<Inner>>,

@@ -4,7 +4,8 @@ use std::time::{Duration, SystemTime};
 /// A fencing term: increases with every change of holder and never repeats for a lock.
 ///
 /// A real leadership's term is at least 1. [`Term::DISABLED`] marks the permanent leadership of
-/// `--leader-election-disable`, which is no election at all; it shows as `disabled`.
+/// [`Leadership::always_leader`](crate::Leadership::always_leader), which is no election at all;
+/// it shows as `disabled`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Term(pub u64);
 
@@ -67,7 +68,7 @@ impl Identity {
         }
     }
 
-    /// The configured name, as given by `--leader-election-identity`, `POD_NAME` or the hostname.
+    /// The name given to [`Identity::new`] (a pod's name, say), without the incarnation.
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -45,6 +45,7 @@ fn spawn_with(lock: Arc<dyn LeaderLock>, id: &str, release: bool, timing: Timing
             release_on_shutdown: release,
         },
     )
+    .expect("a valid timing")
 }
 
 fn spawn(lock: Arc<dyn LeaderLock>, id: &str, release: bool) -> Elector {

@@ -6,17 +6,33 @@ use leader_lock::{ConfigError, Timing};
 use redis::IntoConnectionInfo;
 
 /// How to reach Redis and where to keep the lock.
+///
+/// # Examples
+///
+/// ```
+/// use leader_lock::Timing;
+/// use leader_lock_redis::RedisConfig;
+///
+/// let mut config = RedisConfig::new("redis://127.0.0.1:6379/0");
+/// config.username = Some("my-controller".to_string());
+/// config.password = Some("secret".to_string());
+/// assert!(config.validate(&Timing::default()).is_ok());
+/// // Credentials in the URL would show in logs: refused.
+/// assert!(RedisConfig::new("redis://u:pw@127.0.0.1:6379").validate(&Timing::default()).is_err());
+/// assert!(!format!("{config:?}").contains("secret"), "Debug hides the password");
+/// ```
 #[derive(Clone)]
 pub struct RedisConfig {
     /// `redis://` or `rediss://` URL, without user or password (those are the fields below).
     pub url: String,
-    /// ACL user name (`--redis-username`).
+    /// ACL user name; goes with `password`.
     pub username: Option<String>,
-    /// Password, already read from its file or the environment by the CLI.
+    /// Password (of `username`, or of the default user). Keep it out of `url`: a URL shows up
+    /// in logs and messages.
     pub password: Option<String>,
     /// A custom CA bundle (PEM) that signs the server certificate, for `rediss://`.
     pub ca_file: Option<PathBuf>,
-    /// Every key and channel of the lock starts with this (`--redis-key-prefix`).
+    /// Every key and channel of the lock starts with this ([`DEFAULT_KEY_PREFIX`] by default).
     pub key_prefix: String,
     /// Bound on every single request; must stay below the renew deadline.
     pub request_timeout: Duration,
@@ -36,7 +52,7 @@ impl std::fmt::Debug for RedisConfig {
     }
 }
 
-/// Settings named by several checks, spelled as their flags.
+/// Settings named by several checks (see [`ConfigError`] for the spelling).
 const URL: &str = "redis-url";
 const CA_FILE: &str = "redis-ca-file";
 
@@ -54,6 +70,20 @@ impl RedisConfig {
             key_prefix: DEFAULT_KEY_PREFIX.to_string(),
             request_timeout: Duration::from_secs(2),
         }
+    }
+
+    /// Checks the settings without touching the network: URL scheme and no credentials in it,
+    /// CA file, key prefix, and that the timing fits Redis (lease in whole milliseconds,
+    /// `request_timeout` below the renew deadline).
+    ///
+    /// [`Elector::spawn`](leader_lock::Elector::spawn) checks the timing rules again on the
+    /// connected lock; this checks the rest too, before connecting.
+    ///
+    /// # Errors
+    /// The [`ConfigError`] naming the first setting that cannot work.
+    pub fn validate(&self, timing: &Timing) -> Result<(), ConfigError> {
+        check_config(self)?;
+        check_timing(timing, self.request_timeout)
     }
 
     /// True for a `rediss://` URL.
@@ -131,8 +161,9 @@ pub(crate) fn read_ca(path: &Path) -> Result<Vec<u8>, ConfigError> {
         .map_err(|e| ConfigError::invalid(CA_FILE, format!("redis-ca-file: {e}")))
 }
 
-/// Checks the timing against what Redis can express (PX takes whole milliseconds).
-pub(crate) fn check_timing(config: &RedisConfig, timing: &Timing) -> Result<(), ConfigError> {
+/// Checks the timing against what Redis can express (PX takes whole milliseconds), and that
+/// requests time out before the renew deadline.
+pub(crate) fn check_timing(timing: &Timing, request_timeout: Duration) -> Result<(), ConfigError> {
     timing.validate()?;
     let lease = timing.lease_duration;
     if !lease.subsec_nanos().is_multiple_of(1_000_000) || lease < Duration::from_millis(1) {
@@ -144,7 +175,7 @@ pub(crate) fn check_timing(config: &RedisConfig, timing: &Timing) -> Result<(), 
             ),
         ));
     }
-    timing.check_request_timeout("redis", config.request_timeout)?;
+    timing.check_request_timeout("redis", request_timeout)?;
     Ok(())
 }
 
@@ -246,12 +277,12 @@ mod tests {
     #[test]
     fn milliseconds() {
         let c = RedisConfig::new("redis://127.0.0.1:6379");
-        assert!(check_timing(&c, &timing()).is_ok());
+        assert!(check_timing(&timing(), c.request_timeout).is_ok());
         let t = Timing {
             lease_duration: Duration::from_micros(15_000_500),
             ..timing()
         };
-        let (setting, e) = invalid(check_timing(&c, &t).unwrap_err());
+        let (setting, e) = invalid(check_timing(&t, c.request_timeout).unwrap_err());
         assert_eq!(setting, "lease-duration");
         assert!(e.contains("milliseconds"), "{e}");
         let slow = RedisConfig {
@@ -263,6 +294,9 @@ mod tests {
             value: Duration::from_secs(10),
             renew: Duration::from_secs(10),
         };
-        assert_eq!(check_timing(&slow, &timing()), Err(too_slow.into()));
+        assert_eq!(
+            check_timing(&timing(), slow.request_timeout),
+            Err(too_slow.into())
+        );
     }
 }

@@ -120,15 +120,37 @@ fn classify(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
 }
 
 impl RedisLock {
-    /// Checks the settings without touching the network: URL scheme (`redis-url`), CA file,
-    /// key prefix, and that the timing fits Redis (lease in whole milliseconds).
-    pub fn validate(config: &RedisConfig, timing: &Timing) -> Result<(), ConfigError> {
-        check_config(config)?;
-        check_timing(config, timing)
-    }
-
-    /// Connects and authenticates; fails with a clear message when the server is unreachable or
-    /// refuses the credentials.
+    /// Connects and authenticates. Check the config with [`RedisConfig::validate`] first.
+    ///
+    /// # Errors
+    /// A clear message when the server is unreachable ([`LockError::Unavailable`],
+    /// [`LockError::Timeout`]: worth retrying) or refuses the credentials
+    /// ([`LockError::Refused`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use leader_lock::{Elector, ElectorConfig, Identity, Timing};
+    /// use leader_lock_redis::{RedisConfig, RedisLock};
+    ///
+    /// let timing = Timing::default();
+    /// let config = RedisConfig::new("rediss://redis.example:6380/0");
+    /// config.validate(&timing)?;
+    /// let lock = RedisLock::connect(config, "my-controller").await?;
+    /// let elector = Elector::spawn(
+    ///     Arc::new(lock),
+    ///     ElectorConfig {
+    ///         identity: Identity::new("pod-a"),
+    ///         timing,
+    ///         release_on_shutdown: true,
+    ///     },
+    /// )?;
+    /// # let _ = elector;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect(config: RedisConfig, lock_name: &str) -> Result<RedisLock, LockError> {
         check_config(&config)?;
         if lock_name.is_empty() {
@@ -307,6 +329,12 @@ impl LeaderLock for RedisLock {
             "redis lock {} at {} (key {})",
             self.name, self.endpoint, self.keys.holder
         )
+    }
+
+    /// The timing rules of [`RedisConfig::validate`], with the request timeout this lock
+    /// connected with.
+    fn validate(&self, timing: &Timing) -> Result<(), ConfigError> {
+        check_timing(timing, self.timeout)
     }
 
     async fn try_acquire_or_renew(&self, candidate: &Candidate) -> Result<Attempt, LockError> {

@@ -59,7 +59,8 @@ async fn leads(config: RedisConfig, name: &str) {
             timing,
             release_on_shutdown: true,
         },
-    );
+    )
+    .expect("a valid timing");
     wait_leader(&e.leadership(), patience(&timing), "the only contender").await;
     assert!(e.shutdown().await.expect("releases"), "released");
 }
@@ -83,7 +84,7 @@ async fn tls_with_custom_ca_and_passwords() {
     let mut c = common::config(&url, &timing);
     c.ca_file = Some(pki.ca_file());
     c.password = Some("default-secret".into());
-    RedisLock::validate(&c, &timing).expect("valid config");
+    c.validate(&timing).expect("valid config");
     leads(c.clone(), "tls-default").await;
 
     // An ACL user.
@@ -98,7 +99,10 @@ async fn tls_with_custom_ca_and_passwords() {
         &timing,
     );
     in_url.ca_file = Some(pki.ca_file());
-    match RedisLock::validate(&in_url, &timing).expect_err("credentials in the URL") {
+    match in_url
+        .validate(&timing)
+        .expect_err("credentials in the URL")
+    {
         ConfigError::Invalid {
             setting: "redis-url",
             message,
@@ -204,11 +208,9 @@ async fn unreachable_server_is_a_clear_error() {
     );
 
     // A bad scheme is caught before any network.
-    let e = RedisLock::validate(
-        &RedisConfig::new(format!("http://127.0.0.1:{port}")),
-        &common::timing(),
-    )
-    .unwrap_err();
+    let e = RedisConfig::new(format!("http://127.0.0.1:{port}"))
+        .validate(&common::timing())
+        .unwrap_err();
     assert!(
         matches!(
             e,
@@ -288,7 +290,8 @@ async fn least_privilege_acl_user_is_enough() {
                 timing,
                 release_on_shutdown: true,
             },
-        );
+        )
+        .expect("a valid timing");
         checker.watch(e.leadership());
         pool.push(e);
     }

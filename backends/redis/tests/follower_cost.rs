@@ -24,6 +24,7 @@ async fn spawn(r: &common::Redis, id: &str, timing: Timing) -> Elector {
             release_on_shutdown: true,
         },
     )
+    .expect("a valid timing")
 }
 
 fn count(seen: &[(String, String)], who: &HashSet<String>) -> Vec<String> {

@@ -37,6 +37,7 @@ async fn graceful_handover_figures() {
                     release_on_shutdown: true,
                 },
             )
+            .expect("a valid timing")
         }
     };
     let mut leader = spawn("r0".into()).await;

@@ -117,7 +117,8 @@ async fn acquire_applied_after_its_reply_timed_out() {
             timing,
             release_on_shutdown: true,
         },
-    );
+    )
+    .expect("a valid timing");
     wait_following(&a.leadership(), Duration::from_secs(30), "a").await;
 
     // Freeze redis just before b's lease ends: a's takeover attempt will hang.

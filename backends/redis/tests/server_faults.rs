@@ -17,14 +17,17 @@ async fn contenders(r: &common::Redis, name: &str, n: usize) -> Vec<Elector> {
         let lock = RedisLock::connect(common::config(&r.server.url(), &common::timing()), name)
             .await
             .expect("connects");
-        v.push(Elector::spawn(
-            Arc::new(lock),
-            ElectorConfig {
-                identity: Identity::new(format!("c{i}")),
-                timing: common::timing(),
-                release_on_shutdown: true,
-            },
-        ));
+        v.push(
+            Elector::spawn(
+                Arc::new(lock),
+                ElectorConfig {
+                    identity: Identity::new(format!("c{i}")),
+                    timing: common::timing(),
+                    release_on_shutdown: true,
+                },
+            )
+            .expect("a valid timing"),
+        );
     }
     v
 }

@@ -119,7 +119,8 @@ async fn hung_leader_loses_its_record(how: Vanish, keyspace_events: bool) {
             timing,
             release_on_shutdown: true,
         },
-    );
+    )
+    .expect("a valid timing");
     checker.watch(a.leadership());
     let t1 = wait_leader(&a.leadership(), limit, "a").await;
     let b = Elector::spawn(
@@ -129,7 +130,8 @@ async fn hung_leader_loses_its_record(how: Vanish, keyspace_events: bool) {
             timing,
             release_on_shutdown: true,
         },
-    );
+    )
+    .expect("a valid timing");
     checker.watch(b.leadership());
     wait_following(&b.leadership(), limit, "b").await;
     // Let b's watch settle and a renew a few times.

@@ -44,6 +44,7 @@ pub async fn contender(server: &EtcdServer, name: &str, id: &str) -> Elector {
             release_on_shutdown: true,
         },
     )
+    .expect("a valid timing")
 }
 
 /// A plain etcd client, for planting values and administration.

@@ -13,8 +13,8 @@ use super::faulty::{Fault, Faulty};
 use super::harness::{patience, Harness, Protect, Tamper};
 use super::wait::{wait_any_leader, wait_following, wait_leader, wait_state};
 use crate::{
-    Attempt, Candidate, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, Leadership,
-    LockError, LockEventStream, LockRecord, Term, Timing,
+    Attempt, Candidate, ConfigError, Elector, ElectorConfig, Identity, LeaderLock, LeaderState,
+    Leadership, LockError, LockEventStream, LockRecord, Term, Timing,
 };
 
 fn unique(prefix: &str) -> String {
@@ -41,6 +41,7 @@ fn elector(lock: Arc<dyn LeaderLock>, id: &str, timing: Timing) -> Elector {
             release_on_shutdown: true,
         },
     )
+    .expect("a valid timing")
 }
 
 /// A contender on its own client of lock `name`, behind a [`Faulty`] so that it can be crashed
@@ -189,6 +190,10 @@ impl Probe {
 impl LeaderLock for Probe {
     fn describe(&self) -> String {
         self.inner.describe()
+    }
+
+    fn validate(&self, timing: &Timing) -> Result<(), ConfigError> {
+        self.inner.validate(timing)
     }
     async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {
         let r = self.inner.try_acquire_or_renew(c).await;

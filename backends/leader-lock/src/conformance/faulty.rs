@@ -5,7 +5,10 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
-use crate::{Attempt, Candidate, LeaderLock, LockError, LockEventStream, LockRecord, Term};
+use crate::{
+    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord, Term,
+    Timing,
+};
 
 /// How a [`Faulty`] lock misbehaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +63,10 @@ impl Faulty {
 impl LeaderLock for Faulty {
     fn describe(&self) -> String {
         format!("faulty {}", self.inner.describe())
+    }
+
+    fn validate(&self, timing: &Timing) -> Result<(), ConfigError> {
+        self.inner.validate(timing)
     }
     async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {
         self.gate().await?;

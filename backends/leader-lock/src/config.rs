@@ -1,0 +1,92 @@
+//! The error of a lock's configuration, found before anything is sent.
+
+use crate::timing::TimingError;
+
+/// A backend setting that cannot work, found before connecting.
+///
+/// Each variant names the setting it is about (`etcd-endpoints`, `lease-duration`: the backend and
+/// the field of its config, or the [`Timing`](crate::Timing) field, in dashed form), so that a
+/// caller can point at its own input for that field without reading the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A setting is malformed, incomplete, or in conflict with another one.
+    #[error("{message}")]
+    Invalid {
+        /// The setting the message is about.
+        setting: &'static str,
+        /// What is wrong and what is accepted; it names the setting too.
+        message: String,
+    },
+    /// The timing breaks one of client-go's rules or one of the backend's.
+    #[error("{source}{}", note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default())]
+    Timing {
+        /// The rule broken; it names its settings.
+        source: TimingError,
+        /// Why the backend has this rule, when the rule alone does not say.
+        note: Option<String>,
+    },
+}
+
+// === impl ConfigError ===
+
+impl ConfigError {
+    /// [`ConfigError::Invalid`] about `setting`.
+    pub fn invalid(setting: &'static str, message: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            setting,
+            message: message.into(),
+        }
+    }
+
+    /// The one setting to fix; `None` for a timing rule between settings (such as
+    /// `lease-duration` above `renew-deadline`).
+    pub fn setting(&self) -> Option<&'static str> {
+        match self {
+            ConfigError::Invalid { setting, .. } => Some(setting),
+            ConfigError::Timing { source, .. } => source.setting(),
+        }
+    }
+}
+
+impl From<TimingError> for ConfigError {
+    fn from(source: TimingError) -> Self {
+        ConfigError::Timing { source, note: None }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn config_errors_name_their_setting_and_read_as_before() {
+        let invalid = ConfigError::invalid("etcd-endpoints", "etcd-endpoints: `x` is not a URL");
+        assert_eq!(invalid.setting(), Some("etcd-endpoints"));
+        assert_eq!(invalid.to_string(), "etcd-endpoints: `x` is not a URL");
+
+        let rule = TimingError::NotWholeSeconds {
+            setting: "lease-duration",
+            value: Duration::from_millis(2500),
+        };
+        let plain = ConfigError::from(rule.clone());
+        assert_eq!(plain.to_string(), rule.to_string());
+        assert_eq!(plain.setting(), Some("lease-duration"));
+        let noted = ConfigError::Timing {
+            source: rule.clone(),
+            note: Some("etcd lease TTLs are whole seconds".into()),
+        };
+        assert_eq!(
+            noted.to_string(),
+            format!("{rule} (etcd lease TTLs are whole seconds)")
+        );
+
+        let between = ConfigError::from(TimingError::LeaseNotAboveRenew {
+            lease: Duration::from_secs(10),
+            renew: Duration::from_secs(10),
+        });
+        assert_eq!(between.setting(), None);
+    }
+}
