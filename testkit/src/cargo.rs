@@ -44,6 +44,15 @@ fn build(package: &str, kind: &str, name: &str) -> Result<PathBuf> {
     let mut cmd = Command::new(&cargo);
     cmd.args(["build", "--quiet", "--message-format=json", "-p", package])
         .args([kind, name]);
+    // A test inherits the variables cargo sets for the crate under test. Build scripts that
+    // watch one (ring's watches CARGO_MANIFEST_DIR) would see it change between this build and
+    // a build from a shell, and each would rebuild half the tree for the other.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if is_crate_variable(&key) {
+            cmd.env_remove(&*key);
+        }
+    }
     if release {
         cmd.arg("--release");
     }
@@ -68,6 +77,22 @@ fn build(package: &str, kind: &str, name: &str) -> Result<PathBuf> {
         }
     }
     bail!("{what} named no executable")
+}
+
+/// A variable cargo sets for the crate it builds or runs, rather than one that configures cargo.
+fn is_crate_variable(key: &str) -> bool {
+    key.starts_with("CARGO_PKG_")
+        || key.starts_with("CARGO_BIN_")
+        || matches!(
+            key,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "CARGO_RUSTC_CURRENT_DIR"
+                | "OUT_DIR"
+        )
 }
 
 /// A program of this workspace running as a child process, its stdout read line by line: start
