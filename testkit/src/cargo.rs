@@ -177,3 +177,38 @@ impl Running {
         }
     }
 }
+
+/// Runs an elector example (`etcd_elector`, `redis_elector`) with `arg` (its server) until it
+/// prints that it leads and that it works under that leadership; runs `while_leading` with the
+/// term it printed; then stops it with SIGTERM and checks that it exited 0 saying it released.
+pub async fn run_elector_example<F, Fut>(
+    package: &str,
+    example: &str,
+    arg: &str,
+    limit: Duration,
+    while_leading: F,
+) -> Result<()>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut cmd = tokio::process::Command::new(workspace_example(package, example)?);
+    cmd.arg(arg);
+    let mut running = Running::spawn(cmd)?;
+    let leading = running
+        .wait_for_line(limit, "leading", |l| l.starts_with("leading under term "))
+        .await?;
+    let term = leading
+        .trim_start_matches("leading under term ")
+        .to_string();
+    while_leading(term.clone()).await;
+    let working = format!("working under term {term}");
+    running
+        .wait_for_line(limit, "working", |l| l == working)
+        .await?;
+    let (status, out) = running.stop(Signal::SIGTERM, limit).await?;
+    if !status.success() || out.last().map(String::as_str) != Some("released: true") {
+        bail!("{example} did not stop cleanly ({status}); it printed {out:?}");
+    }
+    Ok(())
+}

@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use leader_lock::LeaderLock;
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
-use nix::sys::signal::Signal;
-use testkit::cargo::{workspace_example, Running};
 use testkit::etcd::EtcdServer;
 
 /// How long any step may take on a busy machine (the first includes building the example).
@@ -15,37 +13,24 @@ const PATIENCE: Duration = Duration::from_secs(120);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_etcd_elector_example_leads_then_releases_on_sigterm() {
     let server = EtcdServer::start().await.expect("starting etcd");
-    let exe = workspace_example("leader-lock-etcd", "etcd_elector").expect("building it");
-    let mut cmd = tokio::process::Command::new(exe);
-    cmd.arg(server.endpoint());
-    let mut example = Running::spawn(cmd).expect("starting it");
-    let leading = example
-        .wait_for_line(PATIENCE, "leading", |l| {
-            l.starts_with("leading under term ")
-        })
-        .await
-        .expect("it leads");
-
-    // The lock agrees, and the guarded work runs.
     let lock = EtcdLock::connect(EtcdConfig::new(vec![server.endpoint()]), "etcd-example")
         .await
         .expect("connecting to etcd");
-    let held = lock.get().await.expect("reading the lock").expect("held");
-    assert!(held.holder.starts_with("etcd-example_"), "{held:?}");
-    assert_eq!(leading, format!("leading under term {}", held.term));
-    example
-        .wait_for_line(PATIENCE, "working", |l| {
-            l.starts_with("working under term ")
-        })
-        .await
-        .expect("it works under its leadership");
-
-    let (status, out) = example
-        .stop(Signal::SIGTERM, PATIENCE)
-        .await
-        .expect("it exits");
-    assert!(status.success(), "{status}; it printed {out:?}");
-    assert_eq!(out.last().map(String::as_str), Some("released: true"));
+    let lock = &lock;
+    testkit::cargo::run_elector_example(
+        "leader-lock-etcd",
+        "etcd_elector",
+        &server.endpoint(),
+        PATIENCE,
+        |term| async move {
+            // The lock agrees with what it says.
+            let held = lock.get().await.expect("reading the lock").expect("held");
+            assert!(held.holder.starts_with("etcd-example_"), "{held:?}");
+            assert_eq!(held.term.to_string(), term);
+        },
+    )
+    .await
+    .expect("the example runs and stops cleanly");
     assert_eq!(
         lock.get().await.expect("reading the lock"),
         None,
