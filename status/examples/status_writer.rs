@@ -28,14 +28,12 @@ use leader_lock_kubernetes::LeaseLock;
 use prometheus_client::registry::Registry;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::info;
+use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
     // Kubeconfig (KUBECONFIG or ~/.kube/config) or the pod's service account.
     let (client, namespace) =
         leader_lock_kubernetes::client(None, None, "status-writer-example").await?;

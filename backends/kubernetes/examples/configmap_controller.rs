@@ -30,7 +30,8 @@
 //! ```
 //!
 //! The follower's log shows its refused writes ("not leading"); `kill -9` instead of `kill`
-//! leaves the Lease to expire (15 s) before the other takes over.
+//! leaves the Lease to expire (15 s) before the other takes over. `tests/examples.rs` runs it
+//! against a throwaway kube-apiserver.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +48,7 @@ use leader_lock_kubernetes::{gated_client, install_crypto_provider, LeaseLock};
 use serde_json::json;
 use tokio_stream::wrappers::WatchStream;
 use tracing::{info, warn};
+use tracing_subscriber::EnvFilter;
 
 const SELECTOR: &str = "example.gateway-leader.dev/managed=true";
 const KEYS: &str = "example.gateway-leader.dev/keys";
@@ -94,11 +96,8 @@ fn error_policy(_: Arc<ConfigMap>, _: &kube::Error, _: Arc<Context>) -> Action {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
     let name = std::env::args().nth(1);
     let identity = Identity::new(name.as_deref().unwrap_or("configmap-controller"));
     install_crypto_provider();

@@ -40,6 +40,7 @@ use leader_lock_kubernetes::{gated_client, install_crypto_provider, LeaseLock};
 use serde_json::json;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{info, warn};
+use tracing_subscriber::EnvFilter;
 
 /// Patches a ConfigMap only while leading, through the write gate.
 #[derive(Debug, Parser)]
@@ -81,10 +82,9 @@ const AFTER_FAILURE: Duration = Duration::from_millis(50);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
