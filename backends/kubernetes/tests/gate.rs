@@ -12,8 +12,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::api::{Patch, PatchParams, PostParams, WatchEvent, WatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use leader_lock::conformance::{wait_leader, wait_state};
 use leader_lock::{Elector, ElectorConfig, GateError, Identity, LeaderState, NotLeader, Timing};
 use leader_lock_kubernetes::{gated_client, LeaseLock};
@@ -29,10 +28,6 @@ const PATIENCE: Duration = Duration::from_secs(90);
 
 /// The ConfigMap the gated clients write.
 const TARGET: &str = "gated";
-
-/// Selects the child mode of this binary: the frozen leader (see [`frozen_leader_child`]).
-const CHILD_NS_ENV: &str = "GATE_TEST_CHILD_NAMESPACE";
-const CHILD_KUBECONFIG_ENV: &str = "GATE_TEST_CHILD_KUBECONFIG";
 
 /// The field manager of the frozen child's gated writes.
 const FROZEN_MANAGER: &str = "gate-frozen";
@@ -62,11 +57,10 @@ async fn create_config_map(client: Client, ns: &str, name: &str) -> ConfigMap {
     api.create(&pp, &cm).await.expect("creating the ConfigMap")
 }
 
-/// A merge patch of `data` under field manager `manager`.
-async fn patch_data(
+/// A merge patch of `TARGET` under field manager `manager`.
+async fn write(
     client: Client,
     ns: &str,
-    name: &str,
     manager: &str,
     body: Value,
 ) -> Result<ConfigMap, kube::Error> {
@@ -75,17 +69,7 @@ async fn patch_data(
         field_manager: Some(manager.to_string()),
         ..PatchParams::default()
     };
-    api.patch(name, &pp, &Patch::Merge(body)).await
-}
-
-/// A merge patch of `TARGET`.
-async fn write(
-    client: Client,
-    ns: &str,
-    manager: &str,
-    body: Value,
-) -> Result<ConfigMap, kube::Error> {
-    patch_data(client, ns, TARGET, manager, body).await
+    api.patch(TARGET, &pp, &Patch::Merge(body)).await
 }
 
 async fn get(client: Client, ns: &str, name: &str) -> ConfigMap {
@@ -277,49 +261,38 @@ fn short_timing() -> Timing {
     .expect("valid timing")
 }
 
-/// The frozen leader, run in a child process by
-/// [`a_leader_frozen_past_its_validity_sends_nothing_after_the_thaw`]: it elects on the Lease
-/// `gate-frozen` and writes its attempt number to `TARGET` through the gated client as fast as
-/// it can, recording every attempt (and its outcome) in the ConfigMap `attempts` through an
-/// ungated client, so the parent can see it run after the thaw.
-#[tokio::test]
-#[ignore = "the child process of a_leader_frozen_past_its_validity_sends_nothing_after_the_thaw"]
-async fn frozen_leader_child() {
-    let (Some(ns), Some(kubeconfig)) = (
-        std::env::var_os(CHILD_NS_ENV),
-        std::env::var_os(CHILD_KUBECONFIG_ENV),
-    ) else {
-        return;
-    };
-    let ns = ns.to_string_lossy().into_owned();
-    let kc = Kubeconfig::read_from(kubeconfig).expect("the child's kubeconfig");
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("the child's config");
-    leader_lock_kubernetes::install_crypto_provider();
-    let ungated = Client::try_from(config.clone()).expect("an ungated client");
-    let lock = LeaseLock::new(ungated.clone(), &ns, "gate-frozen");
-    let e = elector(lock, "frozen", short_timing());
-    let gated = gated_client(config, e.leadership()).expect("the gated client");
-    for n in 1u64.. {
-        let r = write(
-            gated.clone(),
-            &ns,
-            FROZEN_MANAGER,
-            json!({"data": {"frozen": n.to_string()}}),
-        )
-        .await;
-        let outcome = match &r {
-            Ok(_) => "written".to_string(),
-            Err(e) => e.to_string(),
-        };
-        let record = json!({"data": {"attempt": n.to_string(), "outcome": outcome}});
-        // Best effort: a failed record only means the parent waits for the next one.
-        let _ = patch_data(ungated.clone(), &ns, "attempts", "frozen-attempts", record).await;
-        if r.is_err() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+/// The frozen leader: the `gated_writer` example, elected on the Lease `gate-frozen` with
+/// [`short_timing`], writing its attempt number to `TARGET` (key `frozen`) through the gated
+/// client as fast as it can, and recording every attempt (and its outcome) in the ConfigMap
+/// `attempts` through an ungated client, so the parent can see it run after the thaw.
+fn frozen_leader(s: &KubeApiServer, ns: &str) -> Command {
+    let exe = testkit::cargo::workspace_example("leader-lock-kubernetes", "gated_writer")
+        .expect("building the gated_writer example");
+    let t = short_timing();
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "--namespace",
+        ns,
+        "--lease",
+        "gate-frozen",
+        "--identity",
+        "frozen",
+    ])
+    .args(["--target", TARGET, "--attempts", "attempts"])
+    .args(["--field-manager", FROZEN_MANAGER, "--interval", "0s"])
+    .arg(format!(
+        "--lease-duration={}ms",
+        t.lease_duration.as_millis()
+    ))
+    .arg(format!(
+        "--renew-deadline={}ms",
+        t.renew_deadline.as_millis()
+    ))
+    .arg(format!("--retry-period={}ms", t.retry_period.as_millis()))
+    .env("KUBECONFIG", s.kubeconfig_path())
+    .env("RUST_LOG", "error")
+    .stdout(Stdio::null());
+    cmd
 }
 
 /// Kills the child process when the test ends, however it ends.
@@ -353,12 +326,7 @@ async fn a_leader_frozen_past_its_validity_sends_nothing_after_the_thaw() {
     create_config_map(s.admin_client(), &ns, TARGET).await;
     create_config_map(s.admin_client(), &ns, "attempts").await;
 
-    let exe = std::env::current_exe().expect("this test binary");
-    let child = Command::new(exe)
-        .args(["frozen_leader_child", "--exact", "--ignored", "--nocapture"])
-        .env(CHILD_NS_ENV, &ns)
-        .env(CHILD_KUBECONFIG_ENV, s.kubeconfig_path())
-        .stdout(Stdio::null())
+    let child = frozen_leader(s, &ns)
         .spawn()
         .expect("starting the frozen leader");
     let child = ChildGuard(child);
