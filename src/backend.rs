@@ -10,7 +10,7 @@ use leader_lock_kubernetes::LeaseLock;
 #[cfg(feature = "redis")]
 use leader_lock_redis::{RedisConfig, RedisLock};
 
-use crate::config::{Backend, ConfigError, Settings, SETTINGS};
+use crate::config::{env_var, flag, Backend, ConfigError, Settings, SETTINGS};
 
 /// Per-request timeout for backend calls: well inside the renew deadline.
 fn request_timeout(s: &Settings) -> std::time::Duration {
@@ -92,18 +92,44 @@ pub fn validate(s: &Settings) -> Result<(), ConfigError> {
 /// A backend's refusal as a settings error: under the setting it names (its file key), with the
 /// backend's message less the setting's name it starts with, since the error names it already;
 /// a rule between timing settings, or a field with no setting of its own, under the backend.
+/// Credentials are worded with this program's own flags and variables, which the backends do not
+/// know.
 fn backend_refusal(backend: Backend, e: &leader_lock::ConfigError) -> ConfigError {
     let message = e.to_string();
-    let named = e.setting().and_then(|dashed| {
+    let Some(key) = e.setting().and_then(|dashed| {
         let key = dashed.replace('-', "_");
-        let spec = SETTINGS.iter().find(|spec| spec.key == key)?;
-        let rest = message
-            .strip_prefix(dashed)
-            .and_then(|m| m.strip_prefix(": "))
-            .unwrap_or(&message);
-        Some(ConfigError::invalid(spec.key, rest))
-    });
-    named.unwrap_or_else(|| ConfigError::input(format!("{backend} backend settings"), message))
+        SETTINGS
+            .iter()
+            .find(|spec| spec.key == key)
+            .map(|spec| spec.key)
+    }) else {
+        return ConfigError::input(format!("{backend} backend settings"), message);
+    };
+    // The settings of a backend share its name as their prefix: etcd_username, redis_password.
+    let prefix = key.split('_').next().unwrap_or(key);
+    let password = format!(
+        "{} or {}",
+        flag(&format!("{prefix}_password_file")),
+        env_var(&format!("{prefix}_password"))
+    );
+    let message = match e {
+        leader_lock::ConfigError::CredentialsInUrl { shown, .. } => format!(
+            "`{shown}` holds credentials; give the user with {} and the password with {password}",
+            flag(&format!("{prefix}_username"))
+        ),
+        leader_lock::ConfigError::UserWithoutPassword { .. } => {
+            format!("set without a password ({password})")
+        }
+        _ => {
+            let dashed = key.replace('_', "-");
+            message
+                .strip_prefix(dashed.as_str())
+                .and_then(|m| m.strip_prefix(": "))
+                .unwrap_or(&message)
+                .to_string()
+        }
+    };
+    ConfigError::invalid(key, message)
 }
 
 /// What `connect` made: the lock, and for Kubernetes the namespace of the Lease (for Events).
@@ -228,6 +254,30 @@ mod tests {
             lock.request_timeout()
         );
         assert_eq!(lock.request_timeout(), Duration::from_millis(1500));
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn credentials_are_refused_in_this_programs_own_words() {
+        let mut s = settings(&[("lock_backend", "etcd")]);
+        s.etcd.username = Some("alice".into());
+        let e = validate(&s).expect_err("a user needs a password");
+        assert_eq!(e.setting(), Some("etcd_username"), "{e}");
+        assert!(
+            e.to_string().ends_with(
+                "set without a password (--etcd-password-file or GATEWAY_LEADER_ETCD_PASSWORD)"
+            ),
+            "{e}"
+        );
+        let s = settings(&[
+            ("lock_backend", "etcd"),
+            ("etcd_endpoints", "http://alice:SECRET@127.0.0.1:2379"),
+        ]);
+        let e = validate(&s).expect_err("no credentials in a URL");
+        assert_eq!(e.setting(), Some("etcd_endpoints"), "{e}");
+        let text = e.to_string();
+        assert!(text.contains("--etcd-username"), "{text}");
+        assert!(!text.contains("SECRET"), "{text}");
     }
 
     #[cfg(feature = "etcd")]

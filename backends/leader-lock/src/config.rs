@@ -18,6 +18,25 @@ pub enum ConfigError {
         /// What is wrong and what is accepted; it names the setting too.
         message: String,
     },
+    /// A URL carries a user or a password. Credentials belong in their own fields (`username`,
+    /// `password`), never in a URL, which shows in logs, process listings and printed settings.
+    /// A program with settings of its own names them when it reports this.
+    #[error(
+        "{setting}: `{shown}` holds credentials; give the user and the password in the config's \
+         username and password fields instead"
+    )]
+    CredentialsInUrl {
+        /// The URL's setting.
+        setting: &'static str,
+        /// The URL with its credentials redacted.
+        shown: String,
+    },
+    /// A user is set without a password.
+    #[error("{setting} is set without a password")]
+    UserWithoutPassword {
+        /// The user's setting.
+        setting: &'static str,
+    },
     /// The timing breaks one of client-go's rules or one of the backend's.
     #[error("{source}{}", note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default())]
     Timing {
@@ -43,7 +62,9 @@ impl ConfigError {
     /// `lease-duration` above `renew-deadline`).
     pub fn setting(&self) -> Option<&'static str> {
         match self {
-            ConfigError::Invalid { setting, .. } => Some(setting),
+            ConfigError::Invalid { setting, .. }
+            | ConfigError::CredentialsInUrl { setting, .. }
+            | ConfigError::UserWithoutPassword { setting } => Some(setting),
             ConfigError::Timing { source, .. } => source.setting(),
         }
     }

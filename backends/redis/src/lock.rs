@@ -71,8 +71,8 @@ fn classify(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
         || matches!(code, "WRONGPASS" | "NOAUTH");
     if auth {
         let message = format!(
-            "redis at {endpoint} rejected the credentials ({e}); check redis-username and the \
-             password (redis-password-file or GATEWAY_LEADER_REDIS_PASSWORD)"
+            "redis at {endpoint} rejected the credentials ({e}); check the username and the \
+             password"
         );
         return LockError::refused_from(message, e.clone());
     }
