@@ -4,10 +4,14 @@
 # crates are packaged together, so a crate's dependency on another resolves to that package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo package --locked --allow-dirty \
-    -p leader-lock \
-    -p leader-lock-kubernetes \
-    -p leader-lock-etcd \
-    -p leader-lock-redis \
-    -p gateway-leader-status \
-    "$@"
+crates=(leader-lock leader-lock-kubernetes leader-lock-etcd leader-lock-redis gateway-leader-status)
+# Cargo unpacks the packages of its local overlay registry under $CARGO_HOME/registry/src/-<hash>/
+# and, as for any registry, never unpacks the same name and version again: a second run would
+# verify against the first run's sources. Those dirs (named `-<hash>`, never crates.io's) are
+# removed for our crates first.
+for c in "${crates[@]}"; do
+  rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/"$c"-[0-9]*
+done
+args=()
+for c in "${crates[@]}"; do args+=(-p "$c"); done
+cargo package --locked --allow-dirty "${args[@]}" "$@"
