@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use gateway_api::gatewayclasses::{GatewayClass, GatewayClassSpec};
-use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use kube::runtime::wait::await_condition;
 use kube::Api;
@@ -89,14 +88,8 @@ async fn the_status_writer_example_writes_while_leading_and_releases_on_sigterm(
             .any(|l| l.starts_with("example_status_writes_total{kind=\"GatewayClass\"}")),
         "its metrics, under its own prefix: {out:?}"
     );
-    let leases: Api<Lease> = Api::namespaced(s.admin_client(), "default");
-    let lease = leases
-        .get("status-writer-example")
+    let holder = testkit::kube::lease_holder(&s.admin_client(), "default", "status-writer-example")
         .await
         .expect("reading the Lease");
-    let holder = lease
-        .spec
-        .and_then(|s| s.holder_identity)
-        .unwrap_or_default();
     assert_eq!(holder, "", "the Lease is released");
 }

@@ -517,7 +517,9 @@ impl KubeApiServer {
         }
     }
 
-    /// Waits until `/readyz` answers ok with the admin token; fails early if the process exits.
+    /// Waits until `/readyz` answers ok with the admin token and the `default` namespace (the
+    /// kubeconfig's, which the apiserver's bootstrap controller creates a moment after `/readyz`
+    /// turns ok) exists; fails early if the process exits.
     pub async fn wait_ready(&mut self) -> Result<()> {
         let deadline = tokio::time::Instant::now() + READY_LIMIT;
         let client = self.admin_client();
@@ -531,7 +533,16 @@ impl KubeApiServer {
             let last = match tokio::time::timeout(Duration::from_secs(5), client.request_text(req))
                 .await
             {
-                Ok(Ok(body)) if body.trim() == "ok" => return Ok(()),
+                Ok(Ok(body)) if body.trim() == "ok" => {
+                    match Api::<Namespace>::all(client.clone())
+                        .get_opt("default")
+                        .await
+                    {
+                        Ok(Some(_)) => return Ok(()),
+                        Ok(None) => "ready, but the namespace default is not created yet".into(),
+                        Err(e) => format!("ready, but reading the namespace default: {e}"),
+                    }
+                }
                 Ok(Ok(body)) => body,
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => "no answer within 5 s".into(),
@@ -576,4 +587,19 @@ async fn load(path: &Path, context: Option<&str>) -> Result<Config> {
     Config::from_custom_kubeconfig(kc, &opts)
         .await
         .with_context(|| format!("loading {}", path.display()))
+}
+
+/// The holder of the Lease `namespace/name` as the server has it: empty once it was released
+/// (a graceful release empties `holderIdentity`, as client-go does).
+pub async fn lease_holder(client: &Client, namespace: &str, name: &str) -> Result<String> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), namespace);
+    let lease = leases
+        .get(name)
+        .await
+        .with_context(|| format!("reading the Lease {namespace}/{name}"))?;
+    Ok(lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default())
 }

@@ -6,7 +6,6 @@ mod common;
 
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::PostParams;
 use kube::runtime::wait::await_condition;
@@ -61,14 +60,8 @@ async fn the_configmap_controller_example_annotates_while_leading_and_releases_o
         .await
         .expect("it exits");
     assert!(status.success(), "{status}; it printed {out:?}");
-    let leases: Api<Lease> = Api::namespaced(s.admin_client(), "default");
-    let lease = leases
-        .get("configmap-controller")
+    let holder = testkit::kube::lease_holder(&s.admin_client(), "default", "configmap-controller")
         .await
         .expect("reading the Lease");
-    let holder = lease
-        .spec
-        .and_then(|s| s.holder_identity)
-        .unwrap_or_default();
     assert_eq!(holder, "", "the Lease is released");
 }
