@@ -107,18 +107,22 @@ fn backend_refusal(backend: Backend, e: &leader_lock::ConfigError) -> ConfigErro
     };
     // The settings of a backend share its name as their prefix: etcd_username, redis_password.
     let prefix = key.split('_').next().unwrap_or(key);
-    let password = format!(
-        "{} or {}",
-        flag(&format!("{prefix}_password_file")),
-        env_var(&format!("{prefix}_password"))
-    );
+    // Only the credentials refusals name them: built there, not for every refusal.
+    let password = || {
+        format!(
+            "{} or {}",
+            flag(&format!("{prefix}_password_file")),
+            env_var(&format!("{prefix}_password"))
+        )
+    };
     let message = match e {
         leader_lock::ConfigError::CredentialsInUrl { shown, .. } => format!(
-            "`{shown}` holds credentials; give the user with {} and the password with {password}",
-            flag(&format!("{prefix}_username"))
+            "`{shown}` holds credentials; give the user with {} and the password with {}",
+            flag(&format!("{prefix}_username")),
+            password()
         ),
         leader_lock::ConfigError::UserWithoutPassword { .. } => {
-            format!("set without a password ({password})")
+            format!("set without a password ({})", password())
         }
         _ => {
             let dashed = key.replace('_', "-");
