@@ -1,6 +1,6 @@
-//! Throwaway local servers for tests and benchmarks: `etcd`, `redis-server` and `kube-apiserver`
-//! processes on free loopback ports with temporary data dirs, the Gateway API CRDs on an
-//! apiserver, the shipped RBAC bound to a test's service account, and a TCP proxy that
+//! Throwaway local servers for tests and benchmarks: `etcd` (one member, or a 3-member cluster),
+//! `redis-server` and `kube-apiserver` processes on free loopback ports with temporary data
+//! dirs, the Gateway API CRDs on an apiserver, the shipped RBAC bound to a test's service account, and a TCP proxy that
 //! black-holes a client's traffic on demand (a partition).
 //!
 //! Dev-only: the test suites and `gateway-leader-bench` use it; nothing that ships links it. It
@@ -9,6 +9,7 @@
 
 pub mod cargo;
 pub mod etcd;
+pub mod etcd_cluster;
 pub mod gateway_api;
 pub mod kube;
 pub mod process;
