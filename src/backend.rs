@@ -55,7 +55,9 @@ fn etcd_config(s: &Settings) -> EtcdConfig {
     c.username = e.username.clone();
     c.password = e.password.as_ref().map(|p| p.expose().to_string());
     c.key_prefix = e.key_prefix.clone();
-    c.request_timeout = request_timeout(s);
+    // Shorter than the others': a renew that meets a dead or hung member must still time out,
+    // move to another member and succeed there within the renew deadline (docs/etcd.md).
+    c.request_timeout = EtcdConfig::request_timeout_for(&s.timing);
     c
 }
 
