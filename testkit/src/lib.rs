@@ -1,6 +1,7 @@
 //! Throwaway local servers for tests and benchmarks: `etcd` (one member, or a 3-member cluster),
-//! `redis-server` and `kube-apiserver` processes on free loopback ports with temporary data
-//! dirs, the Gateway API CRDs on an apiserver, the shipped RBAC bound to a test's service account, and a TCP proxy that
+//! `redis-server` (alone, or a primary, a replica and three Sentinels) and `kube-apiserver`
+//! processes on free loopback ports with temporary data dirs, the Gateway API CRDs on an
+//! apiserver, the shipped RBAC bound to a test's service account, and a TCP proxy that
 //! black-holes a client's traffic on demand (a partition).
 //!
 //! Dev-only: the test suites and `gateway-leader-bench` use it; nothing that ships links it. It
@@ -16,6 +17,7 @@ pub mod process;
 pub mod proxy;
 pub mod rbac;
 pub mod redis;
+pub mod redis_sentinel;
 
 pub use cargo::workspace_binary;
 pub use process::{free_port, require_binary, tail, wait_until, ServerProcess};
