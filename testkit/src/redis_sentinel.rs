@@ -1,6 +1,12 @@
 //! A throwaway Redis primary, one replica and three Sentinels on loopback (free ports, temporary
-//! dirs): the production topology of the Redis lock, with ways to kill the primary, freeze the
-//! replica (so it misses what the primary writes meanwhile) and wait for a failover.
+//! dirs): the production topology of the Redis lock, with ways to kill a node and wait for a
+//! failover.
+//!
+//! To make a promoted replica lack writes, as an asynchronous replica that lagged would, delete
+//! them on the replica after the primary is gone and before the promotion (with
+//! `replica-read-only no`): holding back its replication stream does not work here, since
+//! Sentinel re-points a replica that replicates through a proxy straight at the primary, and a
+//! frozen replica still receives into its socket and reads the stream when it thaws.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
