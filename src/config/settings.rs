@@ -404,6 +404,32 @@ settings! {
         check: text,
         help: "prefix of the Redis keys",
     },
+    redis_sentinel: Vec<String> {
+        flag("URLS"),
+        form: UrlList,
+        check: comma_list,
+        help: "comma-separated Redis Sentinels (redis://host:port or rediss://); the lock uses the primary they name instead of redis-url",
+    },
+    redis_sentinel_master: String {
+        flag("NAME"),
+        check: text,
+        help: "the name the Sentinels monitor the primary under",
+    },
+    redis_sentinel_username: String {
+        flag("USER"),
+        check: text,
+        help: "ACL user on the Sentinels",
+    },
+    redis_sentinel_password_file: Secret {
+        flag("FILE"),
+        check: Secret::from_file,
+        help: "file holding the Sentinels' password",
+    },
+    redis_sentinel_password: Secret {
+        secret,
+        check: Secret::from_text,
+        help: "the Sentinels' password (environment or file only)",
+    },
 }
 
 #[cfg(test)]
