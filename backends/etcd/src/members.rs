@@ -7,7 +7,8 @@
 //! nothing answers: every request, keep-alive stream and watch that lands there hangs until its
 //! own timeout or the HTTP/2 ping notices, and the next request may land there again. So the
 //! lock keeps one client per endpoint instead and talks to one member at a time: a request that
-//! fails or times out moves the lock to the next member, the attempt is retried there at once
+//! fails or times out moves the lock to another member (the first in turn that answers a status
+//! request and knows a Raft leader), the attempt is retried there at once
 //! (`lock.rs`), the lease keep-alive stream reopens there (`keepalive.rs`), and a watch opened on
 //! the member left behind ends so the elector reopens it on the new one (`watch.rs`).
 
@@ -36,6 +37,10 @@ pub(crate) struct Members {
     current: AtomicUsize,
     /// The current member's index, for the watches that must leave a member the lock left.
     moved: watch::Sender<usize>,
+    /// The member that failed last, while the next one is not chosen yet (`usize::MAX`: none).
+    left: AtomicUsize,
+    /// One choice at a time.
+    choosing: tokio::sync::Mutex<()>,
 }
 
 impl Members {
@@ -53,6 +58,8 @@ impl Members {
             timeout,
             current: AtomicUsize::new(0),
             moved: watch::channel(0).0,
+            left: AtomicUsize::new(usize::MAX),
+            choosing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -79,6 +86,9 @@ impl Members {
     /// The current member and its client, connecting it first if needed (with a user, that
     /// authenticates, so it runs under the per-request timeout). A failed connect moves on.
     pub(crate) async fn client(&self) -> Result<(usize, Client), LockError> {
+        if self.left.load(Ordering::Acquire) != usize::MAX {
+            self.choose().await;
+        }
         let i = self.current();
         let member = &self.members[i];
         if let Some(c) = guard(&member.client).clone() {
@@ -138,13 +148,67 @@ impl Members {
             .is_ok()
         {
             guard(&self.members[i].client).take();
+            self.left.store(i, Ordering::Release);
             self.moved.send_replace(next);
-            warn!(from = %self.members[i].url, to = %self.members[next].url, error = %e, "etcd member failed a request; moving to the next endpoint");
+            warn!(from = %self.members[i].url, error = %e, "etcd member failed a request; leaving it for another endpoint");
         }
+    }
+
+    /// Chooses where to go after a failure: every other member is asked for its status at once
+    /// (served locally, no Raft round), and the first in turn that answers and knows a Raft
+    /// leader becomes current; else the first that answers; else the next in turn. A frozen or
+    /// cut-off member does not answer, a killed one fails at once, so neither is chosen while a
+    /// healthy one answers, and coming back round to it does not cost another timeout.
+    async fn choose(&self) {
+        let _one = self.choosing.lock().await;
+        let left = self.left.swap(usize::MAX, Ordering::AcqRel);
+        if left == usize::MAX {
+            return;
+        }
+        let n = self.members.len();
+        let limit = (self.timeout / 2).max(Duration::from_millis(100));
+        let order: Vec<usize> = (1..n).map(|k| (left + k) % n).collect();
+        let answers = futures::future::join_all(order.iter().map(|&i| self.status(i, limit))).await;
+        let pick = order
+            .iter()
+            .zip(&answers)
+            .find(|(_, a)| **a == Some(true))
+            .or_else(|| order.iter().zip(&answers).find(|(_, a)| a.is_some()))
+            .map(|(i, _)| *i);
+        if let Some(i) = pick {
+            if self.current.swap(i, Ordering::AcqRel) != i {
+                self.moved.send_replace(i);
+            }
+        }
+        let now = self.current();
+        info!(endpoint = %self.url(now), answered = ?answers, "using etcd endpoint");
+    }
+
+    /// Member `i`'s status within `limit`: `Some(true)` when it knows a Raft leader, `Some(false)`
+    /// when it answers without one, `None` when it does not answer.
+    async fn status(&self, i: usize, limit: Duration) -> Option<bool> {
+        let member = &self.members[i];
+        let cached = guard(&member.client).clone();
+        let probe = async {
+            let client = match cached {
+                Some(c) => c,
+                None => {
+                    let c = Client::connect([member.url.as_str()], Some(self.options.clone()))
+                        .await
+                        .ok()?;
+                    *guard(&member.client) = Some(c.clone());
+                    c
+                }
+            };
+            let status = client.maintenance_client().status().await.ok()?;
+            Some(status.leader() != 0)
+        };
+        tokio::time::timeout(limit, probe).await.ok().flatten()
     }
 
     /// Makes member `i` current without a failure (the first member that answered at connect).
     pub(crate) fn settle(&self, i: usize) {
+        self.left.store(usize::MAX, Ordering::Release);
         if self.current.swap(i, Ordering::AcqRel) != i {
             self.moved.send_replace(i);
             info!(endpoint = %self.url(i), "using etcd endpoint");
