@@ -70,6 +70,7 @@ fn redis_config(s: &Settings) -> RedisConfig {
     c.ca_file = r.ca_file.clone();
     c.key_prefix = r.key_prefix.clone();
     c.request_timeout = request_timeout(s);
+    c.wait_replicas = r.wait_replicas;
     if let Some(addresses) = r.sentinels.clone().filter(|a| !a.is_empty()) {
         c.sentinel = Some(SentinelConfig {
             addresses,

@@ -129,6 +129,8 @@ pub struct RedisSettings {
     pub ca_file: Option<PathBuf>,
     /// Key prefix.
     pub key_prefix: String,
+    /// Replicas to `WAIT` for after each acquire and renew.
+    pub wait_replicas: u32,
     /// Sentinel addresses; when given, the primary is the one they name.
     pub sentinels: Option<Vec<String>>,
     /// The name the Sentinels monitor the primary under.

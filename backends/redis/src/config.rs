@@ -38,6 +38,10 @@ pub struct RedisConfig {
     pub request_timeout: Duration,
     /// Find the primary through Redis Sentinel instead of `url` (see [`SentinelConfig`]).
     pub sentinel: Option<SentinelConfig>,
+    /// After every acquire and renew, `WAIT` until this many replicas have the write before the
+    /// leadership counts (0, the default: do not wait). A promoted replica then holds the record
+    /// of every leadership that counted; each renew costs a replication round trip more.
+    pub wait_replicas: u32,
 }
 
 /// Where the Sentinels are and which primary they watch for the lock.
@@ -80,6 +84,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("key_prefix", &self.key_prefix)
             .field("request_timeout", &self.request_timeout)
             .field("sentinel", &self.sentinel)
+            .field("wait_replicas", &self.wait_replicas)
             .finish()
     }
 }
@@ -104,6 +109,7 @@ impl RedisConfig {
             key_prefix: DEFAULT_KEY_PREFIX.to_string(),
             request_timeout: Duration::from_secs(2),
             sentinel: None,
+            wait_replicas: 0,
         }
     }
 

@@ -35,6 +35,8 @@ pub struct RedisLock {
     /// What this client knows of the lock: the holders it campaigns as and the terms they hold,
     /// the highest term seen, the last live holder seen and whether a watch hears every change.
     knowledge: Arc<Knowledge>,
+    /// `WAIT` for this many replicas after every acquire and renew (0: do not wait).
+    wait_replicas: u32,
 }
 
 fn now_ms() -> u64 {
@@ -75,7 +77,8 @@ fn classify(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
         let message = format!(
             "redis at {endpoint}: the ACL user lacks a permission ({e}); it needs the commands \
              EVAL, EVALSHA, SCRIPT LOAD, GET, SET, DEL, PTTL, INCR, EXISTS, TIME, INFO, PUBLISH, \
-             SUBSCRIBE and PING, the keys and channels under redis-key-prefix (see docs/redis.md)"
+             SUBSCRIBE and PING (and WAIT with redis-wait-replicas), the keys and channels under \
+             redis-key-prefix (see docs/redis.md)"
         );
         return LockError::refused_from(message, e.clone());
     }
@@ -200,6 +203,7 @@ impl RedisLock {
                 get: scripts::get(),
             }),
             knowledge: Arc::new(Knowledge::default()),
+            wait_replicas: config.wait_replicas,
         })
     }
 
@@ -248,6 +252,35 @@ impl RedisLock {
             "redis primary of {}: moved twice during one request",
             self.endpoint
         )))
+    }
+
+    /// `WAIT` until `wait_replicas` replicas acknowledged every write so far on the primary's
+    /// connection (the acquire or renew just made among them), within the request timeout.
+    async fn wait_for_replicas(&self) -> Result<(), LockError> {
+        if self.wait_replicas == 0 {
+            return Ok(());
+        }
+        let mut current = self.primary.current();
+        let within = u64::try_from(self.timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(self.wait_replicas).arg(within);
+        let wait = cmd.query_async::<i64>(&mut current.conn);
+        let acked =
+            match tokio::time::timeout(self.timeout + Duration::from_millis(100), wait).await {
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) => return Err(classify(&e, &current.endpoint, self.timeout)),
+                Err(_) => return Err(LockError::Timeout(self.timeout)),
+            };
+        if acked < i64::from(self.wait_replicas) {
+            return Err(LockError::unavailable(format!(
+                "redis at {}: {acked} of the {} replicas redis-wait-replicas asks for \
+                 acknowledged the lock record within {:?}; the leadership does not count yet",
+                current.endpoint, self.wait_replicas, self.timeout
+            )));
+        }
+        Ok(())
     }
 
     /// Interprets a value that is not ours, found with `pttl` left when the reply arrived at
@@ -370,6 +403,9 @@ impl LeaderLock for RedisLock {
                     .ok_or_else(malformed)?;
                 let term = Term(term);
                 k.won(&me, term);
+                // Held, but only counted once enough replicas have it: until then a failover
+                // could promote a replica without the record.
+                self.wait_for_replicas().await?;
                 Ok(Attempt::Leader { term })
             }
             Some(2) => {

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leader_lock::conformance::{wait_following, wait_leader, SplitBrainChecker};
+use leader_lock::conformance::{wait_following, wait_leader, wait_state, SplitBrainChecker};
 use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Timing};
 use leader_lock_redis::{RedisConfig, RedisLock, SentinelConfig};
 use testkit::redis_sentinel::{SentinelTopology, MASTER};
@@ -206,4 +206,80 @@ async fn sentinel_promoted_replica_without_the_record_keeps_one_writer() {
         "the lost term {first} came back: {record}"
     );
     assert!(leaders.len() >= 2, "one leadership only: {leaders:?}");
+}
+
+/// The median and the longest of `n` renewals of `lock` (the first attempt acquires).
+async fn renewals(lock: &RedisLock, n: usize) -> (Duration, Duration) {
+    let c = leader_lock::Candidate {
+        identity: Identity::new("timed"),
+        lease_duration: common::timing().lease_duration,
+    };
+    let mut took = Vec::new();
+    for _ in 0..=n {
+        let sent = std::time::Instant::now();
+        let attempt = leader_lock::LeaderLock::try_acquire_or_renew(lock, &c)
+            .await
+            .expect("an attempt");
+        assert!(
+            matches!(attempt, leader_lock::Attempt::Leader { .. }),
+            "{attempt:?}"
+        );
+        took.push(sent.elapsed());
+    }
+    took.remove(0);
+    took.sort();
+    (took[took.len() / 2], took[took.len() - 1])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_wait_replicas_counts_a_leadership_only_once_the_replica_has_it() {
+    common::init_tracing();
+    let mut t = SentinelTopology::start()
+        .await
+        .expect("the topology starts");
+    let timing = common::timing();
+    let patience = timing.lease_duration * 4 + Duration::from_secs(10);
+    let mut config = sentinel_config(&t, &timing);
+    config.wait_replicas = 1;
+
+    // What a WAIT costs per renewal, beside the same renewals without it (printed: timing
+    // figures belong to the bench; this machine is shared).
+    let plain = RedisLock::connect(sentinel_config(&t, &timing), "timed-plain")
+        .await
+        .expect("connects");
+    let waiting = RedisLock::connect(config.clone(), "timed-wait")
+        .await
+        .expect("connects");
+    let (p50, max) = renewals(&plain, 50).await;
+    let (w50, wmax) = renewals(&waiting, 50).await;
+    eprintln!(
+        "renewals without WAIT: p50 {p50:?}, max {max:?}; with WAIT 1: p50 {w50:?}, max {wmax:?}"
+    );
+
+    let lock = RedisLock::connect(config, "sentinel")
+        .await
+        .expect("connects through the Sentinels");
+    let a = Elector::spawn(
+        Arc::new(lock),
+        ElectorConfig {
+            identity: Identity::new("a"),
+            timing,
+            release_on_shutdown: true,
+        },
+    )
+    .expect("a valid timing");
+    wait_leader(&a.leadership(), patience, "a").await;
+    let replica = t.node(1).port();
+    let on_replica = holder_on(replica)
+        .await
+        .expect("the replica has the record");
+    assert!(on_replica.contains("\"holder\":\"a_"), "{on_replica}");
+
+    // Without a replica to acknowledge them, renewals no longer count: a steps down.
+    t.node(1).kill();
+    wait_state(&a.leadership(), patience, "a to step down", |s| {
+        !matches!(s, LeaderState::Leader { .. })
+    })
+    .await;
+    a.abort().await;
 }
