@@ -29,7 +29,11 @@ fn sentinel_config(t: &SentinelTopology, timing: &Timing) -> RedisConfig {
 }
 
 async fn contender(t: &SentinelTopology, id: &str, timing: Timing) -> Elector {
-    let lock = RedisLock::connect(sentinel_config(t, &timing), "sentinel")
+    contender_with(sentinel_config(t, &timing), id, timing).await
+}
+
+async fn contender_with(config: RedisConfig, id: &str, timing: Timing) -> Elector {
+    let lock = RedisLock::connect(config, "sentinel")
         .await
         .expect("connects through the Sentinels");
     Elector::spawn(
@@ -256,18 +260,7 @@ async fn sentinel_wait_replicas_counts_a_leadership_only_once_the_replica_has_it
         "renewals without WAIT: p50 {p50:?}, max {max:?}; with WAIT 1: p50 {w50:?}, max {wmax:?}"
     );
 
-    let lock = RedisLock::connect(config, "sentinel")
-        .await
-        .expect("connects through the Sentinels");
-    let a = Elector::spawn(
-        Arc::new(lock),
-        ElectorConfig {
-            identity: Identity::new("a"),
-            timing,
-            release_on_shutdown: true,
-        },
-    )
-    .expect("a valid timing");
+    let a = contender_with(config, "a", timing).await;
     wait_leader(&a.leadership(), patience, "a").await;
     let replica = t.node(1).port();
     let on_replica = holder_on(replica)
