@@ -186,6 +186,59 @@ async fn one_member_fault_costs_no_leadership(fault: Fault, target: Target) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_rolling_restart_costs_no_leadership() {
+    common::init_tracing();
+    let mut cluster = EtcdCluster::start().await.expect("the cluster starts");
+    // The defaults (15 s / 10 s / 2 s): a rolling restart kills the Raft leader too, and at
+    // 5 s / 3 s / 1 s that stepped down in 1 of 5 runs here (docs/etcd.md).
+    let timing = Timing::default();
+    cluster
+        .wait_healthy(patience(&timing))
+        .await
+        .expect("a Raft leader");
+    let checker = SplitBrainChecker::new();
+    let a = contender(&cluster, 0, "a", timing).await;
+    let ia = checker.watch(a.leadership());
+    wait_leader(&a.leadership(), patience(&timing), "a").await;
+    let b = contender(&cluster, 1, "b", timing).await;
+    let ib = checker.watch(b.leadership());
+    wait_following(&b.leadership(), patience(&timing), "b").await;
+    // Each member in turn, as an upgrade would: killed, restarted, healthy again before the next.
+    for i in 0..3 {
+        cluster.member(i).kill();
+        tokio::time::sleep(timing.retry_period * 2).await;
+        cluster
+            .member(i)
+            .restart()
+            .await
+            .expect("the member rejoins");
+        cluster
+            .wait_healthy(patience(&timing))
+            .await
+            .expect("the cluster is whole again");
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let downs = step_downs(&checker.history(ia));
+    let (least, longest) = margins(&checker.history(ia));
+    eprintln!(
+        "rolling restart: least validity left at a renewal {least:?}, longest time between \
+         renewals {longest:?}"
+    );
+    let b_led = checker
+        .history(ib)
+        .iter()
+        .any(|(_, s)| matches!(s, LeaderState::Leader { .. }));
+    a.abort().await;
+    b.abort().await;
+    let leaders = checker.finish().await;
+    assert_eq!(
+        downs, 0,
+        "the leader stepped down {downs} time(s): {leaders:?}"
+    );
+    assert!(!b_led, "b led during the rolling restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_killed_under_the_leader_raft_leader_costs_no_leadership() {
     one_member_fault_costs_no_leadership(Fault::Kill, Target::RaftLeader).await;
 }
