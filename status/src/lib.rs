@@ -7,6 +7,7 @@
 //! - [`merge`]: the Gateway API's rules for folding our part into an object's status.
 //! - [`writer`]: the guarded writer, which sends only under a valid leadership.
 //! - [`metrics`]: what the writer counts, registered where the caller says.
+//! - [`secret`]: Secrets reduced to what the listener certificate check needs.
 //!
 //! [`StatusController::start`] runs all of it under a [`leader_lock::Leadership`]; every write
 //! goes through [`leader_lock::Leadership::run`] with a resourceVersion precondition, so only the
@@ -19,6 +20,7 @@ pub mod desired;
 pub mod key;
 pub mod merge;
 pub mod metrics;
+pub mod secret;
 pub mod watch;
 
 pub mod writer;

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::{Stream, TryStreamExt};
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, Lookup, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
@@ -21,6 +22,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
 use crate::compute::World;
+use crate::secret::TlsSecret;
 
 /// The annotation on Gateway API CRDs that names their bundle version.
 pub const BUNDLE_VERSION_ANNOTATION: &str = "gateway.networking.k8s.io/bundle-version";
@@ -36,6 +38,7 @@ pub struct Stores {
     services: Store<Service>,
     reference_grants: Store<ReferenceGrant>,
     namespaces: Store<Namespace>,
+    secrets: Store<TlsSecret>,
 }
 
 impl Stores {
@@ -48,6 +51,7 @@ impl Stores {
         let _ = self.services.wait_until_ready().await;
         let _ = self.reference_grants.wait_until_ready().await;
         let _ = self.namespaces.wait_until_ready().await;
+        let _ = self.secrets.wait_until_ready().await;
     }
 
     /// A snapshot for one computation.
@@ -59,6 +63,7 @@ impl Stores {
             services: self.services.state(),
             reference_grants: self.reference_grants.state(),
             namespaces: self.namespaces.state(),
+            secrets: self.secrets.state(),
             bundle_version,
         }
     }
@@ -73,14 +78,21 @@ pub fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<()>) -> 
         services: reflect(Api::all(client.clone()), &changed, tasks),
         reference_grants: reflect(Api::all(client.clone()), &changed, tasks),
         namespaces: reflect(Api::all(client.clone()), &changed, tasks),
+        secrets: reflect_secrets(Api::all(client.clone()), &changed, tasks),
     }
 }
+
+/// How many Secrets one page of the Secret watch's initial list holds.
+///
+/// Each Secret arrives whole (up to 1 MiB) and is reduced at once, so a page is the most Secret
+/// data held at a time: 50 pages of at most 50 MiB, instead of kube-runtime's 500.
+pub const SECRET_PAGE_SIZE: u32 = 50;
 
 /// How a failed watch retries: from 250 ms, doubling, jittered, at most 2 s apart.
 ///
 /// kube-runtime's default (client-go's reflector: up to 30 s) is kind to a struggling apiserver,
 /// but after an apiserver restart of a few seconds it leaves a new leader blind to changes for up
-/// to 15 s more (measured with `gateway-leader-bench run --scenario backend-restart`). Six watches
+/// to 15 s more (measured with `gateway-leader-bench run --scenario backend-restart`). Seven watches
 /// per replica retrying every 2 s at worst is still a light load.
 fn watch_backoff() -> watcher::ExponentialBackoff {
     backon::ExponentialBuilder::default()
@@ -97,10 +109,42 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
 {
-    let kind = K::kind(&K::DynamicType::default()).into_owned();
     let (reader, writer) = reflector::store();
     let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
         .backoff(watch_backoff());
+    drive(
+        K::kind(&K::DynamicType::default()).into_owned(),
+        stream,
+        changed,
+        tasks,
+    );
+    reader
+}
+
+/// Like [`reflect`], for Secrets: each is reduced to a [`TlsSecret`] before it enters the store,
+/// so the store never holds a Secret's data.
+fn reflect_secrets(
+    api: Api<Secret>,
+    changed: &Arc<Notify>,
+    tasks: &mut JoinSet<()>,
+) -> Store<TlsSecret> {
+    let (reader, writer) = reflector::store();
+    let config = watcher::Config::default().page_size(SECRET_PAGE_SIZE);
+    let reduced = watcher(api, config).map_ok(TlsSecret::map_event);
+    let stream = reflector::reflector(writer, reduced).backoff(watch_backoff());
+    drive(TlsSecret::kind(&()).into_owned(), stream, changed, tasks);
+    reader
+}
+
+/// Runs a reflector's stream on `tasks`, notifying `changed` on every event.
+fn drive<K>(
+    kind: String,
+    stream: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+    changed: &Arc<Notify>,
+    tasks: &mut JoinSet<()>,
+) where
+    K: Send + 'static,
+{
     let changed = changed.clone();
     tasks.spawn(async move {
         futures::pin_mut!(stream);
@@ -113,7 +157,6 @@ where
         }
         debug!(%kind, "watch ended");
     });
-    reader
 }
 
 /// Reads the installed Gateway API bundle version from the GatewayClass CRD, if allowed.

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use super::World;
 use crate::desired::Desired;
 use crate::key::{Kind, ObjectKey};
+use crate::secret::{Content, TlsSecret};
 
 /// Our controllerName.
 pub(crate) const CONTROLLER: &str = "example.com/gateway-leader";
@@ -33,8 +34,8 @@ fn from<T: DeserializeOwned>(v: Value) -> Arc<T> {
     Arc::new(serde_json::from_value(v).expect("test object deserializes"))
 }
 
-/// A world with our GatewayClass, namespaces `infra` and `apps` (label `team: a`), and the
-/// supported bundle version.
+/// A world with our GatewayClass, namespaces `infra` and `apps` (label `team: a`), a usable
+/// TLS Secret `infra/cert`, and the supported bundle version.
 pub(crate) fn world() -> World {
     World {
         gateway_classes: vec![class(CLASS, CONTROLLER)],
@@ -42,6 +43,7 @@ pub(crate) fn world() -> World {
             namespace("infra", json!({})),
             namespace("apps", json!({"team": "a"})),
         ],
+        secrets: vec![secret("infra", "cert", Content::Usable)],
         bundle_version: Some("v1.5.1".into()),
         ..World::default()
     }
@@ -131,6 +133,17 @@ pub(crate) fn namespace(name: &str, labels: Value) -> Arc<Namespace> {
         "kind": "Namespace",
         "metadata": {"name": name, "labels": labels},
     }))
+}
+
+/// A Secret as the Secret watch reduces it, with this outcome of the certificate check.
+pub(crate) fn secret(namespace: &str, name: &str, content: Content) -> Arc<TlsSecret> {
+    Arc::new(TlsSecret {
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        resource_version: Some("1".into()),
+        uid: None,
+        content,
+    })
 }
 
 /// A ReferenceGrant with this spec.

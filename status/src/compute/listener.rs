@@ -1,7 +1,10 @@
 //! One Gateway's listeners: protocol, route kinds, TLS certificateRefs, conflicts between
 //! listeners, and which routes' namespaces a listener allows.
 //!
-//! Only HTTP and HTTPS are served, and only HTTPRoutes attach. A listener with a protocol this
+//! HTTP, HTTPS (TLS mode Terminate) and TLS (Terminate or Passthrough) are served. A
+//! terminating listener's certificateRefs must each resolve to a usable Secret (see
+//! [`refs::check_certificate`]); a Passthrough listener's are ignored, as v1.5.1
+//! `apis/v1/gateway_types.go` (`ListenerTLSConfig.Mode`) says. A listener with a protocol this
 //! controller does not serve (or an unsupported TLS mode) is never accepted and takes no part
 //! in conflict detection: the spec's rule for unsupported TCP listeners ("the previous rule does
 //! not apply, and the TCP Listeners SHOULD NOT be accepted") keeps it from knocking out the
@@ -213,10 +216,10 @@ fn unsupported(spec: &GatewayListeners) -> Option<Verdict> {
             reason::UNSUPPORTED_VALUE,
             "tls.mode Passthrough is not supported on an HTTPS listener",
         )),
-        "HTTPS" => None,
+        "HTTPS" | "TLS" => None,
         other => Some(Verdict::no(
             reason::UNSUPPORTED_PROTOCOL,
-            format!("protocol {other} is not supported (only HTTP and HTTPS)"),
+            format!("protocol {other} is not supported (only HTTP, HTTPS and TLS)"),
         )),
     }
 }
@@ -277,13 +280,14 @@ fn route_kinds(
     (supported, problem)
 }
 
-/// The certificateRef problems of a terminating HTTPS listener, in spec order.
+/// The certificateRef problems of a listener that terminates TLS (HTTPS, or TLS in mode
+/// Terminate, the default), in spec order.
 fn certificate_problems(
     spec: &GatewayListeners,
     gateway_namespace: &str,
     index: &Index<'_>,
 ) -> Vec<Problem> {
-    if spec.protocol != "HTTPS" || is_passthrough(spec) {
+    if !matches!(spec.protocol.as_str(), "HTTPS" | "TLS") || is_passthrough(spec) {
         return vec![];
     }
     let certificate_refs = spec
@@ -294,7 +298,10 @@ fn certificate_problems(
     if certificate_refs.is_empty() {
         return vec![Problem {
             reason: reason::INVALID_CERTIFICATE_REF,
-            message: "an HTTPS listener needs tls.certificateRefs".into(),
+            message: format!(
+                "a {} listener that terminates TLS needs tls.certificateRefs",
+                spec.protocol
+            ),
         }];
     }
     certificate_refs
@@ -372,14 +379,20 @@ mod tests {
 
     use super::super::compute;
     use super::super::fixtures::*;
+    use crate::secret::Content;
 
-    fn out_for(listeners: Value) -> Out {
+    pub(super) fn out_for(listeners: Value) -> Out {
         let mut w = world();
         w.gateways = vec![gateway("infra", "gw", listeners)];
         compute(&w, CONTROLLER)
     }
 
-    fn https(name: &str, port: i32, hostname: Option<&str>, certificate_refs: Value) -> Value {
+    pub(super) fn https(
+        name: &str,
+        port: i32,
+        hostname: Option<&str>,
+        certificate_refs: Value,
+    ) -> Value {
         let mut l = json!({"name": name, "port": port, "protocol": "HTTPS",
                            "tls": {"certificateRefs": certificate_refs}});
         if let Some(h) = hostname {
@@ -388,7 +401,7 @@ mod tests {
         l
     }
 
-    fn cert() -> Value {
+    pub(super) fn cert() -> Value {
         json!([{"name": "cert"}])
     }
 
@@ -565,6 +578,7 @@ mod tests {
             tsr("ResolvedRefs", "False", "RefNotPermitted")
         );
 
+        w.secrets.push(secret("certs", "cert", Content::Usable));
         w.reference_grants.push(grant(
             "certs",
             "to-secrets",
@@ -626,3 +640,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod tls_tests;

@@ -25,6 +25,7 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 
 use crate::desired::Desired;
 use crate::key::ObjectKey;
+use crate::secret::TlsSecret;
 
 mod gateway;
 mod gatewayclass;
@@ -55,6 +56,8 @@ pub struct World {
     pub reference_grants: Vec<Arc<ReferenceGrant>>,
     /// All Namespaces (listeners' `allowedRoutes.namespaces.selector` matches their labels).
     pub namespaces: Vec<Arc<Namespace>>,
+    /// All Secrets, reduced to what listeners' certificateRefs need.
+    pub secrets: Vec<Arc<TlsSecret>>,
     /// The `gateway.networking.k8s.io/bundle-version` annotation of the installed GatewayClass
     /// CRD, when it could be read.
     pub bundle_version: Option<String>,

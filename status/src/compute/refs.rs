@@ -1,9 +1,8 @@
 //! References from one object to another: ReferenceGrant permission, route backendRefs and
 //! listener certificateRefs.
 //!
-//! Secrets are not watched (reading every Secret in the cluster is far more privilege than a
-//! status writer should hold), so a certificateRef is checked for kind and permission only, never
-//! for existence or content.
+//! A certificateRef is checked for permission, kind, existence and content, against Secrets
+//! reduced by [`crate::secret`] to the outcome of the certificate check.
 
 use gateway_api::gateways::GatewayListenersTlsCertificateRefs;
 
@@ -146,7 +145,15 @@ pub(crate) fn check_backend(
 /// Checks one `tls.certificateRefs` entry of a listener of a Gateway in `gateway_namespace`.
 ///
 /// Permission comes first because the spec reserves InvalidCertificateRef for references that
-/// are allowed.
+/// are allowed (v1.5.1 `apis/v1/gateway_types.go`, `ListenerReasonInvalidCertificateRef`: "This
+/// reason must be used only when the reference is allowed"; `ListenerTLSConfig.CertificateRefs`:
+/// without a ReferenceGrant, "RefNotPermitted"; conformance
+/// `gateway-secret-missing-reference-grant`, `gateway-secret-invalid-reference-grant`). Then the
+/// kind (an unsupported group or kind: conformance `gateway-invalid-tls-configuration`,
+/// `gateway-certificate-unsupported-group`/`-kind`), then the Secret itself: one that does not
+/// exist (`gateway-certificate-nonexistent-secret`) or whose data is malformed
+/// (`gateway-certificate-malformed-secret`), of another type than `kubernetes.io/tls` (the only
+/// one with core support), or without `tls.crt`/`tls.key`.
 pub(crate) fn check_certificate(
     index: &Index<'_>,
     gateway_namespace: &str,
@@ -184,7 +191,19 @@ pub(crate) fn check_certificate(
             ),
         });
     }
-    Ok(())
+    let invalid = |what: String| {
+        Err(Problem {
+            reason: reason::INVALID_CERTIFICATE_REF,
+            message: format!("{at}: {what}"),
+        })
+    };
+    match index.secret(namespace, &r.name) {
+        None => invalid("Secret not found".into()),
+        Some(secret) => match secret.content.problem() {
+            Some(problem) => invalid(problem),
+            None => Ok(()),
+        },
+    }
 }
 
 /// The problem to report among several: the first reason in `precedence` that occurs, with the

@@ -113,7 +113,7 @@ fn a_gateway_that_is_not_accepted_accepts_no_route() {
     w.gateways = vec![gateway(
         "infra",
         "gw",
-        json!([{"name": "tls", "port": 443, "protocol": "TLS", "tls": {"mode": "Passthrough"}}]),
+        json!([{"name": "tcp", "port": 9000, "protocol": "TCP"}]),
     )];
     let out = with_route(w, "infra", route_spec(to_gw(), json!([])));
     assert_eq!(
