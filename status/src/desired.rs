@@ -6,6 +6,7 @@
 //! change and stamps the write time when it did, so two computations of the same spec compare
 //! equal.
 
+use gateway_api::gatewayclasses::GatewayClassStatusSupportedFeatures;
 use gateway_api::gateways::GatewayStatusListeners;
 use gateway_api::httproutes::HttpRouteStatusParents;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -14,12 +15,16 @@ use k8s_openapi::jiff::Timestamp;
 /// What we want one object's status to say.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Desired {
-    /// A GatewayClass whose `controllerName` is ours: Accepted and SupportedVersion.
+    /// A GatewayClass whose `controllerName` is ours: Accepted, SupportedVersion and the
+    /// supported features.
     GatewayClass {
         /// `metadata.generation` the conditions were computed from.
         generation: i64,
         /// Our conditions, merged by type into `status.conditions`.
         conditions: Vec<Condition>,
+        /// `status.supportedFeatures`, sorted by name; replaces the field (a class has one
+        /// controller, so the whole list is ours).
+        supported_features: Vec<GatewayClassStatusSupportedFeatures>,
     },
     /// A Gateway of one of our classes.
     Gateway {

@@ -104,6 +104,7 @@ impl StatusObject for GatewayClass {
         let Desired::GatewayClass {
             generation,
             conditions,
+            supported_features,
         } = desired
         else {
             return Merge::WrongKind;
@@ -117,7 +118,7 @@ impl StatusObject for GatewayClass {
             |next| {
                 next.status = Some(GatewayClassStatus {
                     conditions: Some(merge_conditions(&have, conditions, now)),
-                    ..status
+                    supported_features: Some(supported_features.clone()),
                 });
             },
             |a, b| a.status.clone().unwrap_or_default() == b.status.clone().unwrap_or_default(),
@@ -256,6 +257,7 @@ fn merge_parent(
 
 #[cfg(test)]
 mod tests {
+    use gateway_api::gatewayclasses::GatewayClassStatusSupportedFeatures;
     use gateway_api::httproutes::HttpRouteStatusParentsParentRef;
     use k8s_openapi::jiff::Timestamp;
     use kube::api::ObjectMeta;
@@ -283,6 +285,10 @@ mod tests {
             supported_features: None,
         });
         gc
+    }
+
+    fn feature(name: &str) -> GatewayClassStatusSupportedFeatures {
+        GatewayClassStatusSupportedFeatures { name: name.into() }
     }
 
     fn written<K>(m: Merge<K>) -> K {
@@ -337,9 +343,16 @@ mod tests {
         let want = Desired::GatewayClass {
             generation: 2,
             conditions: vec![condition("Accepted", true, "Accepted", "ok", 2)],
+            supported_features: vec![feature("Gateway"), feature("HTTPRoute")],
         };
         let gc = class(None);
         let once = written(gc.merge(&want, US, &t(10)));
+        assert_eq!(
+            once.status
+                .as_ref()
+                .and_then(|s| s.supported_features.clone()),
+            Some(vec![feature("Gateway"), feature("HTTPRoute")])
+        );
         assert_eq!(once.merge(&want, US, &t(99)), Merge::Unchanged);
     }
 
@@ -352,6 +365,7 @@ mod tests {
         let want = Desired::GatewayClass {
             generation: 4,
             conditions: vec![condition("Accepted", false, "Invalid", "", 4)],
+            supported_features: vec![],
         };
         assert_eq!(gc.merge(&want, US, &t(10)), Merge::Stale { observed: 5 });
         // Another controller's newer generation on a type we do not set is no reason to stop.
