@@ -453,6 +453,24 @@ const CASES: &[Case] = &[
         without: Without::ClusterRoleVerb(2, "watch"),
         refused: &[("watch", "services"), ("watch", "namespaces")],
     },
+    // Reading the Secrets that listeners' certificateRefs name: the certificate check cannot
+    // run, so no status is computed (an HTTPS listener would otherwise be reported invalid for
+    // want of a permission).
+    Case {
+        name: "no-secrets",
+        without: Without::ClusterRoleRule(4),
+        refused: &[("", "secrets")],
+    },
+    Case {
+        name: "no-secrets-list",
+        without: Without::ClusterRoleVerb(4, "list"),
+        refused: &[("list", "secrets")],
+    },
+    Case {
+        name: "no-secrets-watch",
+        without: Without::ClusterRoleVerb(4, "watch"),
+        refused: &[("watch", "secrets")],
+    },
 ];
 
 /// Runs one case: a replica bound to the base's RBAC less one rule logs the refusal of every
