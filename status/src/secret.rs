@@ -97,7 +97,7 @@ impl Content {
         match self {
             Content::Usable => None,
             Content::WrongType(t) => Some(format!("Secret type is {t:?}, not {TLS_SECRET_TYPE}")),
-            Content::MissingKey(k) => Some(format!("Secret has no {k}")),
+            Content::MissingKey(k) => Some(format!("Secret has no {k}, or it is empty")),
             Content::Malformed { key, why } => Some(format!("{key} is malformed: {why}")),
         }
     }
