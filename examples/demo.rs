@@ -1,7 +1,8 @@
 //! The engine of `scripts/demo.sh`: the main job of gateway-leader, live on this machine.
 //!
 //! It starts a local kube-apiserver with the Gateway API CRDs and a small sample (a class, a
-//! Gateway, a Service and three HTTPRoutes: one valid, one to a missing Service, one to another
+//! Gateway with an HTTP listener and an HTTPS listener whose certificate Secret does not exist
+//! yet, a Service and three HTTPRoutes: one valid, one to a missing Service, one to another
 //! namespace's Service without a ReferenceGrant), and three `gateway-leader run` replicas that
 //! elect a leader on a Kubernetes Lease, etcd or Redis. Every replica computes the statuses; only
 //! the leader writes them. The demo prints who leads under which fencing term and the statuses on
@@ -25,7 +26,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ManagedFieldsEntry, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -55,6 +56,8 @@ const NS: &str = "demo";
 const OTHER_NS: &str = "demo-other";
 /// A Service name that never exists.
 const MISSING_SERVICE: &str = "no-such-service";
+/// The Secret the HTTPS listener names: missing at first, created once the statuses show it.
+const TLS_SECRET: &str = "web-tls";
 
 /// Short timing so that the crash case (which waits for the lease to run out) is quick; the
 /// defaults are 15s/10s/2s.
@@ -672,6 +675,10 @@ async fn apply_sample(server: &KubeApiServer, client: &Client) -> Result<()> {
             "spec": {"gatewayClassName": CLASS.name, "listeners": [{
                 "name": "http", "protocol": "HTTP", "port": 80,
                 "allowedRoutes": {"namespaces": {"from": "All"}}
+            }, {
+                "name": "https", "protocol": "HTTPS", "port": 443,
+                "allowedRoutes": {"namespaces": {"from": "All"}},
+                "tls": {"certificateRefs": [{"name": TLS_SECRET}]}
             }]}
         }),
     )
@@ -716,6 +723,39 @@ async fn apply_sample(server: &KubeApiServer, client: &Client) -> Result<()> {
             json!({"name": GATEWAY.name, "namespace": NS}),
             json!({"name": "web", "namespace": NS, "port": 80}),
         ),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Creates the HTTPS listener's Secret (a self-signed certificate) and waits until the leader
+/// reports the listener resolved and programmed.
+async fn create_tls_secret(client: &Client, logs: &Path) -> Result<()> {
+    let cert = rcgen::generate_simple_self_signed(vec!["web.demo.example".to_string()])
+        .context("making a self-signed certificate")?;
+    create(
+        &Api::<Secret>::namespaced(client.clone(), NS),
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": TLS_SECRET, "namespace": NS},
+            "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": cert.cert.pem(), "tls.key": cert.signing_key.serialize_pem()}
+        }),
+    )
+    .await?;
+    await_object(
+        Api::<Gateway>::namespaced(client.clone(), NS),
+        GATEWAY,
+        "listener https ResolvedRefs=True",
+        logs,
+        |g| {
+            g.status
+                .iter()
+                .flat_map(|s| s.listeners.iter().flatten())
+                .filter(|l| l.name == "https")
+                .flat_map(|l| l.conditions.iter())
+                .any(|c| c.type_ == "ResolvedRefs" && c.status == "True")
+        },
     )
     .await?;
     Ok(())
@@ -1318,6 +1358,7 @@ async fn run(out: &Out, bin: &Path, backend: Backend, dir: &Path) -> Result<()> 
     for line in [
         format!("sample: {CLASS} (controllerName {CONTROLLER})"),
         format!("        {GATEWAY} (listener http, port 80, routes from all namespaces)"),
+        format!("        {GATEWAY} (listener https, port 443, Secret {NS}/{TLS_SECRET} not created yet)"),
         format!("        Service {NS}/web (port 80)"),
         format!("        {VALID} -> web:80"),
         format!("        {MISSING} -> {MISSING_SERVICE}:80 (no such Service)"),
@@ -1369,6 +1410,13 @@ async fn run(out: &Out, bin: &Path, backend: Backend, dir: &Path) -> Result<()> 
         lock,
     };
     let first = demo.start().await?;
+
+    out.heading(format!(
+        "The missing certificate: creating Secret {NS}/{TLS_SECRET} (self-signed)"
+    ));
+    create_tls_secret(&demo.client, dir).await?;
+    out.step("listener https: ResolvedRefs=True, Programmed=True once its Secret exists");
+    demo.table().await?;
 
     out.heading("Graceful stop: the leader releases the lock, a follower takes over at once");
     let rest: Vec<&str> = REPLICAS
