@@ -52,8 +52,9 @@ pub struct StatusController {
 impl StatusController {
     /// Starts watching, computing and (while `leadership` is valid) writing.
     ///
-    /// `client` must be allowed to list and watch the Gateway API objects and to update their
-    /// status; the writes are guarded here already, so it need not be a gated client. `synced`
+    /// `client` must be allowed to list and watch the Gateway API objects, Services,
+    /// Namespaces and Secrets (the listeners' certificates; see [`secret`]), and to update the
+    /// Gateway API objects' status; the writes are guarded here already, so it need not be a gated client. `synced`
     /// turns true once every watch has its initial list (a readiness signal).
     ///
     /// # Panics
