@@ -4,15 +4,17 @@
 //!
 //! One pass per kind, each building on the last: GatewayClasses decide which Gateways are ours,
 //! Gateways' listeners decide where routes attach, and routes' attachments fill in the
-//! listeners' `attachedRoutes`. Gateways, Services, ReferenceGrants and namespaces are looked
-//! up through hash indexes built once, so a computation visits each object about once (a
+//! listeners' `attachedRoutes`. Gateways, Services, Secrets, ReferenceGrants and namespaces are
+//! looked up through hash indexes built once, so a computation visits each object about once (a
 //! route's parentRef also visits the listeners of the one Gateway it names). Objects without a
 //! name (or a namespace, where one is due) are skipped; a missing `metadata.generation` counts
 //! as 0. Nothing here panics on any input.
 //!
 //! Deliberately not covered: ListenerSets, the Gateway-level `tls` block and its
-//! `ResolvedRefs` condition, route kinds other than HTTPRoute, and the validation of HTTPRoute
-//! matches and filters (`UnsupportedValue`, `IncompatibleFilters`, `PartiallyInvalid`).
+//! `ResolvedRefs` condition, certificate checks beyond parsing (expiry, SANs against the
+//! listener's hostname, `OverlappingCertificates`), `OverlappingTLSConfig` on TLS listeners,
+//! route kinds other than HTTPRoute, and the validation of HTTPRoute matches and filters
+//! (`UnsupportedValue`, `IncompatibleFilters`, `PartiallyInvalid`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
