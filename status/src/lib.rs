@@ -54,8 +54,9 @@ impl StatusController {
     ///
     /// `client` must be allowed to list and watch the Gateway API objects, Services,
     /// Namespaces and Secrets (the listeners' certificates; see [`secret`]), and to update the
-    /// Gateway API objects' status; the writes are guarded here already, so it need not be a gated client. `synced`
-    /// turns true once every watch has its initial list (a readiness signal).
+    /// Gateway API objects' status; the writes are guarded here already, so it need not be a
+    /// gated client. `synced` turns true once every watch has its initial list (a readiness
+    /// signal).
     ///
     /// # Panics
     /// Outside a Tokio runtime.
