@@ -19,8 +19,10 @@ use std::sync::Arc;
 
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
+use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 
 use crate::desired::Desired;
@@ -49,6 +51,10 @@ pub struct World {
     pub gateways: Vec<Arc<Gateway>>,
     /// All HTTPRoutes.
     pub http_routes: Vec<Arc<HttpRoute>>,
+    /// All GRPCRoutes (none while their CRD is not installed).
+    pub grpc_routes: Vec<Arc<GrpcRoute>>,
+    /// All TLSRoutes (none while their CRD is not installed).
+    pub tls_routes: Vec<Arc<TlsRoute>>,
     /// All Services (backendRefs resolve against them).
     pub services: Vec<Arc<Service>>,
     /// All ReferenceGrants (cross-namespace backendRefs and certificateRefs need one).
