@@ -31,7 +31,7 @@ use crate::key::ObjectKey;
 mod gateway;
 mod gatewayclass;
 mod hostname;
-mod httproute;
+mod route;
 mod index;
 mod listener;
 mod reason;
@@ -72,7 +72,7 @@ pub fn compute(world: &World, controller_name: &str) -> BTreeMap<ObjectKey, Desi
     let index = index::Index::new(world);
     let classes = gatewayclass::compute(world, controller_name, &mut out);
     let mut gateways = gateway::analyse(world, &classes, &index);
-    httproute::compute(world, controller_name, &mut gateways, &index, &mut out);
+    route::compute(world, controller_name, &mut gateways, &index, &mut out);
     gateway::emit(gateways, &mut out);
     out
 }
