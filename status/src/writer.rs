@@ -18,7 +18,9 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
+use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
@@ -483,6 +485,22 @@ impl Job {
             Kind::HttpRoute => {
                 self.guarded(
                     Api::<HttpRoute>::namespaced(self.client.clone(), ns),
+                    key,
+                    desired,
+                )
+                .await
+            }
+            Kind::GrpcRoute => {
+                self.guarded(
+                    Api::<GrpcRoute>::namespaced(self.client.clone(), ns),
+                    key,
+                    desired,
+                )
+                .await
+            }
+            Kind::TlsRoute => {
+                self.guarded(
+                    Api::<TlsRoute>::namespaced(self.client.clone(), ns),
                     key,
                     desired,
                 )

@@ -10,9 +10,14 @@
 //! name (or a namespace, where one is due) are skipped; a missing `metadata.generation` counts
 //! as 0. Nothing here panics on any input.
 //!
+//! HTTPRoutes, GRPCRoutes and TLSRoutes go through one route engine (`route.rs`); each kind
+//! only describes what the engine reads of it.
+//!
 //! Deliberately not covered: ListenerSets, the Gateway-level `tls` block and its
-//! `ResolvedRefs` condition, route kinds other than HTTPRoute, and the validation of HTTPRoute
-//! matches and filters (`UnsupportedValue`, `IncompatibleFilters`, `PartiallyInvalid`).
+//! `ResolvedRefs` condition, the validation of route matches and filters (`UnsupportedValue`,
+//! `IncompatibleFilters`, `PartiallyInvalid`), hostname conflicts between a GRPCRoute and an
+//! HTTPRoute on one listener, and TLS listeners in Terminate mode (refused as
+//! `UnsupportedValue`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,11 +36,11 @@ use crate::key::ObjectKey;
 mod gateway;
 mod gatewayclass;
 mod hostname;
-mod route;
 mod index;
 mod listener;
 mod reason;
 mod refs;
+mod route;
 mod selector;
 mod verdict;
 
@@ -293,7 +298,7 @@ mod tests {
         );
         let r = &out[&ObjectKey::namespaced(Kind::HttpRoute, "infra", "r")];
         assert_eq!(r.generation(), 0);
-        let Desired::HttpRoute { parents, .. } = r else {
+        let Desired::Route { parents, .. } = r else {
             panic!("not a route: {r:?}");
         };
         assert!(parents
