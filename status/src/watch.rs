@@ -277,7 +277,11 @@ where
         while let Some(event) = stream.next().await {
             match event {
                 Ok(event) => {
-                    state.failed.store(false, Ordering::Release);
+                    // `Init` starts every (re)list, also one that will fail again: only what
+                    // follows it shows the watch works.
+                    if !matches!(event, watcher::Event::Init) {
+                        state.failed.store(false, Ordering::Release);
+                    }
                     if matches!(event, watcher::Event::InitDone)
                         && !state.synced.swap(true, Ordering::AcqRel)
                     {
