@@ -51,13 +51,8 @@ fn eventually(addr: SocketAddr, path: &str, ok: impl Fn(u16, &str) -> bool) -> S
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_and_a_follower_answer_health_readiness_and_metrics() {
-    let s = apiserver().await;
-    let ns = "health";
-    s.create_namespace(ns).await.expect("namespace");
-    let client = s.admin_client();
-    let controller = "gateway-leader.dev/health";
+/// A class for `controller`, Gateway `gw`, Service `web` and HTTPRoute `route` in `ns`.
+async fn sample(client: &kube::Client, ns: &str, controller: &str) {
     put(
         &Api::<GatewayClass>::all(client.clone()),
         &gateway_class(ns, controller),
@@ -74,10 +69,20 @@ async fn a_leader_and_a_follower_answer_health_readiness_and_metrics() {
     )
     .await;
     put(
-        &Api::<HttpRoute>::namespaced(client, ns),
+        &Api::<HttpRoute>::namespaced(client.clone(), ns),
         &route(ns, "route", "gw", &[(ns, "web", 80)]),
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_and_a_follower_answer_health_readiness_and_metrics() {
+    let s = apiserver().await;
+    let ns = "health";
+    s.create_namespace(ns).await.expect("namespace");
+    let client = s.admin_client();
+    let controller = "gateway-leader.dev/health";
+    sample(&client, ns, controller).await;
     let args = replica_args(s.kubeconfig_path(), ns, controller);
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -215,23 +220,8 @@ async fn missing_crds_are_named_once_hold_readiness_back_and_are_picked_up_when_
     })
     .await
     .expect("the required CRDs");
-    put(
-        &Api::<GatewayClass>::all(client.clone()),
-        &gateway_class(ns, controller),
-    )
-    .await;
-    put(
-        &Api::<Gateway>::namespaced(client.clone(), ns),
-        &gateway(ns, "gw", ns),
-    )
-    .await;
-    put(
-        &Api::<Service>::namespaced(client.clone(), ns),
-        &service(ns, "web", 80),
-    )
-    .await;
+    sample(&client, ns, controller).await;
     let routes: Api<HttpRoute> = Api::namespaced(client.clone(), ns);
-    put(&routes, &route(ns, "route", "gw", &[(ns, "web", 80)])).await;
     wait_for(&routes, "route", "accepted", |rt| {
         route_says(rt, controller, "Accepted", "True", "Accepted")
     })

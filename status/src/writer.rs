@@ -469,42 +469,27 @@ impl Job {
 
     async fn write_once(&self, key: &ObjectKey, desired: &Desired) -> Result<Written, WriteError> {
         let ns = key.namespace.as_deref().unwrap_or_default();
+        let c = || self.client.clone();
         match key.kind {
             Kind::GatewayClass => {
-                self.guarded(Api::<GatewayClass>::all(self.client.clone()), key, desired)
+                self.guarded(Api::<GatewayClass>::all(c()), key, desired)
                     .await
             }
             Kind::Gateway => {
-                self.guarded(
-                    Api::<Gateway>::namespaced(self.client.clone(), ns),
-                    key,
-                    desired,
-                )
-                .await
+                self.guarded(Api::<Gateway>::namespaced(c(), ns), key, desired)
+                    .await
             }
             Kind::HttpRoute => {
-                self.guarded(
-                    Api::<HttpRoute>::namespaced(self.client.clone(), ns),
-                    key,
-                    desired,
-                )
-                .await
+                self.guarded(Api::<HttpRoute>::namespaced(c(), ns), key, desired)
+                    .await
             }
             Kind::GrpcRoute => {
-                self.guarded(
-                    Api::<GrpcRoute>::namespaced(self.client.clone(), ns),
-                    key,
-                    desired,
-                )
-                .await
+                self.guarded(Api::<GrpcRoute>::namespaced(c(), ns), key, desired)
+                    .await
             }
             Kind::TlsRoute => {
-                self.guarded(
-                    Api::<TlsRoute>::namespaced(self.client.clone(), ns),
-                    key,
-                    desired,
-                )
-                .await
+                self.guarded(Api::<TlsRoute>::namespaced(c(), ns), key, desired)
+                    .await
             }
         }
     }
