@@ -173,8 +173,11 @@ async fn discover(client: &Client) -> Result<BTreeSet<Crd>, kube::Error> {
     }
 }
 
-/// The readiness that follows from what is served and what has synced.
-fn readiness(served: Option<&BTreeSet<Crd>>, stores: &Stores) -> Readiness {
+/// The readiness that follows from what is served and what has synced. Until the first
+/// `Ready`, the optional kinds served at startup are waited for too (or their watch's failure),
+/// so the first computation sees them; an optional kind picked up later never holds readiness
+/// back.
+fn readiness(served: Option<&BTreeSet<Crd>>, stores: &Stores, was_ready: bool) -> Readiness {
     let Some(served) = served else {
         return Readiness::Waiting("the Gateway API kinds could not be discovered yet".into());
     };
@@ -189,7 +192,7 @@ fn readiness(served: Option<&BTreeSet<Crd>>, stores: &Stores) -> Readiness {
             missing.join(", ")
         ));
     }
-    if !stores.first_lists_done() {
+    if !stores.first_lists_done(!was_ready) {
         return Readiness::default();
     }
     Readiness::Ready
@@ -217,6 +220,7 @@ pub(crate) async fn supervise(
     let mut last: Option<BTreeSet<Crd>> = None;
     let mut recheck: Option<Duration> = None;
     let mut discovery_failed = false;
+    let mut was_ready = false;
     loop {
         // 1. What is served now (a failure keeps the watches as they are).
         match discover(&client).await {
@@ -290,7 +294,8 @@ pub(crate) async fn supervise(
         tokio::pin!(sleep);
         loop {
             readiness_tx.send_if_modified(|r| {
-                let next = readiness(last.as_ref(), &stores);
+                let next = readiness(last.as_ref(), &stores, was_ready);
+                was_ready |= next == Readiness::Ready;
                 let changed = *r != next;
                 *r = next;
                 changed

@@ -178,17 +178,17 @@ impl Stores {
         }
     }
 
-    /// Whether the first computation may run: the required kinds and the core kinds have their
-    /// first lists, and every other running watch has its first list or has failed (a watch
-    /// refused by RBAC must not hold the other kinds back).
-    pub(crate) fn first_lists_done(&self) -> bool {
+    /// Whether the required kinds and the core kinds have their first lists and, with
+    /// `optional`, every other running watch has its first list or has failed (a watch refused
+    /// by RBAC must not hold the other kinds back).
+    pub(crate) fn first_lists_done(&self, optional: bool) -> bool {
         let synced = |s: &WatchState| s.synced.load(Ordering::Acquire);
         let settled = |s: &WatchState| synced(s) || s.failed.load(Ordering::Acquire);
         synced(&self.services.1)
             && synced(&self.namespaces.1)
             && Crd::ALL.into_iter().all(|crd| match self.state(crd) {
                 Some(s) if crd.required() => synced(&s),
-                Some(s) => settled(&s),
+                Some(s) => !optional || settled(&s),
                 None => !crd.required(),
             })
     }
