@@ -2,9 +2,9 @@
 //!
 //! It starts a local kube-apiserver with the Gateway API CRDs and a small sample (a class, a
 //! Gateway with an HTTP listener and an HTTPS listener whose certificate Secret does not exist
-//! yet, a Service and three HTTPRoutes: one valid, one to a missing Service, one to another
-//! namespace's Service without a ReferenceGrant), and three `gateway-leader run` replicas that
-//! elect a leader on a Kubernetes Lease, etcd or Redis. Every replica computes the statuses; only
+//! yet, a Service, three HTTPRoutes: one valid, one to a missing Service, one to another
+//! namespace's Service without a ReferenceGrant, and a GRPCRoute), and three `gateway-leader run`
+//! replicas that elect a leader on a Kubernetes Lease, etcd or Redis. Every replica computes the statuses; only
 //! the leader writes them. The demo prints who leads under which fencing term and the statuses on
 //! the objects with the replica and term that wrote each, then stops the leader gracefully
 //! (SIGTERM) and crashes the next one (SIGKILL), changing a route each time, and shows how long
@@ -25,6 +25,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{anyhow, bail, Context, Result};
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ManagedFieldsEntry, ObjectMeta};
@@ -107,7 +108,12 @@ const CROSS: Key = Key {
     namespace: Some(OTHER_NS),
     name: "cross-namespace",
 };
-const TABLE: [Key; 5] = [CLASS, GATEWAY, VALID, MISSING, CROSS];
+const GRPC: Key = Key {
+    kind: "GRPCRoute",
+    namespace: Some(NS),
+    name: "grpc",
+};
+const TABLE: [Key; 6] = [CLASS, GATEWAY, VALID, MISSING, CROSS, GRPC];
 
 impl Key {
     fn object(&self) -> String {
@@ -714,6 +720,15 @@ async fn apply_sample(server: &KubeApiServer, client: &Client) -> Result<()> {
         ),
     )
     .await?;
+    // A GRPCRoute to the same Service, through the same route engine and listener.
+    let mut grpc = route(
+        NS,
+        GRPC.name,
+        json!({"name": GATEWAY.name}),
+        json!({"name": "web", "port": 80}),
+    );
+    grpc["kind"] = json!("GRPCRoute");
+    create(&Api::<GrpcRoute>::namespaced(client.clone(), NS), grpc).await?;
     // Another namespace's Service without a ReferenceGrant: ResolvedRefs False, RefNotPermitted.
     create(
         &Api::<HttpRoute>::namespaced(client.clone(), OTHER_NS),
@@ -876,9 +891,8 @@ async fn read_status(client: &Client, key: Key) -> Result<Status> {
             }
             (lines, o.metadata)
         }
-        _ => {
-            let o = Api::<HttpRoute>::namespaced(client.clone(), ns)
-                .get(key.name)
+        kind => {
+            let o = get_route(client, kind, ns, key.name)
                 .await
                 .with_context(context)?;
             let mut lines = Vec::new();
@@ -927,6 +941,16 @@ async fn has_status(client: &Client, key: Key, logs: &Path) -> Result<()> {
             )
             .await?;
         }
+        "GRPCRoute" => {
+            await_object(
+                Api::<GrpcRoute>::namespaced(client.clone(), ns),
+                key,
+                what,
+                logs,
+                written,
+            )
+            .await?;
+        }
         _ => {
             await_object(
                 Api::<HttpRoute>::namespaced(client.clone(), ns),
@@ -939,6 +963,22 @@ async fn has_status(client: &Client, key: Key, logs: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A route of `kind` read as an HTTPRoute: every route kind's `status.parents` has the same
+/// shape, and the table shows only the status.
+async fn get_route(client: &Client, kind: &str, ns: &str, name: &str) -> Result<HttpRoute> {
+    if kind == "GRPCRoute" {
+        let o = Api::<GrpcRoute>::namespaced(client.clone(), ns)
+            .get(name)
+            .await?;
+        let mut v = serde_json::to_value(o)?;
+        v["spec"] = json!({});
+        return Ok(serde_json::from_value(v)?);
+    }
+    Ok(Api::<HttpRoute>::namespaced(client.clone(), ns)
+        .get(name)
+        .await?)
 }
 
 /// Waits on a watch until the object satisfies `cond`; fails after [`PATIENCE`].

@@ -250,7 +250,16 @@ async fn each_certificate_problem_gets_its_spec_reason_and_a_fix_is_seen() {
         .into_iter()
         .map(|f| f.name)
         .collect();
-    assert_eq!(features, ["Gateway", "HTTPRoute", "ReferenceGrant"]);
+    assert_eq!(
+        features,
+        [
+            "GRPCRoute",
+            "Gateway",
+            "HTTPRoute",
+            "ReferenceGrant",
+            "TLSRoute"
+        ]
+    );
 
     // Fixes, each seen through the watches: the missing Secret is created, the malformed one
     // repaired, and a ReferenceGrant lets the cross-namespace reference in.

@@ -35,13 +35,14 @@ pub enum Desired {
         /// One entry per listener of the spec, in spec order; replaces `status.listeners`.
         listeners: Vec<GatewayStatusListeners>,
     },
-    /// An HTTPRoute that names one of our Gateways, or still carries an entry of ours.
-    HttpRoute {
+    /// A route (HTTPRoute, GRPCRoute or TLSRoute: the key says which) that names one of our
+    /// Gateways, or still carries an entry of ours.
+    Route {
         /// `metadata.generation` the entries were computed from.
         generation: i64,
         /// Our `status.parents` entries (each with our `controllerName`), in spec order. Entries
         /// of ours not listed here are removed; other controllers' entries are never touched.
-        parents: Vec<HttpRouteStatusParents>,
+        parents: Vec<RouteParentStatus>,
     },
 }
 
@@ -51,10 +52,15 @@ impl Desired {
         match self {
             Desired::GatewayClass { generation, .. }
             | Desired::Gateway { generation, .. }
-            | Desired::HttpRoute { generation, .. } => *generation,
+            | Desired::Route { generation, .. } => *generation,
         }
     }
 }
+
+/// One `status.parents` entry of any route kind. Upstream has one type for every route kind
+/// (`RouteParentStatus`, `apis/v1/shared_types.go`); the gateway-api crate generates a copy per
+/// kind, all alike, and the HTTPRoute one stands for all here.
+pub type RouteParentStatus = HttpRouteStatusParents;
 
 /// The `lastTransitionTime` of a computed condition before the merge sets the real one.
 pub fn placeholder_time() -> Time {

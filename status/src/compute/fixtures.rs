@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::{Gateway, GatewayStatusListeners};
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParents};
 use gateway_api::referencegrants::ReferenceGrant;
+use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::de::DeserializeOwned;
@@ -108,6 +110,32 @@ pub(crate) fn route_with_status(
         "spec": spec,
         "status": status,
     }))
+}
+
+/// A GRPCRoute with this spec.
+pub(crate) fn grpc_route(namespace: &str, name: &str, spec: Value) -> Arc<GrpcRoute> {
+    from(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "GRPCRoute",
+        "metadata": {"namespace": namespace, "name": name, "generation": ROUTE_GENERATION},
+        "spec": spec,
+    }))
+}
+
+/// A TLSRoute with this spec.
+pub(crate) fn tls_route(namespace: &str, name: &str, spec: Value) -> Arc<TlsRoute> {
+    from(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "TLSRoute",
+        "metadata": {"namespace": namespace, "name": name, "generation": ROUTE_GENERATION},
+        "spec": spec,
+    }))
+}
+
+/// A TLS Passthrough listener (TLSRoutes from its namespace).
+pub(crate) fn tls_passthrough(name: &str, port: i32, hostname: &str) -> Value {
+    json!({"name": name, "port": port, "protocol": "TLS", "hostname": hostname,
+           "tls": {"mode": "Passthrough"}})
 }
 
 /// A route spec with these parentRefs and one rule forwarding to these backendRefs.
@@ -241,16 +269,44 @@ pub(crate) fn listener_condition(
         .unwrap_or_else(|| panic!("listener {name} has no {type_}"))
 }
 
-/// The route's desired `status.parents` entries of ours.
+/// The HTTPRoute's desired `status.parents` entries of ours.
 pub(crate) fn route_parents<'a>(
     out: &'a Out,
     namespace: &str,
     name: &str,
 ) -> &'a [HttpRouteStatusParents] {
-    match out.get(&ObjectKey::namespaced(Kind::HttpRoute, namespace, name)) {
-        Some(Desired::HttpRoute { parents, .. }) => parents,
-        other => panic!("no HTTPRoute status for {namespace}/{name}: {other:?}"),
+    parents_of(out, Kind::HttpRoute, namespace, name)
+}
+
+/// The desired `status.parents` entries of ours of a route of any kind.
+pub(crate) fn parents_of<'a>(
+    out: &'a Out,
+    kind: Kind,
+    namespace: &str,
+    name: &str,
+) -> &'a [HttpRouteStatusParents] {
+    match out.get(&ObjectKey::namespaced(kind, namespace, name)) {
+        Some(Desired::Route { parents, .. }) => parents,
+        other => panic!("no {kind} status for {namespace}/{name}: {other:?}"),
     }
+}
+
+/// (status, reason) of `type_` in the only parent entry of a route of any kind.
+pub(crate) fn condition_on(
+    out: &Out,
+    kind: Kind,
+    namespace: &str,
+    name: &str,
+    type_: &str,
+) -> (String, String) {
+    let parents = parents_of(out, kind, namespace, name);
+    assert_eq!(parents.len(), 1, "expected one parent entry: {parents:?}");
+    let c = parents[0]
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} on {kind} {namespace}/{name}"));
+    (c.status.clone(), c.reason.clone())
 }
 
 /// (status, reason) of `type_` in the route's only parent entry.
@@ -260,14 +316,7 @@ pub(crate) fn route_condition(
     name: &str,
     type_: &str,
 ) -> (String, String) {
-    let parents = route_parents(out, namespace, name);
-    assert_eq!(parents.len(), 1, "expected one parent entry: {parents:?}");
-    let c = parents[0]
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .unwrap_or_else(|| panic!("no {type_} on {namespace}/{name}"));
-    (c.status.clone(), c.reason.clone())
+    condition_on(out, Kind::HttpRoute, namespace, name, type_)
 }
 
 /// The message of `type_` in the route's only parent entry.

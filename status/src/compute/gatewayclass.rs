@@ -15,12 +15,20 @@ const SUPPORTED_VERSIONS: &str = "v1.5.x";
 
 /// `status.supportedFeatures`: the features whose statuses this controller computes as the
 /// conformance tests expect, named as v1.5.1 `pkg/features/` names them (`gateway.go`:
-/// `SupportGateway`; `httproute.go`: `SupportHTTPRoute`; `referencegrant.go`:
-/// `SupportReferenceGrant`) and sorted ascending by name, as `apis/v1/gatewayclass_types.go`
+/// `SupportGateway`; `grpcroute.go`: `SupportGRPCRoute`; `httproute.go`: `SupportHTTPRoute`;
+/// `referencegrant.go`: `SupportReferenceGrant`; `tlsroute.go`: `SupportTLSRoute`) and sorted
+/// ascending by name (byte order: `GRPCRoute` before `Gateway`), as `apis/v1/gatewayclass_types.go`
 /// (`GatewayClassStatus.SupportedFeatures`: "It MUST be sorted in ascending alphabetical order
 /// by the Name key") requires. Extended features (`GatewayPort8080`, `HTTPRoute*` matches and
-/// filters) are left out: they are data-plane behaviour this status writer cannot vouch for.
-pub(crate) const SUPPORTED_FEATURES: &[&str] = &["Gateway", "HTTPRoute", "ReferenceGrant"];
+/// filters, `TLSRouteModeTerminate`) are left out: they are data-plane behaviour this status
+/// writer cannot vouch for.
+pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
+    "GRPCRoute",
+    "Gateway",
+    "HTTPRoute",
+    "ReferenceGrant",
+    "TLSRoute",
+];
 
 /// Our GatewayClasses by name, each with its `Accepted` verdict (which its Gateways inherit).
 pub(crate) type Classes<'w> = HashMap<&'w str, Verdict>;
@@ -237,7 +245,16 @@ mod tests {
             panic!("no GatewayClass status");
         };
         let names: Vec<&str> = supported_features.iter().map(|f| f.name.as_str()).collect();
-        assert_eq!(names, ["Gateway", "HTTPRoute", "ReferenceGrant"]);
+        assert_eq!(
+            names,
+            [
+                "GRPCRoute",
+                "Gateway",
+                "HTTPRoute",
+                "ReferenceGrant",
+                "TLSRoute"
+            ]
+        );
         let mut sorted = names.clone();
         sorted.sort_unstable();
         sorted.dedup();

@@ -1,10 +1,12 @@
 //! One Gateway's listeners: protocol, route kinds, TLS certificateRefs, conflicts between
 //! listeners, and which routes' namespaces a listener allows.
 //!
-//! HTTP, HTTPS (TLS mode Terminate) and TLS (Terminate or Passthrough) are served. A
-//! terminating listener's certificateRefs must each resolve to a usable Secret (see
-//! [`refs::check_certificate`]); a Passthrough listener's are ignored, as v1.5.1
-//! `apis/v1/gateway_types.go` (`ListenerTLSConfig.Mode`) says. A listener with a protocol this
+//! HTTP, HTTPS (TLS mode Terminate) and TLS (Terminate or Passthrough) are served. HTTP and
+//! HTTPS listeners take HTTPRoutes and GRPCRoutes; TLS listeners take TLSRoutes (the spec's core
+//! combinations, upstream `apis/v1/gateway_types.go`, `Listener`: "TLSRoute, Port: 443,
+//! Protocol: TLS, TLS Mode: Passthrough"). A terminating listener's certificateRefs must each
+//! resolve to a usable Secret (see [`refs::check_certificate`]); a Passthrough listener's are
+//! ignored, as v1.5.1 `apis/v1/gateway_types.go` (`ListenerTLSConfig.Mode`) says. A listener with a protocol this
 //! controller does not serve (or an unsupported TLS mode) is never accepted and takes no part
 //! in conflict detection: the spec's rule for unsupported TCP listeners ("the previous rule does
 //! not apply, and the TCP Listeners SHOULD NOT be accepted") keeps it from knocking out the
@@ -21,8 +23,14 @@ use super::refs::{self, Problem, GATEWAY_GROUP};
 use super::selector;
 use super::verdict::Verdict;
 
-/// The only route kind this controller attaches.
-pub(crate) const HTTP_ROUTE: &str = "HTTPRoute";
+/// The route kinds a listener of `protocol` (and TLS mode) takes, in `supportedKinds` order.
+fn protocol_kinds(spec: &GatewayListeners) -> &'static [&'static str] {
+    match spec.protocol.as_str() {
+        "HTTP" | "HTTPS" => &["HTTPRoute", "GRPCRoute"],
+        "TLS" => &["TLSRoute"],
+        _ => &[],
+    }
+}
 
 /// Which problem a listener's ResolvedRefs reports when it has several: a reference the
 /// listener may not use at all, then a certificate it cannot use (both leave HTTPS unservable),
@@ -123,11 +131,11 @@ impl Listener<'_> {
         }
     }
 
-    /// Whether HTTPRoutes may attach here (by kind).
-    pub(crate) fn admits_http_routes(&self) -> bool {
+    /// Whether routes of `kind` may attach here (by kind: `supportedKinds`).
+    pub(crate) fn admits(&self, kind: &str) -> bool {
         self.supported_kinds
             .iter()
-            .any(|k| k.kind == HTTP_ROUTE && k.group.as_deref() == Some(GATEWAY_GROUP))
+            .any(|k| k.kind == kind && k.group.as_deref() == Some(GATEWAY_GROUP))
     }
 
     /// Whether `allowedRoutes.namespaces` admits routes from `route_namespace`. A namespace not
@@ -231,39 +239,31 @@ fn is_passthrough(spec: &GatewayListeners) -> bool {
     )
 }
 
-fn serves_http_routes(spec: &GatewayListeners) -> bool {
-    matches!(spec.protocol.as_str(), "HTTP" | "HTTPS")
-}
-
 /// The supported kinds, and the problem when `allowedRoutes.kinds` names others. Without
-/// `kinds`, the protocol decides: HTTPRoute for HTTP and HTTPS, nothing otherwise.
+/// `kinds`, the protocol decides ([`protocol_kinds`]).
 fn route_kinds(
     spec: &GatewayListeners,
 ) -> (Vec<GatewayStatusListenersSupportedKinds>, Option<Problem>) {
-    let http_route = || GatewayStatusListenersSupportedKinds {
+    let kind = |k: &str| GatewayStatusListenersSupportedKinds {
         group: Some(GATEWAY_GROUP.to_string()),
-        kind: HTTP_ROUTE.to_string(),
+        kind: k.to_string(),
     };
+    let served = protocol_kinds(spec);
     let listed = spec
         .allowed_routes
         .as_ref()
         .and_then(|a| a.kinds.as_deref())
         .filter(|k| !k.is_empty());
     let Some(listed) = listed else {
-        let kinds = if serves_http_routes(spec) {
-            vec![http_route()]
-        } else {
-            vec![]
-        };
-        return (kinds, None);
+        return (served.iter().map(|k| kind(k)).collect(), None);
     };
-    let mut supported = vec![];
+    let mut supported: Vec<GatewayStatusListenersSupportedKinds> = vec![];
     let mut invalid = vec![];
     for k in listed {
         let group = k.group.as_deref().unwrap_or(GATEWAY_GROUP);
-        if serves_http_routes(spec) && group == GATEWAY_GROUP && k.kind == HTTP_ROUTE {
-            if supported.is_empty() {
-                supported.push(http_route());
+        if group == GATEWAY_GROUP && served.contains(&k.kind.as_str()) {
+            if !supported.iter().any(|s| s.kind == k.kind) {
+                supported.push(kind(&k.kind));
             }
         } else {
             invalid.push(refs::group_kind(group, &k.kind));

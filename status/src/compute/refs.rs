@@ -74,13 +74,15 @@ pub(crate) fn permitted(index: &Index<'_>, from: &Referrer<'_>, to: &Referent<'_
         })
 }
 
-/// Checks one backendRef of an HTTPRoute in `route_namespace`.
+/// Checks one backendRef of a route of `route_kind` (as a ReferenceGrant's `from` names it) in
+/// `route_namespace`.
 ///
 /// Per reference the order is kind, then permission, then existence: for an unknown kind no
 /// grant could help, and checking permission before existence does not reveal whether a Service
 /// exists in a namespace that has not granted access.
 pub(crate) fn check_backend(
     index: &Index<'_>,
+    route_kind: &str,
     route_namespace: &str,
     r: &BackendRef<'_>,
 ) -> Result<(), Problem> {
@@ -104,7 +106,7 @@ pub(crate) fn check_backend(
     }
     let from = Referrer {
         group: GATEWAY_GROUP,
-        kind: "HTTPRoute",
+        kind: route_kind,
         namespace: route_namespace,
     };
     let to = Referent {
@@ -116,7 +118,7 @@ pub(crate) fn check_backend(
     if !permitted(index, &from, &to) {
         return problem(
             reason::REF_NOT_PERMITTED,
-            format!("no ReferenceGrant in {namespace} allows HTTPRoutes from {route_namespace}"),
+            format!("no ReferenceGrant in {namespace} allows {route_kind}s from {route_namespace}"),
         );
     }
     let Some(service) = index.service(namespace, r.name) else {
