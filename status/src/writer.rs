@@ -18,7 +18,9 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
+use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
@@ -467,26 +469,27 @@ impl Job {
 
     async fn write_once(&self, key: &ObjectKey, desired: &Desired) -> Result<Written, WriteError> {
         let ns = key.namespace.as_deref().unwrap_or_default();
+        let c = || self.client.clone();
         match key.kind {
             Kind::GatewayClass => {
-                self.guarded(Api::<GatewayClass>::all(self.client.clone()), key, desired)
+                self.guarded(Api::<GatewayClass>::all(c()), key, desired)
                     .await
             }
             Kind::Gateway => {
-                self.guarded(
-                    Api::<Gateway>::namespaced(self.client.clone(), ns),
-                    key,
-                    desired,
-                )
-                .await
+                self.guarded(Api::<Gateway>::namespaced(c(), ns), key, desired)
+                    .await
             }
             Kind::HttpRoute => {
-                self.guarded(
-                    Api::<HttpRoute>::namespaced(self.client.clone(), ns),
-                    key,
-                    desired,
-                )
-                .await
+                self.guarded(Api::<HttpRoute>::namespaced(c(), ns), key, desired)
+                    .await
+            }
+            Kind::GrpcRoute => {
+                self.guarded(Api::<GrpcRoute>::namespaced(c(), ns), key, desired)
+                    .await
+            }
+            Kind::TlsRoute => {
+                self.guarded(Api::<TlsRoute>::namespaced(c(), ns), key, desired)
+                    .await
             }
         }
     }

@@ -212,12 +212,14 @@ mod tests {
                 ]
             );
             assert_eq!(l.attached_routes, 0);
-            let kinds = l.supported_kinds.as_deref().unwrap_or_default();
-            assert_eq!(kinds.len(), 1);
-            assert_eq!(
-                (kinds[0].group.as_deref(), kinds[0].kind.as_str()),
-                (Some("gateway.networking.k8s.io"), "HTTPRoute")
-            );
+            let kinds: Vec<(Option<&str>, &str)> = l
+                .supported_kinds
+                .iter()
+                .flatten()
+                .map(|k| (k.group.as_deref(), k.kind.as_str()))
+                .collect();
+            let group = Some("gateway.networking.k8s.io");
+            assert_eq!(kinds, [(group, "HTTPRoute"), (group, "GRPCRoute")]);
             assert!(l
                 .conditions
                 .iter()
