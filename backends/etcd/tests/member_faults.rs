@@ -119,10 +119,9 @@ fn step_downs(history: &[(Instant, LeaderState)]) -> usize {
     count
 }
 
-async fn one_member_fault_costs_no_leadership(fault: Fault, target: Target) {
+async fn one_member_fault_costs_no_leadership(fault: Fault, target: Target, timing: Timing) {
     common::init_tracing();
     let mut cluster = EtcdCluster::start().await.expect("the cluster starts");
-    let timing = tight();
     let raft_leader = cluster
         .wait_healthy(patience(&timing))
         .await
@@ -157,8 +156,8 @@ async fn one_member_fault_costs_no_leadership(fault: Fault, target: Target) {
         Fault::Freeze => member.resume().expect("thaws the member"),
         Fault::Cut => member.proxy().heal(),
     }
-    // A lease and then some after the fault ends: the leading replica keeps renewing.
-    tokio::time::sleep(timing.lease_duration).await;
+    // A while after the fault ends: the leading replica keeps renewing.
+    tokio::time::sleep(Duration::from_secs(5)).await;
 
     let downs = step_downs(&checker.history(ia));
     let (least, longest) = margins(&checker.history(ia));
@@ -239,19 +238,24 @@ async fn member_rolling_restart_costs_no_leadership() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn member_killed_under_the_leader_raft_leader_costs_no_leadership() {
-    one_member_fault_costs_no_leadership(Fault::Kill, Target::RaftLeader).await;
+async fn member_killed_under_the_leader_costs_no_leadership() {
+    one_member_fault_costs_no_leadership(Fault::Kill, Target::Follower, tight()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_raft_leader_killed_under_the_leader_costs_no_leadership_at_the_defaults() {
+    // The Raft leader's loss adds etcd's election to the move; at 5 s / 3 s / 1 s that is too
+    // narrow for a test on a loaded machine (docs/etcd.md has the figures).
+    one_member_fault_costs_no_leadership(Fault::Kill, Target::RaftLeader, Timing::default()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_frozen_under_the_leader_costs_no_leadership() {
-    // A frozen Raft follower: a hang and nothing else. Freezing the Raft leader adds an election
-    // to the hang and leaves too thin a margin at 5 s / 3 s / 1 s for a test on a loaded machine
-    // (docs/etcd.md has the figures).
-    one_member_fault_costs_no_leadership(Fault::Freeze, Target::Follower).await;
+    // A frozen Raft follower: a hang and nothing else.
+    one_member_fault_costs_no_leadership(Fault::Freeze, Target::Follower, tight()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_cut_off_from_the_leader_costs_no_leadership() {
-    one_member_fault_costs_no_leadership(Fault::Cut, Target::Follower).await;
+    one_member_fault_costs_no_leadership(Fault::Cut, Target::Follower, tight()).await;
 }
