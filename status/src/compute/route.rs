@@ -19,6 +19,10 @@
 //!    (`tlsroute-hostname-intersection`, `grpcroute-listener-hostname-matching`);
 //! 5. True/Accepted, attached to every listener that passed 4.
 //!
+//! A parent is a Gateway or a ListenerSet (parentRef kind `ListenerSet`, upstream v1.5.1
+//! `apis/v1/listenerset_types.go`): a ListenerSet's listeners are reached only through it, never
+//! through its Gateway, and are judged by the same rules (`listenerset.rs`).
+//!
 //! Attachment depends only on the listener's `allowedRoutes`, hostname and the parentRef, not on
 //! the listener's own conditions, as the spec's `attachedRoutes` text requires; every kind counts
 //! in the same `attachedRoutes`.
