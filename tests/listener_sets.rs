@@ -12,7 +12,7 @@ use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::listenersets::ListenerSet;
 use k8s_openapi::api::core::v1::Service;
-use kube::{Api, Client};
+use kube::Api;
 use serde_json::{json, Value};
 
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
@@ -64,8 +64,8 @@ fn route_to_set(ns: &str, name: &str, set: &str, section: &str) -> HttpRoute {
     .expect("route")
 }
 
-/// A class for `ns`, Service `web`, and the client.
-async fn scene(ns: &str, controller: &str) -> Client {
+/// A class for `ns`, Service `web`, and the Gateways, ListenerSets and HTTPRoutes of `ns`.
+async fn scene(ns: &str, controller: &str) -> (Api<Gateway>, Api<ListenerSet>, Api<HttpRoute>) {
     let s = apiserver().await;
     s.create_namespace(ns).await.expect("namespace");
     let client = admin(s);
@@ -79,7 +79,11 @@ async fn scene(ns: &str, controller: &str) -> Client {
         &service(ns, "web", 80),
     )
     .await;
-    client
+    (
+        Api::namespaced(client.clone(), ns),
+        Api::namespaced(client.clone(), ns),
+        Api::namespaced(client, ns),
+    )
 }
 
 /// Waits until ListenerSet `name` says `type_`=`status` (`reason`) for its generation.
@@ -128,10 +132,7 @@ async fn expect_attached_sets(api: &Api<Gateway>, name: &str, sets: i32) {
 async fn listener_sets_get_the_spec_reasons() {
     let ns = "lset-reasons";
     let controller = "gateway-leader.dev/lset-reasons";
-    let client = scene(ns, controller).await;
-    let gateways: Api<Gateway> = Api::namespaced(client.clone(), ns);
-    let sets: Api<ListenerSet> = Api::namespaced(client.clone(), ns);
-    let routes: Api<HttpRoute> = Api::namespaced(client, ns);
+    let (gateways, sets, routes) = scene(ns, controller).await;
     put(
         &gateways,
         &gateway_allowing(ns, "open", Some("Same"), json!({})),
@@ -220,10 +221,7 @@ async fn listener_sets_get_the_spec_reasons() {
 async fn a_takeover_in_the_middle_of_changes_to_listener_sets_loses_none() {
     let ns = "lset-takeover";
     let controller = "gateway-leader.dev/lset-takeover";
-    let client = scene(ns, controller).await;
-    let gateways: Api<Gateway> = Api::namespaced(client.clone(), ns);
-    let sets: Api<ListenerSet> = Api::namespaced(client.clone(), ns);
-    let routes: Api<HttpRoute> = Api::namespaced(client, ns);
+    let (gateways, sets, routes) = scene(ns, controller).await;
     put(
         &gateways,
         &gateway_allowing(ns, "gw", Some("Same"), json!({})),

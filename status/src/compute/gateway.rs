@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use gateway_api::gateways::GatewayAllowedListeners;
+use gateway_api::gateways::{GatewayAllowedListeners, GatewayStatusListeners};
 
 use super::gatewayclass::Classes;
 use super::index::Index;
@@ -44,6 +44,17 @@ pub(crate) struct GatewayView<'w> {
     pub allowed_listeners: Option<&'w GatewayAllowedListeners>,
     /// Accepted ListenerSets attached to the Gateway; counted by the ListenerSet pass.
     pub attached_listener_sets: i32,
+}
+
+impl GatewayView<'_> {
+    /// `status.listeners`, in spec order, with the attachments counted.
+    pub(crate) fn listener_statuses(&self) -> Vec<GatewayStatusListeners> {
+        self.listeners
+            .iter()
+            .zip(&self.attached_routes)
+            .map(|(l, attached)| l.status(self.accepted.ok, *attached, self.generation))
+            .collect()
+    }
 }
 
 /// Our Gateways by (namespace, name).
@@ -159,12 +170,7 @@ pub(crate) fn emit(gateways: Gateways<'_>, out: &mut BTreeMap<ObjectKey, Desired
             // No data plane: an accepted configuration is in effect as soon as it is computed.
             Verdict::yes(reason::PROGRAMMED, "the Gateway is valid and in effect")
         };
-        let listeners = view
-            .listeners
-            .iter()
-            .zip(&view.attached_routes)
-            .map(|(l, attached)| l.status(view.accepted.ok, *attached, generation))
-            .collect();
+        let listeners = view.listener_statuses();
         out.insert(
             ObjectKey::namespaced(Kind::Gateway, view.namespace, view.name),
             Desired::Gateway {

@@ -206,12 +206,7 @@ pub(crate) fn emit(sets: ListenerSets<'_>, out: &mut BTreeMap<ObjectKey, Desired
         } else {
             Verdict::no(view.accepted.reason, "the ListenerSet is not accepted")
         };
-        let listeners = view
-            .listeners
-            .iter()
-            .zip(&view.attached_routes)
-            .map(|(l, attached)| l.status(view.accepted.ok, *attached, generation))
-            .collect();
+        let listeners = view.listener_statuses();
         out.insert(
             ObjectKey::namespaced(Kind::ListenerSet, view.namespace, view.name),
             Desired::ListenerSet {
