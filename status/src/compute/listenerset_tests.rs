@@ -270,3 +270,25 @@ fn a_listener_set_of_someone_elses_gateway_gets_nothing() {
     let out = compute(&w, CONTROLLER);
     assert!(!out.keys().any(|k| k.kind == Kind::ListenerSet), "{out:?}");
 }
+
+#[test]
+fn same_in_a_listener_sets_allowed_routes_means_the_listener_sets_namespace() {
+    let mut w = world();
+    w.gateways = vec![gateway_allowing("All", json!([http("web", 80)]))];
+    w.listener_sets = vec![set("apps", "ls", 0, json!([http("extra", 8080)]))];
+    let to_set = json!([{"kind": "ListenerSet", "name": "ls", "namespace": "apps"}]);
+    w.http_routes = vec![
+        route("apps", "local", route_spec(to_set.clone(), json!([]))),
+        route("infra", "from-gateway-ns", route_spec(to_set, json!([]))),
+    ];
+    let out = compute(&w, CONTROLLER);
+    assert_eq!(
+        route_condition(&out, "apps", "local", "Accepted"),
+        sr("True", "Accepted")
+    );
+    assert_eq!(
+        route_condition(&out, "infra", "from-gateway-ns", "Accepted"),
+        sr("False", "NotAllowedByListeners")
+    );
+    assert_eq!(set_status(&out, "apps", "ls").1[0].attached_routes, 1);
+}
