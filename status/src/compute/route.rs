@@ -94,7 +94,7 @@ pub(crate) trait Route {
 }
 
 /// Adds the desired status of each route related to us, of every kind, to `out`, and counts
-/// attachments into `gateways`.
+/// attachments into the Gateways and ListenerSets.
 pub(crate) fn compute<'w>(
     world: &'w World,
     controller_name: &str,
@@ -103,34 +103,43 @@ pub(crate) fn compute<'w>(
     index: &Index<'_>,
     out: &mut BTreeMap<ObjectKey, Desired>,
 ) {
-    let mut parents = [gateways, sets];
-    compute_kind(
-        &world.http_routes,
-        controller_name,
-        &mut parents,
-        index,
-        out,
-    );
-    compute_kind(
-        &world.grpc_routes,
-        controller_name,
-        &mut parents,
-        index,
-        out,
-    );
-    compute_kind(&world.tls_routes, controller_name, &mut parents, index, out);
+    let mut parents = Parents { gateways, sets };
+    let p = &mut parents;
+    compute_kind(&world.http_routes, controller_name, p, index, out);
+    compute_kind(&world.grpc_routes, controller_name, p, index, out);
+    compute_kind(&world.tls_routes, controller_name, p, index, out);
 }
 
-/// The parents routes attach to, by [`ParentKind`] (its index here).
-type Parents<'p, 'w> = [&'p mut Gateways<'w>; 2];
+/// The parents routes attach to.
+struct Parents<'p, 'w> {
+    gateways: &'p mut Gateways<'w>,
+    sets: &'p mut ListenerSets<'w>,
+}
+
+impl<'w> Parents<'_, 'w> {
+    /// The parent `target` names, if it is one of ours.
+    fn get(&self, (kind, key): Target<'w>) -> Option<&GatewayView<'w>> {
+        match kind {
+            ParentKind::Gateway => self.gateways.get(&key),
+            ParentKind::ListenerSet => self.sets.get(&key),
+        }
+    }
+
+    fn get_mut(&mut self, (kind, key): Target<'w>) -> Option<&mut GatewayView<'w>> {
+        match kind {
+            ParentKind::Gateway => self.gateways.get_mut(&key),
+            ParentKind::ListenerSet => self.sets.get_mut(&key),
+        }
+    }
+}
 
 /// What a parentRef names: a Gateway or a ListenerSet (upstream v1.5.1
 /// `apis/v1/listenerset_types.go`: routes attach to a ListenerSet's listeners through
 /// parentRef kind ListenerSet only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum ParentKind {
-    Gateway = 0,
-    ListenerSet = 1,
+    Gateway,
+    ListenerSet,
 }
 
 /// A parent: its kind and (namespace, name).
@@ -164,9 +173,9 @@ fn compute_kind<'w, R: Route>(
         // A route attached to one listener through two parentRefs counts once there.
         attachments.sort_unstable();
         attachments.dedup();
-        for ((kind, parent), listener) in attachments {
-            if let Some(count) = gateways[kind as usize]
-                .get_mut(&parent)
+        for (target, listener) in attachments {
+            if let Some(count) = gateways
+                .get_mut(target)
                 .and_then(|g| g.attached_routes.get_mut(listener))
             {
                 *count = count.saturating_add(1);
@@ -205,7 +214,7 @@ fn parents<'w, R: Route>(
         let Some(target) = parent_target(parent_ref, namespace) else {
             continue;
         };
-        let Some(gateway) = gateways[target.0 as usize].get(&target.1) else {
+        let Some(gateway) = gateways.get(target) else {
             continue;
         };
         let section = non_empty(parent_ref.section_name);
