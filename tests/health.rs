@@ -214,9 +214,11 @@ async fn missing_crds_are_named_once_hold_readiness_back_and_are_picked_up_when_
     );
 
     // 2. The required kinds (and ReferenceGrant) appear: picked up without a restart, ready,
-    //    and statuses flow while GRPCRoute and TLSRoute are still missing.
+    //    and statuses flow while GRPCRoute, TLSRoute and ListenerSet are still missing.
     testkit::gateway_api::install_some(&client, |name| {
-        !name.starts_with("grpcroutes.") && !name.starts_with("tlsroutes.")
+        !name.starts_with("grpcroutes.")
+            && !name.starts_with("tlsroutes.")
+            && !name.starts_with("listenersets.")
     })
     .await
     .expect("the required CRDs");
@@ -228,16 +230,23 @@ async fn missing_crds_are_named_once_hold_readiness_back_and_are_picked_up_when_
     .await;
     tokio::task::block_in_place(|| eventually(addr, "/readyz", |c, _| c == 200));
 
-    // 3. GRPCRoute is installed later: picked up without a restart.
-    testkit::gateway_api::install_some(&client, |name| name.starts_with("grpcroutes."))
-        .await
-        .expect("the GRPCRoute CRD");
-    let picked = tokio::task::block_in_place(|| {
-        r.wait_match("GRPCRoute picked up", PATIENCE, |l| {
-            l.message() == "CRD installed; watching it now" && l.json["kind"] == "GRPCRoute"
-        })
-    });
-    assert_eq!(picked.json["crd"], "grpcroutes.gateway.networking.k8s.io");
+    // 3. GRPCRoute and ListenerSet are installed later: picked up without a restart.
+    testkit::gateway_api::install_some(&client, |name| {
+        name.starts_with("grpcroutes.") || name.starts_with("listenersets.")
+    })
+    .await
+    .expect("the GRPCRoute and ListenerSet CRDs");
+    for (kind, crd) in [
+        ("GRPCRoute", "grpcroutes.gateway.networking.k8s.io"),
+        ("ListenerSet", "listenersets.gateway.networking.k8s.io"),
+    ] {
+        let picked = tokio::task::block_in_place(|| {
+            r.wait_match(&format!("{kind} picked up"), PATIENCE, |l| {
+                l.message() == "CRD installed; watching it now" && l.json["kind"] == kind
+            })
+        });
+        assert_eq!(picked.json["crd"], crd);
+    }
 
     // 4. It is deleted again: named once more, and its watch stops without a storm of failures.
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
@@ -270,6 +279,7 @@ async fn missing_crds_are_named_once_hold_readiness_back_and_are_picked_up_when_
             "Gateway",
             "GatewayClass",
             "HTTPRoute",
+            "ListenerSet",
             "ReferenceGrant",
             "TLSRoute"
         ],

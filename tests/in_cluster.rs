@@ -18,6 +18,7 @@ use common::{Line, Replica};
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
+use gateway_api::listenersets::ListenerSet;
 use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
@@ -151,6 +152,15 @@ impl InCluster {
             ),
         )
         .await;
+        // A ListenerSet, whose status is written too (NotAllowed: the Gateway allows none).
+        let set: ListenerSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "ListenerSet",
+            "metadata": {"name": "set", "namespace": &c.ns},
+            "spec": {"parentRef": {"name": "gw"},
+                     "listeners": [{"name": "extra", "protocol": "HTTP", "port": 8080}]}
+        }))
+        .expect("listener set");
+        put(&Api::namespaced(admin(server), &c.ns), &set).await;
         // The ServiceAccount and a token for it, as the kubelet would mount.
         let token = server
             .service_account_token(&c.ns, SA)
@@ -227,6 +237,15 @@ impl InCluster {
         let tls: Api<TlsRoute> = Api::namespaced(admin(self.server), &self.ns);
         wait_for(&tls, "tls", "not allowed by the HTTP listener", move |r| {
             any_route_says(r, &c, "Accepted", "False", "NotAllowedByListeners")
+        })
+        .await;
+        let sets: Api<ListenerSet> = Api::namespaced(admin(self.server), &self.ns);
+        wait_for(&sets, "set", "not allowed by the Gateway", |ls| {
+            ls.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_deref())
+                .and_then(|c| condition(c, "Accepted"))
+                .is_some_and(|c| c.reason == "NotAllowed")
         })
         .await;
     }
@@ -379,6 +398,7 @@ const CASES: &[Case] = &[
             ("", "grpcroutes"),
             ("", "tlsroutes"),
             ("", "referencegrants"),
+            ("", "listenersets"),
         ],
     },
     // Writing statuses.
@@ -391,6 +411,7 @@ const CASES: &[Case] = &[
             ("", "httproutes/status"),
             ("", "grpcroutes/status"),
             ("", "tlsroutes/status"),
+            ("", "listenersets/status"),
         ],
     },
     // Watching the Services routes point to and the Namespaces listeners select.
@@ -443,6 +464,7 @@ const CASES: &[Case] = &[
             ("list", "grpcroutes"),
             ("list", "tlsroutes"),
             ("list", "referencegrants"),
+            ("list", "listenersets"),
         ],
     },
     Case {
@@ -455,6 +477,7 @@ const CASES: &[Case] = &[
             ("watch", "grpcroutes"),
             ("watch", "tlsroutes"),
             ("watch", "referencegrants"),
+            ("watch", "listenersets"),
         ],
     },
     // Each verb of a status write: the read of the current status, and the write.
@@ -467,6 +490,7 @@ const CASES: &[Case] = &[
             ("get", "httproutes/status"),
             ("get", "grpcroutes/status"),
             ("get", "tlsroutes/status"),
+            ("get", "listenersets/status"),
         ],
     },
     Case {
@@ -478,6 +502,7 @@ const CASES: &[Case] = &[
             ("update", "httproutes/status"),
             ("update", "grpcroutes/status"),
             ("update", "tlsroutes/status"),
+            ("update", "listenersets/status"),
         ],
     },
     Case {

@@ -34,6 +34,19 @@ pub enum Desired {
         conditions: Vec<Condition>,
         /// One entry per listener of the spec, in spec order; replaces `status.listeners`.
         listeners: Vec<GatewayStatusListeners>,
+        /// `status.attachedListenerSets`; `None` leaves the field as it is (set only on a
+        /// Gateway with `spec.allowedListeners`, whose CRD therefore knows the field).
+        attached_listener_sets: Option<i32>,
+    },
+    /// A ListenerSet whose parent is one of our Gateways.
+    ListenerSet {
+        /// `metadata.generation` the status was computed from.
+        generation: i64,
+        /// Accepted and Programmed, merged by type into `status.conditions`.
+        conditions: Vec<Condition>,
+        /// One entry per listener of the spec, in spec order; replaces `status.listeners`
+        /// (a ListenerSet's listener status has the Gateway listener's shape).
+        listeners: Vec<GatewayStatusListeners>,
     },
     /// A route (HTTPRoute, GRPCRoute or TLSRoute: the key says which) that names one of our
     /// Gateways, or still carries an entry of ours.
@@ -52,6 +65,7 @@ impl Desired {
         match self {
             Desired::GatewayClass { generation, .. }
             | Desired::Gateway { generation, .. }
+            | Desired::ListenerSet { generation, .. }
             | Desired::Route { generation, .. } => *generation,
         }
     }

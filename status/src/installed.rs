@@ -59,17 +59,20 @@ pub enum Crd {
     TlsRoute,
     /// ReferenceGrant (without it, every cross-namespace reference is refused).
     ReferenceGrant,
+    /// ListenerSet (without it, Gateways have only their own listeners).
+    ListenerSet,
 }
 
 impl Crd {
     /// Every kind, required ones first.
-    pub const ALL: [Crd; 6] = [
+    pub const ALL: [Crd; 7] = [
         Crd::GatewayClass,
         Crd::Gateway,
         Crd::HttpRoute,
         Crd::GrpcRoute,
         Crd::TlsRoute,
         Crd::ReferenceGrant,
+        Crd::ListenerSet,
     ];
 
     /// The Kubernetes kind.
@@ -81,6 +84,7 @@ impl Crd {
             Crd::GrpcRoute => "GRPCRoute",
             Crd::TlsRoute => "TLSRoute",
             Crd::ReferenceGrant => "ReferenceGrant",
+            Crd::ListenerSet => "ListenerSet",
         }
     }
 
@@ -93,6 +97,7 @@ impl Crd {
             Crd::GrpcRoute => "grpcroutes",
             Crd::TlsRoute => "tlsroutes",
             Crd::ReferenceGrant => "referencegrants",
+            Crd::ListenerSet => "listenersets",
         }
     }
 

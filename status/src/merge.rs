@@ -22,6 +22,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::desired::{Desired, RouteParentStatus};
 
+mod listener_set;
+
 /// The most `status.parents` entries an HTTPRoute may hold (the CRD's `maxItems`).
 pub const MAX_PARENTS: usize = 32;
 
@@ -141,6 +143,7 @@ impl StatusObject for Gateway {
             generation,
             conditions,
             listeners,
+            attached_listener_sets,
         } = desired
         else {
             return Merge::WrongKind;
@@ -148,42 +151,61 @@ impl StatusObject for Gateway {
         let status = self.status.clone().unwrap_or_default();
         let have = status.conditions.clone().unwrap_or_default();
         let have_listeners = status.listeners.clone().unwrap_or_default();
-        let listener_conditions = have_listeners.iter().flat_map(|l| l.conditions.iter());
-        let observed = observed(&have, conditions).max(observed(
-            listener_conditions,
-            &listeners
-                .iter()
-                .flat_map(|l| l.conditions.clone())
-                .collect::<Vec<_>>(),
-        ));
         decide(
             self,
             *generation,
-            observed,
+            observed_with_listeners(&have, conditions, &have_listeners, listeners),
             |next| {
-                let merged: Vec<GatewayStatusListeners> = listeners
-                    .iter()
-                    .map(|want| {
-                        let before = have_listeners
-                            .iter()
-                            .find(|l| l.name == want.name)
-                            .map(|l| l.conditions.as_slice())
-                            .unwrap_or_default();
-                        GatewayStatusListeners {
-                            conditions: merge_conditions(before, &want.conditions, now),
-                            ..want.clone()
-                        }
-                    })
-                    .collect();
                 next.status = Some(GatewayStatus {
                     conditions: Some(merge_conditions(&have, conditions, now)),
-                    listeners: Some(merged),
+                    listeners: Some(merge_listeners(&have_listeners, listeners, now)),
+                    attached_listener_sets: attached_listener_sets
+                        .or(status.attached_listener_sets),
                     ..status
                 });
             },
             |a, b| a.status.clone().unwrap_or_default() == b.status.clone().unwrap_or_default(),
         )
     }
+}
+
+/// The newest `observedGeneration` among our conditions on an object and on its listeners.
+fn observed_with_listeners(
+    have: &[Condition],
+    conditions: &[Condition],
+    have_listeners: &[GatewayStatusListeners],
+    listeners: &[GatewayStatusListeners],
+) -> i64 {
+    let listener_conditions = have_listeners.iter().flat_map(|l| l.conditions.iter());
+    observed(have, conditions).max(observed(
+        listener_conditions,
+        &listeners
+            .iter()
+            .flat_map(|l| l.conditions.clone())
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// The wanted listener entries, each listener's conditions merged (by name) into the ones it
+/// has (Gateway and ListenerSet alike).
+fn merge_listeners(
+    have: &[GatewayStatusListeners],
+    want: &[GatewayStatusListeners],
+    now: &Time,
+) -> Vec<GatewayStatusListeners> {
+    want.iter()
+        .map(|want| {
+            let before = have
+                .iter()
+                .find(|l| l.name == want.name)
+                .map(|l| l.conditions.as_slice())
+                .unwrap_or_default();
+            GatewayStatusListeners {
+                conditions: merge_conditions(before, &want.conditions, now),
+                ..want.clone()
+            }
+        })
+        .collect()
 }
 
 // === impl Route kinds ===
@@ -614,6 +636,7 @@ mod tests {
             generation: 1,
             conditions: vec![condition("Accepted", true, "Accepted", "", 1)],
             listeners: vec![listener("http", None, 4), listener("https", None, 0)],
+            attached_listener_sets: None,
         };
         let out = written(gw.merge(&want, US, &t(500)));
         let ls = out

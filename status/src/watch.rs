@@ -12,6 +12,7 @@ use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
+use gateway_api::listenersets::ListenerSet;
 use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
@@ -120,6 +121,7 @@ pub struct Stores {
     grpc_routes: Slot<GrpcRoute>,
     tls_routes: Slot<TlsRoute>,
     reference_grants: Slot<ReferenceGrant>,
+    listener_sets: Slot<ListenerSet>,
     services: Running<Service>,
     namespaces: Running<Namespace>,
     secrets: Running<TlsSecret>,
@@ -137,6 +139,7 @@ impl Stores {
             tls_routes: self.tls_routes.snapshot(),
             services: self.services.0.state(),
             reference_grants: self.reference_grants.snapshot(),
+            listener_sets: self.listener_sets.snapshot(),
             namespaces: self.namespaces.0.state(),
             secrets: self.secrets.0.state(),
             bundle_version,
@@ -154,6 +157,7 @@ impl Stores {
             Crd::GrpcRoute => self.grpc_routes.start(Api::all(c()), w, tasks),
             Crd::TlsRoute => self.tls_routes.start(Api::all(c()), w, tasks),
             Crd::ReferenceGrant => self.reference_grants.start(Api::all(c()), w, tasks),
+            Crd::ListenerSet => self.listener_sets.start(Api::all(c()), w, tasks),
         }
     }
 
@@ -166,6 +170,7 @@ impl Stores {
             Crd::GrpcRoute => self.grpc_routes.stop(),
             Crd::TlsRoute => self.tls_routes.stop(),
             Crd::ReferenceGrant => self.reference_grants.stop(),
+            Crd::ListenerSet => self.listener_sets.stop(),
         }
         self.wake.changed.notify_one();
     }
@@ -178,6 +183,7 @@ impl Stores {
             Crd::GrpcRoute => self.grpc_routes.state(),
             Crd::TlsRoute => self.tls_routes.state(),
             Crd::ReferenceGrant => self.reference_grants.state(),
+            Crd::ListenerSet => self.listener_sets.state(),
         }
     }
 
@@ -230,6 +236,7 @@ pub fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<()>) -> 
         grpc_routes: Slot::new(),
         tls_routes: Slot::new(),
         reference_grants: Slot::new(),
+        listener_sets: Slot::new(),
         services,
         namespaces,
         secrets,

@@ -20,6 +20,7 @@ use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
+use gateway_api::listenersets::ListenerSet;
 use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -489,6 +490,10 @@ impl Job {
             }
             Kind::TlsRoute => {
                 self.guarded(Api::<TlsRoute>::namespaced(c(), ns), key, desired)
+                    .await
+            }
+            Kind::ListenerSet => {
+                self.guarded(Api::<ListenerSet>::namespaced(c(), ns), key, desired)
                     .await
             }
         }

@@ -64,6 +64,21 @@ pub(crate) fn analyse<'w>(
     listeners: &'w [GatewayListeners],
     index: &Index<'_>,
 ) -> Vec<Listener<'w>> {
+    analyse_after(gateway_namespace, listeners, &[], index)
+}
+
+/// Judges the listeners of a Gateway or ListenerSet in `gateway_namespace` (the object's own
+/// namespace), in spec order, after the listeners in `precedent`, which are in effect on the
+/// same Gateway and take precedence: a listener that conflicts with one of them is Conflicted,
+/// and they are left as they are (upstream v1.5.1 `apis/v1/listenerset_types.go`,
+/// `ListenerSetSpec.Listeners`: "Gateway Listeners MUST be given precedence over ListenerSet
+/// Listeners", then ListenerSets by creation time and name).
+pub(crate) fn analyse_after<'w>(
+    gateway_namespace: &str,
+    listeners: &'w [GatewayListeners],
+    precedent: &[&GatewayListeners],
+    index: &Index<'_>,
+) -> Vec<Listener<'w>> {
     // 1. Each listener on its own.
     let unsupported: Vec<Option<Verdict>> = listeners.iter().map(unsupported).collect();
     let mut out: Vec<Listener<'w>> = listeners
@@ -91,7 +106,13 @@ pub(crate) fn analyse<'w>(
     let eligible: Vec<bool> = unsupported.iter().map(Option::is_none).collect();
     for i in 0..out.len() {
         if eligible[i] {
-            out[i].conflicted = conflict(listeners, &eligible, i);
+            let others = listeners
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i && eligible[*j])
+                .map(|(_, l)| l);
+            out[i].conflicted = conflict(&listeners[i], others)
+                .or_else(|| conflict(&listeners[i], precedent.iter().copied()));
         }
     }
 
@@ -310,21 +331,13 @@ fn certificate_problems(
         .collect()
 }
 
-/// Listener `i`'s conflict with the other eligible listeners: a different protocol on its port
+/// A listener's conflict with `others` (eligible listeners): a different protocol on its port
 /// first (it cannot be told apart at all), then the same port, protocol and hostname.
-fn conflict(
-    listeners: &[GatewayListeners],
-    eligible: &[bool],
-    i: usize,
+fn conflict<'a>(
+    me: &GatewayListeners,
+    others: impl Iterator<Item = &'a GatewayListeners> + Clone,
 ) -> Option<(&'static str, String)> {
-    let me = &listeners[i];
-    let others = || {
-        listeners
-            .iter()
-            .enumerate()
-            .filter(move |(j, l)| *j != i && eligible[*j] && l.port == me.port)
-            .map(|(_, l)| l)
-    };
+    let others = || others.clone().filter(|l| l.port == me.port);
     if let Some(other) = others().find(|l| l.protocol != me.protocol) {
         return Some((
             reason::PROTOCOL_CONFLICT,

@@ -13,7 +13,13 @@
 //! HTTPRoutes, GRPCRoutes and TLSRoutes go through one route engine (`route.rs`); each kind
 //! only describes what the engine reads of it.
 //!
-//! Deliberately not covered: ListenerSets, the Gateway-level `tls` block and its
+//! ListenerSets (`listenerset.rs`) come between the Gateways and the routes: their listeners
+//! are judged after the Gateway's, and routes attach to them through parentRefs of kind
+//! ListenerSet.
+//!
+//! Deliberately not covered: the listener `Conflicted` reason `ListenerConflict` (upstream
+//! v1.5.1 `apis/v1/listenerset_types.go` gives it no rule of its own; ProtocolConflict and
+//! HostnameConflict are used, as the conformance tests expect), the Gateway-level `tls` block and its
 //! `ResolvedRefs` condition, certificate checks beyond parsing (expiry, SANs against the
 //! listener's hostname, `OverlappingCertificates`), `OverlappingTLSConfig` on TLS listeners,
 //! the validation of route matches and filters (`UnsupportedValue`, `IncompatibleFilters`,
@@ -27,6 +33,7 @@ use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
+use gateway_api::listenersets::ListenerSet;
 use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::{Namespace, Service};
@@ -40,6 +47,7 @@ mod gatewayclass;
 mod hostname;
 mod index;
 mod listener;
+mod listenerset;
 mod reason;
 mod refs;
 mod route;
@@ -64,6 +72,8 @@ pub struct World {
     pub tls_routes: Vec<Arc<TlsRoute>>,
     /// All Services (backendRefs resolve against them).
     pub services: Vec<Arc<Service>>,
+    /// All ListenerSets (none while their CRD is not installed).
+    pub listener_sets: Vec<Arc<ListenerSet>>,
     /// All ReferenceGrants (cross-namespace backendRefs and certificateRefs need one).
     pub reference_grants: Vec<Arc<ReferenceGrant>>,
     /// All Namespaces (listeners' `allowedRoutes.namespaces.selector` matches their labels).
@@ -80,9 +90,19 @@ pub fn compute(world: &World, controller_name: &str) -> BTreeMap<ObjectKey, Desi
     let mut out = BTreeMap::new();
     let index = index::Index::new(world);
     let classes = gatewayclass::compute(world, controller_name, &mut out);
+    let prepared = listenerset::prepare(world);
     let mut gateways = gateway::analyse(world, &classes, &index);
-    route::compute(world, controller_name, &mut gateways, &index, &mut out);
+    let mut sets = listenerset::analyse(&prepared, &mut gateways, &index);
+    route::compute(
+        world,
+        controller_name,
+        &mut gateways,
+        &mut sets,
+        &index,
+        &mut out,
+    );
     gateway::emit(gateways, &mut out);
+    listenerset::emit(sets, &mut out);
     out
 }
 

@@ -58,6 +58,11 @@ pub(crate) const NO_MATCHING_PARENT: &str = "NoMatchingParent";
 pub(crate) const INVALID_KIND: &str = "InvalidKind";
 /// Route: a backendRef to a Service or Service port that does not exist.
 pub(crate) const BACKEND_NOT_FOUND: &str = "BackendNotFound";
+/// ListenerSet: its Gateway's `allowedListeners` does not admit it (upstream v1.5.1
+/// `apis/v1/listenerset_types.go`, `ListenerSetReasonNotAllowed`).
+pub(crate) const NOT_ALLOWED: &str = "NotAllowed";
+/// ListenerSet: its Gateway is not accepted (`ListenerSetReasonParentNotAccepted`).
+pub(crate) const PARENT_NOT_ACCEPTED: &str = "ParentNotAccepted";
 
 #[cfg(test)]
 mod tests {

@@ -19,6 +19,10 @@
 //!    (`tlsroute-hostname-intersection`, `grpcroute-listener-hostname-matching`);
 //! 5. True/Accepted, attached to every listener that passed 4.
 //!
+//! A parent is a Gateway or a ListenerSet (parentRef kind `ListenerSet`, upstream v1.5.1
+//! `apis/v1/listenerset_types.go`): a ListenerSet's listeners are reached only through it, never
+//! through its Gateway, and are judged by the same rules (`listenerset.rs`).
+//!
 //! Attachment depends only on the listener's `allowedRoutes`, hostname and the parentRef, not on
 //! the listener's own conditions, as the spec's `attachedRoutes` text requires; every kind counts
 //! in the same `attachedRoutes`.
@@ -34,6 +38,7 @@ use kube::api::ObjectMeta;
 use super::gateway::{GatewayView, Gateways};
 use super::hostname;
 use super::index::Index;
+use super::listenerset::ListenerSets;
 use super::reason;
 use super::refs::{self, non_empty, BackendRef, Problem, GATEWAY_GROUP};
 use super::verdict::Verdict;
@@ -89,23 +94,61 @@ pub(crate) trait Route {
 }
 
 /// Adds the desired status of each route related to us, of every kind, to `out`, and counts
-/// attachments into `gateways`.
+/// attachments into the Gateways and ListenerSets.
 pub(crate) fn compute<'w>(
     world: &'w World,
     controller_name: &str,
     gateways: &mut Gateways<'w>,
+    sets: &mut ListenerSets<'w>,
     index: &Index<'_>,
     out: &mut BTreeMap<ObjectKey, Desired>,
 ) {
-    compute_kind(&world.http_routes, controller_name, gateways, index, out);
-    compute_kind(&world.grpc_routes, controller_name, gateways, index, out);
-    compute_kind(&world.tls_routes, controller_name, gateways, index, out);
+    let mut parents = Parents { gateways, sets };
+    let p = &mut parents;
+    compute_kind(&world.http_routes, controller_name, p, index, out);
+    compute_kind(&world.grpc_routes, controller_name, p, index, out);
+    compute_kind(&world.tls_routes, controller_name, p, index, out);
 }
+
+/// The parents routes attach to.
+struct Parents<'p, 'w> {
+    gateways: &'p mut Gateways<'w>,
+    sets: &'p mut ListenerSets<'w>,
+}
+
+impl<'w> Parents<'_, 'w> {
+    /// The parent `target` names, if it is one of ours.
+    fn get(&self, (kind, key): Target<'w>) -> Option<&GatewayView<'w>> {
+        match kind {
+            ParentKind::Gateway => self.gateways.get(&key),
+            ParentKind::ListenerSet => self.sets.get(&key),
+        }
+    }
+
+    fn get_mut(&mut self, (kind, key): Target<'w>) -> Option<&mut GatewayView<'w>> {
+        match kind {
+            ParentKind::Gateway => self.gateways.get_mut(&key),
+            ParentKind::ListenerSet => self.sets.get_mut(&key),
+        }
+    }
+}
+
+/// What a parentRef names: a Gateway or a ListenerSet (upstream v1.5.1
+/// `apis/v1/listenerset_types.go`: routes attach to a ListenerSet's listeners through
+/// parentRef kind ListenerSet only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum ParentKind {
+    Gateway,
+    ListenerSet,
+}
+
+/// A parent: its kind and (namespace, name).
+type Target<'w> = (ParentKind, (&'w str, &'w str));
 
 fn compute_kind<'w, R: Route>(
     routes: &'w [Arc<R>],
     controller_name: &str,
-    gateways: &mut Gateways<'w>,
+    gateways: &mut Parents<'_, 'w>,
     index: &Index<'_>,
     out: &mut BTreeMap<ObjectKey, Desired>,
 ) {
@@ -117,7 +160,7 @@ fn compute_kind<'w, R: Route>(
         };
         let generation = meta.generation.unwrap_or(0);
         let view = route.view();
-        let mut attachments: Vec<((&'w str, &'w str), usize)> = vec![];
+        let mut attachments: Vec<(Target<'w>, usize)> = vec![];
         let parents = parents::<R>(
             &view,
             namespace,
@@ -130,9 +173,9 @@ fn compute_kind<'w, R: Route>(
         // A route attached to one listener through two parentRefs counts once there.
         attachments.sort_unstable();
         attachments.dedup();
-        for (gateway, listener) in attachments {
+        for (target, listener) in attachments {
             if let Some(count) = gateways
-                .get_mut(&gateway)
+                .get_mut(target)
                 .and_then(|g| g.attached_routes.get_mut(listener))
             {
                 *count = count.saturating_add(1);
@@ -157,9 +200,9 @@ fn parents<'w, R: Route>(
     namespace: &'w str,
     controller_name: &str,
     generation: i64,
-    gateways: &Gateways<'w>,
+    gateways: &Parents<'_, 'w>,
     index: &Index<'_>,
-    attachments: &mut Vec<((&'w str, &'w str), usize)>,
+    attachments: &mut Vec<(Target<'w>, usize)>,
 ) -> Vec<RouteParentStatus> {
     let mut seen = HashSet::new();
     let mut resolved_refs: Option<Verdict> = None;
@@ -168,10 +211,10 @@ fn parents<'w, R: Route>(
         if parents.len() == MAX_PARENTS {
             break;
         }
-        let Some(target) = gateway_target(parent_ref, namespace) else {
+        let Some(target) = parent_target(parent_ref, namespace) else {
             continue;
         };
-        let Some(gateway) = gateways.get(&target) else {
+        let Some(gateway) = gateways.get(target) else {
             continue;
         };
         let section = non_empty(parent_ref.section_name);
@@ -221,19 +264,18 @@ fn parents<'w, R: Route>(
     parents
 }
 
-/// The Gateway a parentRef names, as (namespace, name); `None` for other kinds of parent.
-fn gateway_target<'w>(
-    parent_ref: &ParentRef<'w>,
-    route_namespace: &'w str,
-) -> Option<(&'w str, &'w str)> {
-    let group = parent_ref.group.unwrap_or(GATEWAY_GROUP);
-    let kind = parent_ref.kind.unwrap_or("Gateway");
-    (group == GATEWAY_GROUP && kind == "Gateway").then(|| {
-        (
-            non_empty(parent_ref.namespace).unwrap_or(route_namespace),
-            parent_ref.name,
-        )
-    })
+/// The Gateway or ListenerSet a parentRef names; `None` for other kinds of parent.
+fn parent_target<'w>(parent_ref: &ParentRef<'w>, route_namespace: &'w str) -> Option<Target<'w>> {
+    if parent_ref.group.unwrap_or(GATEWAY_GROUP) != GATEWAY_GROUP {
+        return None;
+    }
+    let kind = match parent_ref.kind.unwrap_or("Gateway") {
+        "Gateway" => ParentKind::Gateway,
+        "ListenerSet" => ParentKind::ListenerSet,
+        _ => return None,
+    };
+    let namespace = non_empty(parent_ref.namespace).unwrap_or(route_namespace);
+    Some((kind, (namespace, parent_ref.name)))
 }
 
 /// The listeners (indices) of `gateway` that accept a route of `kind` through `parent_ref`, or
