@@ -59,17 +59,20 @@ pub enum Crd {
     TlsRoute,
     /// ReferenceGrant (without it, every cross-namespace reference is refused).
     ReferenceGrant,
+    /// BackendTLSPolicy (its `status.ancestors`).
+    BackendTlsPolicy,
 }
 
 impl Crd {
     /// Every kind, required ones first.
-    pub const ALL: [Crd; 6] = [
+    pub const ALL: [Crd; 7] = [
         Crd::GatewayClass,
         Crd::Gateway,
         Crd::HttpRoute,
         Crd::GrpcRoute,
         Crd::TlsRoute,
         Crd::ReferenceGrant,
+        Crd::BackendTlsPolicy,
     ];
 
     /// The Kubernetes kind.
@@ -81,6 +84,7 @@ impl Crd {
             Crd::GrpcRoute => "GRPCRoute",
             Crd::TlsRoute => "TLSRoute",
             Crd::ReferenceGrant => "ReferenceGrant",
+            Crd::BackendTlsPolicy => "BackendTLSPolicy",
         }
     }
 
@@ -93,6 +97,7 @@ impl Crd {
             Crd::GrpcRoute => "grpcroutes",
             Crd::TlsRoute => "tlsroutes",
             Crd::ReferenceGrant => "referencegrants",
+            Crd::BackendTlsPolicy => "backendtlspolicies",
         }
     }
 
@@ -331,7 +336,13 @@ mod tests {
         .map(String::from);
         assert_eq!(
             served(&listed),
-            [Crd::GatewayClass, Crd::Gateway, Crd::HttpRoute].into()
+            [
+                Crd::GatewayClass,
+                Crd::Gateway,
+                Crd::HttpRoute,
+                Crd::BackendTlsPolicy
+            ]
+            .into()
         );
     }
 

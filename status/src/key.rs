@@ -16,6 +16,8 @@ pub enum Kind {
     GrpcRoute,
     /// `gateway.networking.k8s.io/v1` TLSRoute.
     TlsRoute,
+    /// `gateway.networking.k8s.io/v1` BackendTLSPolicy (its `status.ancestors`).
+    BackendTlsPolicy,
 }
 
 impl Kind {
@@ -27,6 +29,7 @@ impl Kind {
             Kind::HttpRoute => "HTTPRoute",
             Kind::GrpcRoute => "GRPCRoute",
             Kind::TlsRoute => "TLSRoute",
+            Kind::BackendTlsPolicy => "BackendTLSPolicy",
         }
     }
 }

@@ -17,6 +17,7 @@
 
 pub mod cache;
 pub mod compute;
+pub mod configmap;
 pub mod desired;
 pub mod installed;
 pub mod key;

@@ -8,13 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, TryStreamExt};
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::runtime::reflector::{self, Lookup, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -25,6 +26,7 @@ use tokio::task::{AbortHandle, JoinSet};
 use tracing::{debug, warn};
 
 use crate::compute::World;
+use crate::configmap::CaBundle;
 use crate::installed::Crd;
 use crate::secret::TlsSecret;
 
@@ -120,9 +122,11 @@ pub struct Stores {
     grpc_routes: Slot<GrpcRoute>,
     tls_routes: Slot<TlsRoute>,
     reference_grants: Slot<ReferenceGrant>,
+    backend_tls_policies: Slot<BackendTlsPolicy>,
     services: Running<Service>,
     namespaces: Running<Namespace>,
     secrets: Running<TlsSecret>,
+    config_maps: Running<CaBundle>,
     wake: Wake,
 }
 
@@ -139,6 +143,8 @@ impl Stores {
             reference_grants: self.reference_grants.snapshot(),
             namespaces: self.namespaces.0.state(),
             secrets: self.secrets.0.state(),
+            backend_tls_policies: self.backend_tls_policies.snapshot(),
+            config_maps: self.config_maps.0.state(),
             bundle_version,
         }
     }
@@ -154,6 +160,7 @@ impl Stores {
             Crd::GrpcRoute => self.grpc_routes.start(Api::all(c()), w, tasks),
             Crd::TlsRoute => self.tls_routes.start(Api::all(c()), w, tasks),
             Crd::ReferenceGrant => self.reference_grants.start(Api::all(c()), w, tasks),
+            Crd::BackendTlsPolicy => self.backend_tls_policies.start(Api::all(c()), w, tasks),
         }
     }
 
@@ -166,6 +173,7 @@ impl Stores {
             Crd::GrpcRoute => self.grpc_routes.stop(),
             Crd::TlsRoute => self.tls_routes.stop(),
             Crd::ReferenceGrant => self.reference_grants.stop(),
+            Crd::BackendTlsPolicy => self.backend_tls_policies.stop(),
         }
         self.wake.changed.notify_one();
     }
@@ -178,6 +186,7 @@ impl Stores {
             Crd::GrpcRoute => self.grpc_routes.state(),
             Crd::TlsRoute => self.tls_routes.state(),
             Crd::ReferenceGrant => self.reference_grants.state(),
+            Crd::BackendTlsPolicy => self.backend_tls_policies.state(),
         }
     }
 
@@ -191,6 +200,8 @@ impl Stores {
             && synced(&self.namespaces.1)
             // Without the Secrets, every HTTPS listener would look invalid for a moment.
             && synced(&self.secrets.1)
+            // Likewise every BackendTLSPolicy's CA reference.
+            && synced(&self.config_maps.1)
             && Crd::ALL.into_iter().all(|crd| match self.state(crd) {
                 Some(s) if crd.required() => synced(&s),
                 Some(s) => !optional || settled(&s),
@@ -222,7 +233,8 @@ pub fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<()>) -> 
     };
     let services = core_watch(Api::all(client.clone()), &wake, tasks);
     let namespaces = core_watch(Api::all(client.clone()), &wake, tasks);
-    let secrets = secret_watch(Api::all(client.clone()), &wake, tasks);
+    let secrets = reduced_watch(Api::all(client.clone()), TlsSecret::map_event, &wake, tasks);
+    let config_maps = reduced_watch(Api::all(client.clone()), CaBundle::map_event, &wake, tasks);
     Stores {
         gateway_classes: Slot::new(),
         gateways: Slot::new(),
@@ -230,9 +242,11 @@ pub fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<()>) -> 
         grpc_routes: Slot::new(),
         tls_routes: Slot::new(),
         reference_grants: Slot::new(),
+        backend_tls_policies: Slot::new(),
         services,
         namespaces,
         secrets,
+        config_maps,
         wake,
     }
 }
@@ -248,22 +262,31 @@ where
     (store, state)
 }
 
-/// How many Secrets one page of the Secret watch's initial list holds.
+/// How many Secrets (or ConfigMaps) one page of their watch's initial list holds.
 ///
-/// Each Secret arrives whole (up to 1 MiB) and is reduced at once, so a page is the most Secret
+/// Each object arrives whole (up to 1 MiB) and is reduced at once, so a page is the most such
 /// data held at a time: 50 pages of at most 50 MiB, instead of kube-runtime's 500.
 pub const SECRET_PAGE_SIZE: u32 = 50;
 
-/// The Secret watch (a core kind): each Secret is reduced to a [`TlsSecret`] before it enters
-/// the store, so the store never holds a Secret's data.
-fn secret_watch(api: Api<Secret>, wake: &Wake, tasks: &mut JoinSet<()>) -> Running<TlsSecret> {
+/// The watch of a core kind whose objects are reduced before they enter the store (Secrets to
+/// [`TlsSecret`], ConfigMaps to [`CaBundle`]), so the store never holds their data.
+fn reduced_watch<K, R>(
+    api: Api<K>,
+    reduce: fn(watcher::Event<K>) -> watcher::Event<R>,
+    wake: &Wake,
+    tasks: &mut JoinSet<()>,
+) -> Running<R>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    R: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
     let state = Arc::new(WatchState::default());
     let (reader, writer) = reflector::store();
     let config = watcher::Config::default().page_size(SECRET_PAGE_SIZE);
-    let reduced = watcher(api, config).map_ok(TlsSecret::map_event);
+    let reduced = watcher(api, config).map_ok(reduce);
     let stream = reflector::reflector(writer, reduced).backoff(watch_backoff());
     drive(
-        TlsSecret::kind(&()).into_owned(),
+        R::kind(&()).into_owned(),
         stream,
         wake,
         state.clone(),

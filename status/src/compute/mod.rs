@@ -23,6 +23,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
@@ -31,6 +32,7 @@ use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 
+use crate::configmap::CaBundle;
 use crate::desired::Desired;
 use crate::key::ObjectKey;
 use crate::secret::TlsSecret;
@@ -40,6 +42,7 @@ mod gatewayclass;
 mod hostname;
 mod index;
 mod listener;
+mod policy;
 mod reason;
 mod refs;
 mod route;
@@ -70,6 +73,10 @@ pub struct World {
     pub namespaces: Vec<Arc<Namespace>>,
     /// All Secrets, reduced to what listeners' certificateRefs need.
     pub secrets: Vec<Arc<TlsSecret>>,
+    /// All BackendTLSPolicies (none while their CRD is not installed).
+    pub backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
+    /// All ConfigMaps, reduced to what BackendTLSPolicies' caCertificateRefs need.
+    pub config_maps: Vec<Arc<CaBundle>>,
     /// The `gateway.networking.k8s.io/bundle-version` annotation of the installed GatewayClass
     /// CRD, when it could be read.
     pub bundle_version: Option<String>,
@@ -81,7 +88,8 @@ pub fn compute(world: &World, controller_name: &str) -> BTreeMap<ObjectKey, Desi
     let index = index::Index::new(world);
     let classes = gatewayclass::compute(world, controller_name, &mut out);
     let mut gateways = gateway::analyse(world, &classes, &index);
-    route::compute(world, controller_name, &mut gateways, &index, &mut out);
+    let reach = route::compute(world, controller_name, &mut gateways, &index, &mut out);
+    policy::compute(world, controller_name, &reach, &index, &mut out);
     gateway::emit(gateways, &mut out);
     out
 }

@@ -58,6 +58,12 @@ pub(crate) const NO_MATCHING_PARENT: &str = "NoMatchingParent";
 pub(crate) const INVALID_KIND: &str = "InvalidKind";
 /// Route: a backendRef to a Service or Service port that does not exist.
 pub(crate) const BACKEND_NOT_FOUND: &str = "BackendNotFound";
+/// BackendTLSPolicy: `Accepted` False because every caCertificateRef is invalid
+/// (`apis/v1/backendtlspolicy_types.go`, `BackendTLSPolicyReasonNoValidCACertificate`).
+pub(crate) const NO_VALID_CA_CERTIFICATE: &str = "NoValidCACertificate";
+/// BackendTLSPolicy: a caCertificateRef names a ConfigMap that does not exist or whose `ca.crt`
+/// is missing or malformed (`BackendTLSPolicyReasonInvalidCACertificateRef`).
+pub(crate) const INVALID_CA_CERTIFICATE_REF: &str = "InvalidCACertificateRef";
 
 #[cfg(test)]
 mod tests {

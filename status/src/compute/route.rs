@@ -23,7 +23,7 @@
 //! the listener's own conditions, as the spec's `attachedRoutes` text requires; every kind counts
 //! in the same `attachedRoutes`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use gateway_api::grpcroutes::GrpcRoute;
@@ -88,18 +88,26 @@ pub(crate) trait Route {
     fn view(&self) -> RouteView<'_>;
 }
 
-/// Adds the desired status of each route related to us, of every kind, to `out`, and counts
-/// attachments into `gateways`.
+/// Which of our Gateways each Service is reached from: Service (namespace, name) to the
+/// Gateways (namespace, name) that accepted a route (of any kind) with a backendRef to it.
+/// BackendTLSPolicies' ancestors follow from it (`policy.rs`).
+pub(crate) type Reach<'w> = BTreeMap<(&'w str, &'w str), BTreeSet<(&'w str, &'w str)>>;
+
+/// Adds the desired status of each route related to us, of every kind, to `out`, counts
+/// attachments into `gateways`, and returns which Gateways reach which Services.
 pub(crate) fn compute<'w>(
     world: &'w World,
     controller_name: &str,
     gateways: &mut Gateways<'w>,
     index: &Index<'_>,
     out: &mut BTreeMap<ObjectKey, Desired>,
-) {
-    compute_kind(&world.http_routes, controller_name, gateways, index, out);
-    compute_kind(&world.grpc_routes, controller_name, gateways, index, out);
-    compute_kind(&world.tls_routes, controller_name, gateways, index, out);
+) -> Reach<'w> {
+    let mut reach = Reach::new();
+    let r = &mut reach;
+    compute_kind(&world.http_routes, controller_name, gateways, index, out, r);
+    compute_kind(&world.grpc_routes, controller_name, gateways, index, out, r);
+    compute_kind(&world.tls_routes, controller_name, gateways, index, out, r);
+    reach
 }
 
 fn compute_kind<'w, R: Route>(
@@ -108,6 +116,7 @@ fn compute_kind<'w, R: Route>(
     gateways: &mut Gateways<'w>,
     index: &Index<'_>,
     out: &mut BTreeMap<ObjectKey, Desired>,
+    reach: &mut Reach<'w>,
 ) {
     for route in routes {
         let meta = route.meta();
@@ -130,6 +139,7 @@ fn compute_kind<'w, R: Route>(
         // A route attached to one listener through two parentRefs counts once there.
         attachments.sort_unstable();
         attachments.dedup();
+        record_reach(&view, namespace, &attachments, reach);
         for (gateway, listener) in attachments {
             if let Some(count) = gateways
                 .get_mut(&gateway)
@@ -148,6 +158,30 @@ fn compute_kind<'w, R: Route>(
                 },
             );
         }
+    }
+}
+
+/// Records that the Gateways which accepted the route (those it attached to) reach each core
+/// Service its backendRefs name.
+fn record_reach<'w>(
+    view: &RouteView<'w>,
+    namespace: &'w str,
+    attachments: &[((&'w str, &'w str), usize)],
+    reach: &mut Reach<'w>,
+) {
+    if attachments.is_empty() {
+        return;
+    }
+    let services = view
+        .backend_refs
+        .iter()
+        .filter(|r| r.group.unwrap_or("").is_empty() && r.kind.unwrap_or("Service") == "Service");
+    for r in services {
+        let service = (non_empty(r.namespace).unwrap_or(namespace), r.name);
+        reach
+            .entry(service)
+            .or_default()
+            .extend(attachments.iter().map(|(gateway, _)| *gateway));
     }
 }
 
