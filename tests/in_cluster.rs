@@ -15,6 +15,7 @@ use common::deploy::{container, deploy_dir, one, render, strings};
 use common::gateway::*;
 use common::pod::{self, PodFiles};
 use common::{Line, Replica};
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
@@ -151,6 +152,23 @@ impl InCluster {
             ),
         )
         .await;
+        // A BackendTLSPolicy on `web` with its CA ConfigMap, so that its ancestors are written.
+        put(
+            &Api::namespaced(admin(server), &c.ns),
+            &ca_config_map(&c.ns, "ca", &ca_pem()),
+        )
+        .await;
+        put(
+            &Api::namespaced(admin(server), &c.ns),
+            &backend_tls_policy(
+                &c.ns,
+                "policy",
+                "web",
+                None,
+                serde_json::json!([{"group": "", "kind": "ConfigMap", "name": "ca"}]),
+            ),
+        )
+        .await;
         // The ServiceAccount and a token for it, as the kubelet would mount.
         let token = server
             .service_account_token(&c.ns, SA)
@@ -227,6 +245,13 @@ impl InCluster {
         let tls: Api<TlsRoute> = Api::namespaced(admin(self.server), &self.ns);
         wait_for(&tls, "tls", "not allowed by the HTTP listener", move |r| {
             any_route_says(r, &c, "Accepted", "False", "NotAllowedByListeners")
+        })
+        .await;
+        let c = self.controller.clone();
+        let policies: Api<BackendTlsPolicy> = Api::namespaced(admin(self.server), &self.ns);
+        wait_for(&policies, "policy", "accepted on gw", move |p| {
+            policy_says(p, &c, "gw", "Accepted", "True", "Accepted")
+                && policy_says(p, &c, "gw", "ResolvedRefs", "True", "ResolvedRefs")
         })
         .await;
     }
@@ -379,6 +404,7 @@ const CASES: &[Case] = &[
             ("", "grpcroutes"),
             ("", "tlsroutes"),
             ("", "referencegrants"),
+            ("", "backendtlspolicies"),
         ],
     },
     // Writing statuses.
@@ -391,6 +417,7 @@ const CASES: &[Case] = &[
             ("", "httproutes/status"),
             ("", "grpcroutes/status"),
             ("", "tlsroutes/status"),
+            ("", "backendtlspolicies/status"),
         ],
     },
     // Watching the Services routes point to and the Namespaces listeners select.
@@ -443,6 +470,7 @@ const CASES: &[Case] = &[
             ("list", "grpcroutes"),
             ("list", "tlsroutes"),
             ("list", "referencegrants"),
+            ("list", "backendtlspolicies"),
         ],
     },
     Case {
@@ -455,6 +483,7 @@ const CASES: &[Case] = &[
             ("watch", "grpcroutes"),
             ("watch", "tlsroutes"),
             ("watch", "referencegrants"),
+            ("watch", "backendtlspolicies"),
         ],
     },
     // Each verb of a status write: the read of the current status, and the write.
@@ -467,6 +496,7 @@ const CASES: &[Case] = &[
             ("get", "httproutes/status"),
             ("get", "grpcroutes/status"),
             ("get", "tlsroutes/status"),
+            ("get", "backendtlspolicies/status"),
         ],
     },
     Case {
@@ -478,6 +508,7 @@ const CASES: &[Case] = &[
             ("update", "httproutes/status"),
             ("update", "grpcroutes/status"),
             ("update", "tlsroutes/status"),
+            ("update", "backendtlspolicies/status"),
         ],
     },
     Case {
@@ -507,6 +538,23 @@ const CASES: &[Case] = &[
         name: "no-secrets-watch",
         without: Without::ClusterRoleVerb(4, "watch"),
         refused: &[("watch", "secrets")],
+    },
+    // Reading the ConfigMaps that BackendTLSPolicies' caCertificateRefs name: likewise, no
+    // status is computed rather than every policy reported without a valid CA.
+    Case {
+        name: "no-configmaps",
+        without: Without::ClusterRoleRule(5),
+        refused: &[("", "configmaps")],
+    },
+    Case {
+        name: "no-configmaps-list",
+        without: Without::ClusterRoleVerb(5, "list"),
+        refused: &[("list", "configmaps")],
+    },
+    Case {
+        name: "no-configmaps-watch",
+        without: Without::ClusterRoleVerb(5, "watch"),
+        refused: &[("watch", "configmaps")],
     },
 ];
 
