@@ -11,7 +11,8 @@
 //! as 0. Nothing here panics on any input.
 //!
 //! HTTPRoutes, GRPCRoutes and TLSRoutes go through one route engine (`route.rs`); each kind
-//! only describes what the engine reads of it.
+//! only describes what the engine reads of it. The engine also tells which of our Gateways
+//! reach which Services, and BackendTLSPolicies take their ancestors from that (`policy.rs`).
 //!
 //! Deliberately not covered: ListenerSets, the Gateway-level `tls` block and its
 //! `ResolvedRefs` condition, certificate checks beyond parsing (expiry, SANs against the

@@ -26,6 +26,10 @@
 //! `ca.crt` holds PEM certificates (else InvalidCACertificateRef, conformance
 //! `backendtlspolicy-invalid-ca-certificate-ref`; see [`crate::configmap`]); True/ResolvedRefs
 //! otherwise (`BackendTLSPolicyConditionResolvedRefs` and its reasons).
+//!
+//! Not covered: `TargetNotFound` (a policy whose Service no route of ours reaches has no
+//! ancestor of ours to report it on), the validation of `hostname`, `subjectAltNames` and
+//! `options` beyond the CRD's own rules, and Services reached only through a ListenerSet.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
