@@ -20,7 +20,7 @@ use kube::runtime::watcher;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 
-use crate::secret::reduced_lookup;
+use crate::secret::{reduce_event, reduced_lookup};
 
 /// The key of the PEM CA bundle in a ConfigMap.
 pub const CA_CERT_KEY: &str = "ca.crt";
@@ -54,14 +54,7 @@ impl CaBundle {
 
     /// A watch event of ConfigMaps as one of reduced ConfigMaps.
     pub fn map_event(event: watcher::Event<ConfigMap>) -> watcher::Event<CaBundle> {
-        use watcher::Event;
-        match event {
-            Event::Apply(c) => Event::Apply(Self::from_config_map(&c)),
-            Event::Delete(c) => Event::Delete(Self::from_config_map(&c)),
-            Event::Init => Event::Init,
-            Event::InitApply(c) => Event::InitApply(Self::from_config_map(&c)),
-            Event::InitDone => Event::InitDone,
-        }
+        reduce_event(event, Self::from_config_map)
     }
 }
 

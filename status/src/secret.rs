@@ -77,14 +77,23 @@ impl TlsSecret {
 
     /// A watch event of Secrets as one of reduced Secrets.
     pub fn map_event(event: watcher::Event<Secret>) -> watcher::Event<TlsSecret> {
-        use watcher::Event;
-        match event {
-            Event::Apply(s) => Event::Apply(Self::from_secret(&s)),
-            Event::Delete(s) => Event::Delete(Self::from_secret(&s)),
-            Event::Init => Event::Init,
-            Event::InitApply(s) => Event::InitApply(Self::from_secret(&s)),
-            Event::InitDone => Event::InitDone,
-        }
+        reduce_event(event, Self::from_secret)
+    }
+}
+
+/// A watch event of objects as one of their reductions (Secrets, ConfigMaps): each object is
+/// reduced as it arrives and dropped.
+pub(crate) fn reduce_event<K, R>(
+    event: watcher::Event<K>,
+    reduce: impl Fn(&K) -> R,
+) -> watcher::Event<R> {
+    use watcher::Event;
+    match event {
+        Event::Apply(o) => Event::Apply(reduce(&o)),
+        Event::Delete(o) => Event::Delete(reduce(&o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(reduce(&o)),
+        Event::InitDone => Event::InitDone,
     }
 }
 
