@@ -299,7 +299,7 @@ where
 ///
 /// kube-runtime's default (client-go's reflector: up to 30 s) is kind to a struggling apiserver,
 /// but after an apiserver restart of a few seconds it leaves a new leader blind to changes for up
-/// to 15 s more (measured with `gateway-leader-bench run --scenario backend-restart`). Nine watches
+/// to 15 s more (measured with `gateway-leader-bench run --scenario backend-restart`). Eleven watches
 /// per replica retrying every 2 s at worst is still a light load.
 fn watch_backoff() -> watcher::ExponentialBackoff {
     backon::ExponentialBuilder::default()

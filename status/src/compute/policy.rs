@@ -4,7 +4,8 @@
 //! Ancestors are Gateways (upstream `apis/v1/policy_types.go`, `PolicyAncestorStatus`:
 //! implementations "SHOULD use Gateway as the PolicyAncestorStatus object"); a Gateway is one
 //! when it accepted a route (HTTPRoute, GRPCRoute or TLSRoute) with a backendRef to a targeted
-//! Service, as the route engine found ([`Reach`]). Only targetRefs to core Services count
+//! Service that it may name (same namespace, or a ReferenceGrant allows it), as the route
+//! engine found ([`Reach`]). Only targetRefs to core Services count
 //! (`apis/v1/backendtlspolicy_types.go`, `BackendTLSPolicySpec.TargetRefs`: "Extended:
 //! Kubernetes Service referenced by HTTPRoute backendRefs"); a `sectionName` makes the target
 //! distinct for conflicts but does not narrow the ancestors to routes using that port.

@@ -139,7 +139,7 @@ fn compute_kind<'w, R: Route>(
         // A route attached to one listener through two parentRefs counts once there.
         attachments.sort_unstable();
         attachments.dedup();
-        record_reach(&view, namespace, &attachments, reach);
+        record_reach::<R>(&view, namespace, &attachments, index, reach);
         for (gateway, listener) in attachments {
             if let Some(count) = gateways
                 .get_mut(&gateway)
@@ -162,22 +162,37 @@ fn compute_kind<'w, R: Route>(
 }
 
 /// Records that the Gateways which accepted the route (those it attached to) reach each core
-/// Service its backendRefs name.
-fn record_reach<'w>(
+/// Service its backendRefs name and may name (same namespace, or a ReferenceGrant allows it).
+fn record_reach<'w, R: Route>(
     view: &RouteView<'w>,
     namespace: &'w str,
     attachments: &[((&'w str, &'w str), usize)],
+    index: &Index<'_>,
     reach: &mut Reach<'w>,
 ) {
     if attachments.is_empty() {
         return;
     }
+    let from = refs::Referrer {
+        group: GATEWAY_GROUP,
+        kind: R::KIND.as_str(),
+        namespace,
+    };
     let services = view
         .backend_refs
         .iter()
         .filter(|r| r.group.unwrap_or("").is_empty() && r.kind.unwrap_or("Service") == "Service");
     for r in services {
         let service = (non_empty(r.namespace).unwrap_or(namespace), r.name);
+        let to = refs::Referent {
+            group: "",
+            kind: "Service",
+            namespace: service.0,
+            name: service.1,
+        };
+        if !refs::permitted(index, &from, &to) {
+            continue;
+        }
         reach
             .entry(service)
             .or_default()

@@ -310,6 +310,36 @@ fn well_known_system_certificates_are_accepted_and_other_sets_are_invalid() {
 }
 
 #[test]
+fn a_reference_from_another_namespace_reaches_the_service_only_with_a_grant() {
+    let mut w = base();
+    w.gateways
+        .push(gateway("infra", "gw3", json!([http_from_all("web", 80)])));
+    w.http_routes.push(route(
+        "infra",
+        "cross",
+        route_spec(
+            json!([{"name": "gw3"}]),
+            json!([{"name": "web", "namespace": "apps", "port": 443}]),
+        ),
+    ));
+    w.backend_tls_policies = vec![policy("p", 1, spec("web", None))];
+    let names = |w: &World| -> Vec<String> {
+        ancestors(&compute(w, CONTROLLER), "p")
+            .iter()
+            .map(|a| a.parent_ref.name.clone())
+            .collect()
+    };
+    assert_eq!(names(&w), ["gw"], "no grant: gw3 does not reach apps/web");
+    w.reference_grants = vec![grant(
+        "apps",
+        "allow",
+        json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "infra"}],
+               "to": [{"group": "", "kind": "Service"}]}),
+    )];
+    assert_eq!(names(&w), ["gw", "gw3"]);
+}
+
+#[test]
 fn only_gateways_that_accepted_the_route_are_ancestors() {
     let mut w = base();
     // gw2 admits routes from apps only through sectionName web; this route names a listener
