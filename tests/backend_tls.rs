@@ -3,7 +3,8 @@
 //! the Gateway whose route reaches the targeted Service, a ConfigMap created later is seen, and
 //! a takeover in the middle of changes to the policies loses none. The cases follow v1.5.1
 //! `conformance/tests/backendtlspolicy.yaml`, `backendtlspolicy-invalid-ca-certificate-ref.yaml`,
-//! `backendtlspolicy-invalid-kind.yaml` and `backendtlspolicy-conflict-resolution.yaml`.
+//! `backendtlspolicy-invalid-kind.yaml` and `backendtlspolicy-conflict-resolution.yaml`, and
+//! `apis/v1/backendtlspolicy_types.go` for an unknown `wellKnownCACertificates`.
 
 mod common;
 
@@ -101,6 +102,11 @@ async fn backend_tls_policies_get_the_spec_reasons() {
     for (name, section, r) in cases {
         put(&policies, &backend_tls_policy(ns, name, "web", section, r)).await;
     }
+    // A set of well-known CAs this controller does not know.
+    let mut custom = backend_tls_policy(ns, "custom-cas", "web", Some("s4"), json!([]));
+    custom.spec.validation.ca_certificate_refs = None;
+    custom.spec.validation.well_known_ca_certificates = Some("example.com/cas".into());
+    put(&policies, &custom).await;
     let args = replica_args(apiserver().await.kubeconfig_path(), ns, controller);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut a = Replica::start("btls-a", &args);
@@ -134,6 +140,7 @@ async fn backend_tls_policies_get_the_spec_reasons() {
     )
     .await;
     expect(p, c, "invalid-kind", "ResolvedRefs", "False", "InvalidKind").await;
+    expect(p, c, "custom-cas", "Accepted", "False", "Invalid").await;
 
     // The missing ConfigMap appears: the ConfigMap watch sees it.
     put(&config_maps, &ca_config_map(ns, "later", &ca_pem())).await;
