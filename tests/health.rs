@@ -229,6 +229,12 @@ async fn missing_crds_are_named_once_hold_readiness_back_and_are_picked_up_when_
     })
     .await;
     tokio::task::block_in_place(|| eventually(addr, "/readyz", |c, _| c == 200));
+    // BackendTLSPolicy, optional too, came with them: picked up like any other.
+    tokio::task::block_in_place(|| {
+        r.wait_match("BackendTLSPolicy picked up", PATIENCE, |l| {
+            l.message() == "CRD installed; watching it now" && l.json["kind"] == "BackendTLSPolicy"
+        })
+    });
 
     // 3. GRPCRoute and ListenerSet are installed later: picked up without a restart.
     testkit::gateway_api::install_some(&client, |name| {
@@ -274,6 +280,7 @@ async fn missing_crds_are_named_once_hold_readiness_back_and_are_picked_up_when_
     assert_eq!(
         named,
         [
+            "BackendTLSPolicy",
             "GRPCRoute",
             "GRPCRoute",
             "Gateway",

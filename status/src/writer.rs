@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
@@ -495,6 +496,10 @@ impl Job {
             Kind::ListenerSet => {
                 self.guarded(Api::<ListenerSet>::namespaced(c(), ns), key, desired)
                     .await
+            }
+            Kind::BackendTlsPolicy => {
+                let api = Api::<BackendTlsPolicy>::namespaced(c(), ns);
+                self.guarded(api, key, desired).await
             }
         }
     }

@@ -290,3 +290,60 @@ pub async fn kubeconfig_args() -> Vec<String> {
         s.kubeconfig_path().display().to_string(),
     ]
 }
+
+/// A BackendTLSPolicy in `ns` on Service `service` (and `section`, if any), validated by these
+/// `caCertificateRefs` (a JSON list of `{group, kind, name}`).
+pub fn backend_tls_policy(
+    ns: &str,
+    name: &str,
+    service: &str,
+    section: Option<&str>,
+    ca_refs: serde_json::Value,
+) -> gateway_api::backendtlspolicies::BackendTlsPolicy {
+    let mut target = json!({"group": "", "kind": "Service", "name": service});
+    if let Some(s) = section {
+        target["sectionName"] = json!(s);
+    }
+    from_json(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "BackendTLSPolicy",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"targetRefs": [target],
+                 "validation": {"caCertificateRefs": ca_refs, "hostname": "abc.example.com"}}
+    }))
+}
+
+/// A ConfigMap with this `ca.crt`.
+pub fn ca_config_map(ns: &str, name: &str, ca_crt: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+    from_json(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns},
+        "data": {"ca.crt": ca_crt}
+    }))
+}
+
+/// A self-signed CA certificate, PEM.
+pub fn ca_pem() -> String {
+    rcgen::generate_simple_self_signed(vec!["ca.example.com".into()])
+        .expect("self-signed certificate")
+        .cert
+        .pem()
+}
+
+/// True when our `status.ancestors` entry for Gateway `gateway` on a policy has condition
+/// `type_` with `status` and `reason`.
+pub fn policy_says(
+    p: &gateway_api::backendtlspolicies::BackendTlsPolicy,
+    controller: &str,
+    gateway: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> bool {
+    p.status
+        .iter()
+        .flat_map(|s| &s.ancestors)
+        .filter(|a| a.controller_name == controller && a.ancestor_ref.name == gateway)
+        .filter(|a| a.ancestor_ref.kind.as_deref() == Some("Gateway"))
+        .flat_map(|a| condition(&a.conditions, type_))
+        .any(|c| c.status == status && c.reason == reason)
+}
