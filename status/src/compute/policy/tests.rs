@@ -360,3 +360,42 @@ fn only_gateways_that_accepted_the_route_are_ancestors() {
         .collect();
     assert_eq!(names, ["gw"]);
 }
+
+#[test]
+fn a_route_attached_through_a_listener_set_makes_the_sets_gateway_the_ancestor() {
+    let mut w = world();
+    w.gateways = vec![gateway_with(
+        "infra",
+        "gw",
+        json!({"gatewayClassName": CLASS, "listeners": [http("web", 80)],
+               "allowedListeners": {"namespaces": {"from": "All"}}}),
+    )];
+    w.listener_sets = vec![Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "ListenerSet",
+            "metadata": {"namespace": "apps", "name": "ls", "generation": 1},
+            "spec": {"parentRef": {"name": "gw", "namespace": "infra"},
+                     "listeners": [{"name": "extra", "port": 8080, "protocol": "HTTP"}]}
+        }))
+        .expect("listener set"),
+    )];
+    w.services = vec![service("apps", "web", &[443])];
+    w.http_routes = vec![route(
+        "apps",
+        "via-set",
+        route_spec(
+            json!([{"kind": "ListenerSet", "name": "ls", "sectionName": "extra"}]),
+            json!([{"name": "web", "port": 443}]),
+        ),
+    )];
+    w.config_maps = vec![ca("ca", None)];
+    w.backend_tls_policies = vec![policy("p-web", 1, spec("web", None))];
+    let out = compute(&w, CONTROLLER);
+    assert_eq!(only(&out, "p-web"), accepted_and_resolved());
+    let a = &ancestors(&out, "p-web")[0].parent_ref;
+    assert_eq!(
+        (a.kind.as_deref(), a.namespace.as_deref(), a.name.as_str()),
+        (Some("Gateway"), Some("infra"), "gw"),
+        "the ancestor is the ListenerSet's Gateway, not the ListenerSet"
+    );
+}
