@@ -8,46 +8,20 @@
 
 mod common;
 
+use common::blocking;
 use common::gateway::*;
 use common::Replica;
 use gateway_api::backendtlspolicies::BackendTlsPolicy;
-use gateway_api::gatewayclasses::GatewayClass;
-use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
 use serde_json::{json, Value};
-
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
 
 /// A class, Gateway `gw`, Service `web` and an HTTPRoute on `gw` to it, and a ConfigMap `ca`
 /// with a usable `ca.crt`.
 async fn scene(ns: &str, controller: &str) -> Client {
-    let s = apiserver().await;
-    s.create_namespace(ns).await.expect("namespace");
-    let client = admin(s);
-    put(
-        &Api::<GatewayClass>::all(client.clone()),
-        &gateway_class(ns, controller),
-    )
-    .await;
-    put(
-        &Api::<Gateway>::namespaced(client.clone(), ns),
-        &gateway(ns, "gw", ns),
-    )
-    .await;
-    put(
-        &Api::<Service>::namespaced(client.clone(), ns),
-        &service(ns, "web", 443),
-    )
-    .await;
-    put(
-        &Api::<HttpRoute>::namespaced(client.clone(), ns),
-        &route(ns, "route", "gw", &[(ns, "web", 443)]),
-    )
-    .await;
+    let client = namespace_with_class(ns, controller).await;
+    gateway_and_route(&client, ns, 443).await;
     put(
         &Api::<ConfigMap>::namespaced(client.clone(), ns),
         &ca_config_map(ns, "ca", &ca_pem()),

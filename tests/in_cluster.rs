@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use common::deploy::{container, deploy_dir, one, render, strings};
 use common::gateway::*;
 use common::pod::{self, PodFiles};
-use common::{Line, Replica};
+use common::{blocking, Line, Replica};
 use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
@@ -305,10 +305,6 @@ fn forbidden(line: &Line, verb: &str, resource: &str) -> bool {
         format!("cannot {verb} resource \"{resource}\"")
     };
     t.contains("forbidden") && t.contains(&refusal)
-}
-
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

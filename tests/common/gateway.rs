@@ -276,6 +276,40 @@ pub fn admin(s: &KubeApiServer) -> Client {
     s.admin_client()
 }
 
+/// A new namespace `ns` on the shared apiserver with GatewayClass `ns` for `controller`: the
+/// start of every status test's scene, each in a namespace (and with a controller) of its own.
+pub async fn namespace_with_class(ns: &str, controller: &str) -> Client {
+    let s = apiserver().await;
+    s.create_namespace(ns).await.expect("namespace");
+    let client = admin(s);
+    put(
+        &Api::<GatewayClass>::all(client.clone()),
+        &gateway_class(ns, controller),
+    )
+    .await;
+    client
+}
+
+/// Gateway `gw` of class `ns`, Service `web` on `port` and HTTPRoute `route` on `gw` to it,
+/// all in `ns`.
+pub async fn gateway_and_route(client: &Client, ns: &str, port: i32) {
+    put(
+        &Api::<Gateway>::namespaced(client.clone(), ns),
+        &gateway(ns, "gw", ns),
+    )
+    .await;
+    put(
+        &Api::<Service>::namespaced(client.clone(), ns),
+        &service(ns, "web", port),
+    )
+    .await;
+    put(
+        &Api::<HttpRoute>::namespaced(client.clone(), ns),
+        &route(ns, "route", "gw", &[(ns, "web", port)]),
+    )
+    .await;
+}
+
 /// The resourceVersion of `o`.
 pub fn version<K: Resource>(o: &K) -> String {
     o.resource_version().unwrap_or_default()
