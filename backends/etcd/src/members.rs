@@ -188,7 +188,8 @@ impl Members {
     /// [`ELECTION_POLL`] (for at most an attempt's budget; the elector ends the attempt sooner
     /// when the leadership's validity runs out), and the write goes out as soon as one knows
     /// the new leader. A member that timed out is never taken for dead: it may be cut off from
-    /// us only, still leading the others.
+    /// us only, still leading the others; nor is one that refused a request and then answers
+    /// its status (a passing "unavailable" from a live leader).
     async fn choose(&self) {
         let _one = self.choosing.lock().await;
         let left = self.left.swap(usize::MAX, Ordering::AcqRel);
@@ -204,9 +205,14 @@ impl Members {
         };
         let waited = Instant::now();
         let order: Vec<usize> = (1..n).map(|k| (left + k) % n).collect();
-        let answers = loop {
-            let answers =
-                futures::future::join_all(order.iter().map(|&i| self.status(i, limit))).await;
+        let (answers, dead) = loop {
+            // The member left behind is asked too: one that answers is alive (it failed with a
+            // passing "unavailable", say) and is not waited out even if the others name it.
+            let (answers, left_alive) = tokio::join!(
+                futures::future::join_all(order.iter().map(|&i| self.status(i, limit))),
+                async { dead != 0 && self.status(left, limit).await.is_some() }
+            );
+            let dead = if left_alive { 0 } else { dead };
             let leader_known = answers
                 .iter()
                 .any(|a| a.is_some_and(|leader| leader != 0 && leader != dead));
@@ -214,7 +220,7 @@ impl Members {
                 && answers.iter().any(Option::is_some)
                 && answers.iter().flatten().all(|&l| l == 0 || l == dead);
             if leader_known || !electing || waited.elapsed() >= self.timeout * ELECTION_TRIES {
-                break answers;
+                break (answers, dead);
             }
             tokio::time::sleep(ELECTION_POLL).await;
         };
