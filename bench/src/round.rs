@@ -33,6 +33,10 @@ pub struct Sample {
     pub terms: (u64, u64),
     /// What went wrong, if the round did not finish.
     pub error: Option<String>,
+    /// Under a member fault (the leading replica kept running): whether it stepped down, or
+    /// another replica led under a newer term, between the fault and the round's end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stepped_down: Option<bool>,
 }
 
 impl Sample {
@@ -46,12 +50,13 @@ impl Sample {
             old_leader_wrote: false,
             terms: (0, 0),
             error: Some(error),
+            stepped_down: None,
         }
     }
 }
 
 /// How long a new leader may take for its first write after it leads.
-const WRITE_PATIENCE: Duration = Duration::from_secs(30);
+pub(crate) const WRITE_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Runs one round of `scenario` on `lane`.
 pub async fn run(
@@ -61,7 +66,11 @@ pub async fn run(
     round: usize,
     (server, cluster): (&mut LockServer, &mut Cluster),
 ) -> Result<Sample> {
+    if scenario.is_member_fault() {
+        return crate::member::run(lane, plan, scenario, round, server).await;
+    }
     let old = lane.settle(plan.leader_patience()).await?;
+    let mut promoted_at = None;
     let at = match scenario {
         Scenario::Graceful => lane.signal(old.slot, Signal::SIGTERM)?,
         Scenario::Crash => lane.signal(old.slot, Signal::SIGKILL)?,
@@ -72,10 +81,22 @@ pub async fn run(
             at
         }
         Scenario::BackendRestart => server.restart(cluster).await?,
+        Scenario::SentinelFailover => {
+            let (at, promoted) = server.fail_over().await?;
+            promoted_at = Some(promoted);
+            at
+        }
         Scenario::Partition => lane.partition(old.slot, true)?,
         Scenario::Chaos => return Err(anyhow!("chaos is drawn per round, not run as such")),
+        s => return Err(anyhow!("{s} is run by the member rounds")),
     };
-    let back = clock::mono_ms();
+    // The lock's server is back (or, after a Sentinel failover, the replica was promoted): a
+    // renewal of the old leadership from here on means it lived through it.
+    let back = promoted_at.unwrap_or_else(clock::mono_ms);
+    let survivable = matches!(
+        scenario,
+        Scenario::BackendRestart | Scenario::SentinelFailover
+    );
     // A change that only the next leadership should write. A stopped, killed or frozen leader
     // cannot write it, so it comes right after the signal. A leader that lost its lock but
     // still reaches the apiserver (a vanished record, a restarted or unreachable lock server)
@@ -84,7 +105,7 @@ pub async fn run(
     let old_can_write = match scenario {
         Scenario::Graceful | Scenario::Crash | Scenario::Pause => false,
         Scenario::Partition => server.backend() != Backend::Kubernetes,
-        Scenario::Vanish | Scenario::BackendRestart | Scenario::Chaos => true,
+        _ => true,
     };
     let end_patience = plan.timing.lease_duration + Duration::from_secs(10);
     if old_can_write {
@@ -95,9 +116,7 @@ pub async fn run(
                     What::Leading { term, .. } => term > old.term,
                     // The old leadership renewed after the restart: it lives on.
                     What::Renewed { term, .. } => {
-                        scenario == Scenario::BackendRestart
-                            && term == old.term
-                            && e.mono_ms >= back
+                        survivable && term == old.term && e.mono_ms >= back
                     }
                     _ => false,
                 }
@@ -113,11 +132,15 @@ pub async fn run(
         old_leader_wrote: false,
         terms: (old.term, 0),
         error: None,
+        stepped_down: None,
     };
     // After a vanish or a restart of the server the old leader may well lead again, under a
     // new term; after a restart with the data kept (etcd, the apiserver's etcd) its leadership
     // may even live on, renewed once the server is back.
-    let anyone = matches!(scenario, Scenario::Vanish | Scenario::BackendRestart);
+    let anyone = matches!(
+        scenario,
+        Scenario::Vanish | Scenario::BackendRestart | Scenario::SentinelFailover
+    );
     let led = lane
         .wait(plan.leader_patience(), |e| {
             e.mono_ms >= at
@@ -126,7 +149,7 @@ pub async fn run(
                         (anyone || e.replica != old.index) && term > old.term
                     }
                     What::Renewed { term, .. } => {
-                        scenario == Scenario::BackendRestart
+                        survivable
                             && e.replica == old.index
                             && term == old.term
                             && e.mono_ms >= back
@@ -187,6 +210,9 @@ pub async fn run(
     }
     finish(lane, plan, scenario, old.slot, at).await?;
     sample.old_leader_wrote = old_wrote(lane);
+    if scenario == Scenario::SentinelFailover {
+        sample.stepped_down = Some(crate::member::stepped_down(lane, old.index, old.term, at));
+    }
     match done {
         Some(e) if matches!(e.what, What::Written { .. }) && !sample.old_leader_wrote => {
             sample.to_write_ms = Some(e.mono_ms - at)
@@ -225,7 +251,16 @@ async fn finish(
             lane.spawn(slot)?;
         }
         // Nothing was stopped: the same replicas go on.
-        Scenario::Vanish | Scenario::BackendRestart | Scenario::Chaos => {}
+        // (A member fault never gets here: its round is crate::member's.)
+        Scenario::Vanish
+        | Scenario::BackendRestart
+        | Scenario::Chaos
+        | Scenario::MemberKill
+        | Scenario::MemberFreeze
+        | Scenario::MemberCut
+        | Scenario::MemberRestart
+        | Scenario::RollingRestart
+        | Scenario::SentinelFailover => {}
         Scenario::Pause | Scenario::Partition => {
             let held_for = plan.timing.lease_duration + Duration::from_millis(500);
             let left = at + held_for.as_secs_f64() * 1e3 - clock::mono_ms();
