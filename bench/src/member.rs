@@ -81,16 +81,7 @@ pub async fn run(
         .wait_healthy(HEAL_PATIENCE)
         .await
         .context("the etcd cluster after the fault")?;
-    let mut sample = Sample {
-        round,
-        scenario,
-        to_leader_ms: None,
-        to_write_ms: None,
-        old_leader_wrote: false,
-        terms: (old.term, old.term),
-        error: None,
-        stepped_down: None,
-    };
+    let mut sample = Sample::begun(round, scenario, (old.term, old.term));
     // The route's change written by whoever leads (the leader, unless it stepped down).
     let wrote = lane
         .wait(WRITE_PATIENCE + plan.leader_patience(), |e| {

@@ -33,8 +33,9 @@ pub struct Sample {
     pub terms: (u64, u64),
     /// What went wrong, if the round did not finish.
     pub error: Option<String>,
-    /// Under a member fault (the leading replica kept running): whether it stepped down, or
-    /// another replica led under a newer term, between the fault and the round's end.
+    /// Under a member fault or a Sentinel failover (the leading replica kept running): whether
+    /// it stepped down, or another replica led under a newer term, between the fault and the
+    /// round's end.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stepped_down: Option<bool>,
 }
@@ -43,13 +44,21 @@ impl Sample {
     /// A round that could not run at all.
     pub fn failed(round: usize, scenario: Scenario, error: String) -> Sample {
         Sample {
+            error: Some(error),
+            ..Sample::begun(round, scenario, (0, 0))
+        }
+    }
+
+    /// A round under way, nothing measured yet.
+    pub fn begun(round: usize, scenario: Scenario, terms: (u64, u64)) -> Sample {
+        Sample {
             round,
             scenario,
             to_leader_ms: None,
             to_write_ms: None,
             old_leader_wrote: false,
-            terms: (0, 0),
-            error: Some(error),
+            terms,
+            error: None,
             stepped_down: None,
         }
     }
@@ -124,16 +133,7 @@ pub async fn run(
         .await;
     }
     lane.route.flip().await?;
-    let mut sample = Sample {
-        round,
-        scenario,
-        to_leader_ms: None,
-        to_write_ms: None,
-        old_leader_wrote: false,
-        terms: (old.term, 0),
-        error: None,
-        stepped_down: None,
-    };
+    let mut sample = Sample::begun(round, scenario, (old.term, 0));
     // After a vanish or a restart of the server the old leader may well lead again, under a
     // new term; after a restart with the data kept (etcd, the apiserver's etcd) its leadership
     // may even live on, renewed once the server is back.
