@@ -233,8 +233,8 @@ impl LockServer {
 
 impl LockServer {
     /// `redis-sentinel`: kills the primary the Sentinels name (SIGKILL) and waits until they
-    /// promote the replica; then starts the killed node again, for the Sentinels to make it the
-    /// next replica. Returns the instant of the kill and of the promotion seen
+    /// promote the replica (once that replica is in sync); then starts the killed node again,
+    /// for the Sentinels to make it the next replica. Returns the instant of the kill and of the promotion seen
     /// (`CLOCK_MONOTONIC` ms).
     pub async fn fail_over(&mut self) -> Result<(f64, f64)> {
         const PATIENCE: Duration = Duration::from_secs(60);
@@ -253,6 +253,19 @@ impl LockServer {
         let i = (0..2)
             .find(|i| t.node(*i).port() == primary)
             .ok_or_else(|| anyhow!("the Sentinels name port {primary}, not one of ours"))?;
+        // A failover needs a replica in sync to promote: after the last round's, the old primary
+        // started again must first be made one by the Sentinels and sync (before the kill, so
+        // that the wait is not in the figures).
+        let url = t.node(1 - i).url();
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while !replica_in_sync(&url).await {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(anyhow!(
+                    "the Redis replica was not in sync with the primary within {PATIENCE:?}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         let at = clock::mono_ms();
         t.node(i).kill();
         t.wait_failover(primary, PATIENCE).await?;
@@ -263,6 +276,21 @@ impl LockServer {
             .context("starting the old primary again")?;
         Ok((at, promoted))
     }
+}
+
+/// Whether the Redis node at `url` is a replica whose link to its primary is up.
+async fn replica_in_sync(url: &str) -> bool {
+    let Ok(client) = redis::Client::open(url) else {
+        return false;
+    };
+    let Ok(mut con) = client.get_multiplexed_async_connection().await else {
+        return false;
+    };
+    let info: redis::RedisResult<String> = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut con)
+        .await;
+    info.is_ok_and(|i| i.contains("role:slave") && i.contains("master_link_status:up"))
 }
 
 /// `scheme://[userinfo@]host:port[/rest]` → the socket address of `host:port`.
