@@ -23,6 +23,7 @@ pub mod plot;
 pub mod replica;
 pub mod report;
 pub mod round;
+pub mod scale;
 pub mod scenario;
 pub mod stats;
 
@@ -83,6 +84,9 @@ pub fn main(args: BenchArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if plan.scenarios == [Scenario::Scale] {
+        return scale::main(&rt, &plan, &exe);
+    }
     let report = match rt.block_on(run_until_signal(&plan, &exe)) {
         Ok(r) => r,
         Err(e) => {
@@ -321,7 +325,7 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
 /// Each slot's flags for a lane: `common`, plus where the slot reaches the lock's server and
 /// the apiserver. With partitions planned each slot gets its own proxies to the lock's server
 /// (for the Kubernetes lock, to the apiserver, through a kubeconfig of its own).
-async fn slot_args(
+pub(crate) async fn slot_args(
     plan: &Plan,
     server: &LockServer,
     cluster: &Cluster,

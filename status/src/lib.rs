@@ -4,6 +4,7 @@
 //! - [`watch`]: one reflector per kind the computation reads.
 //! - [`compute`]: each kind's desired status from the watched objects (pure).
 //! - [`cache`]: the latest desired status per object and which still need writing.
+//! - [`observed`]: the watched copies a write starts from, and drift from the desired status.
 //! - [`merge`]: the Gateway API's rules for folding our part into an object's status.
 //! - [`writer`]: the guarded writer, which sends only under a valid leadership.
 //! - [`metrics`]: what the writer counts, registered where the caller says.
@@ -19,6 +20,7 @@ pub mod desired;
 pub mod key;
 pub mod merge;
 pub mod metrics;
+pub mod observed;
 pub mod watch;
 
 pub mod writer;
@@ -96,14 +98,15 @@ impl StatusController {
         let stores = watch::spawn(&client, changed.clone(), &mut background);
         background.spawn(compute_loop(
             client.clone(),
-            stores,
+            stores.clone(),
             changed,
             cache.clone(),
             config.controller_name.clone(),
             synced,
             cancel.child_token(),
         ));
-        let writer = StatusWriter::new(client, cache.clone(), leadership, config);
+        let writer =
+            StatusWriter::new(client, cache.clone(), leadership, config).with_watched(stores);
         let writer = tokio::spawn(writer.run(cancel.child_token()));
         StatusController {
             cache,
@@ -148,9 +151,13 @@ async fn compute_loop(
         "watches synced; computing statuses"
     );
     let mut first = true;
+    let mut drift = observed::Drift::default();
     loop {
         let desired = compute::compute(&stores.world(bundle_version.clone()), &controller_name);
-        let marked = cache.replace_all(desired);
+        // A watched copy that no longer shows its desired status (written by someone else, or
+        // seen late) is a change to write, like a new desired status.
+        let drifted = drift.check(&stores, &desired, &controller_name);
+        let marked = cache.replace_all(desired) + cache.mark_dirty(&drifted);
         if first {
             info!(objects = cache.len(), "first statuses computed");
             first = false;

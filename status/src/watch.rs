@@ -27,15 +27,18 @@ pub const BUNDLE_VERSION_ANNOTATION: &str = "gateway.networking.k8s.io/bundle-ve
 /// The CRD whose bundle version decides `SupportedVersion`.
 pub const GATEWAY_CLASS_CRD: &str = "gatewayclasses.gateway.networking.k8s.io";
 
+/// The annotation in which `kubectl apply` keeps the whole object it applied.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// The reflectors' stores: a consistent-enough view of everything the computation reads.
 #[derive(Clone)]
 pub struct Stores {
-    gateway_classes: Store<GatewayClass>,
-    gateways: Store<Gateway>,
-    http_routes: Store<HttpRoute>,
-    services: Store<Service>,
-    reference_grants: Store<ReferenceGrant>,
-    namespaces: Store<Namespace>,
+    pub(crate) gateway_classes: Store<GatewayClass>,
+    pub(crate) gateways: Store<Gateway>,
+    pub(crate) http_routes: Store<HttpRoute>,
+    pub(crate) services: Store<Service>,
+    pub(crate) reference_grants: Store<ReferenceGrant>,
+    pub(crate) namespaces: Store<Namespace>,
 }
 
 impl Stores {
@@ -99,8 +102,19 @@ where
 {
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+    // The stores keep what the computation and the writer read: `managedFields` (often the
+    // largest part of an object that many managers write) and kubectl's copy of the last applied
+    // object are dropped before an object is stored (docs/architecture.md, "Memory").
+    let stream = watcher(api, watcher::Config::default())
+        .modify(|obj| {
+            let meta = obj.meta_mut();
+            meta.managed_fields = None;
+            if let Some(a) = meta.annotations.as_mut() {
+                a.remove(LAST_APPLIED);
+            }
+        })
         .backoff(watch_backoff());
+    let stream = reflector::reflector(writer, stream);
     let changed = changed.clone();
     tasks.spawn(async move {
         futures::pin_mut!(stream);

@@ -1,0 +1,133 @@
+//! The watched copies of the objects whose status we write: a write starts from the copy the
+//! watch holds instead of reading the object again, and a copy whose status (our part of it)
+//! drifted from the desired one makes its object dirty again.
+//!
+//! A watched copy may be behind the server. Writing from it is still safe: the write carries the
+//! copy's `resourceVersion`, so a stale copy gets a conflict and the writer re-reads. A stale copy
+//! that already shows the desired status sends nothing; when the newer version arrives on the
+//! watch, [`Drift::check`] compares it again (design: docs/architecture.md, "One write").
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+
+use crate::desired::Desired;
+use crate::key::{Kind, ObjectKey};
+use crate::merge::{Merge, StatusObject};
+use crate::watch::Stores;
+
+/// A kind whose watched copies the writer reads.
+pub trait Watched: StatusObject + Resource<DynamicType = ()> + Clone + 'static {
+    /// The store of this kind's watched copies.
+    fn store(stores: &Stores) -> &Store<Self>;
+}
+
+impl Watched for GatewayClass {
+    fn store(stores: &Stores) -> &Store<Self> {
+        &stores.gateway_classes
+    }
+}
+
+impl Watched for Gateway {
+    fn store(stores: &Stores) -> &Store<Self> {
+        &stores.gateways
+    }
+}
+
+impl Watched for HttpRoute {
+    fn store(stores: &Stores) -> &Store<Self> {
+        &stores.http_routes
+    }
+}
+
+/// The watched copy of `key`'s object, if the watch holds one.
+pub fn copy<K: Watched>(stores: &Stores, key: &ObjectKey) -> Option<Arc<K>> {
+    let mut r = ObjectRef::<K>::new(&key.name);
+    if let Some(ns) = &key.namespace {
+        r = r.within(ns);
+    }
+    K::store(stores).get(&r)
+}
+
+/// The `resourceVersion` of `key`'s watched copy and whether its status differs from `want`
+/// (a write would send something).
+fn compare(
+    stores: &Stores,
+    key: &ObjectKey,
+    want: &Desired,
+    controller: &str,
+) -> Option<(String, bool)> {
+    fn one<K: Watched>(
+        stores: &Stores,
+        key: &ObjectKey,
+        want: &Desired,
+        controller: &str,
+    ) -> Option<(String, bool)> {
+        let obj = copy::<K>(stores, key)?;
+        let rv = obj.resource_version()?;
+        // The stamp only matters for conditions that change, and those differ anyway.
+        let now = Time(Timestamp::UNIX_EPOCH);
+        let differs = matches!(obj.merge(want, controller, &now), Merge::Write(_));
+        Some((rv, differs))
+    }
+    match key.kind {
+        Kind::GatewayClass => one::<GatewayClass>(stores, key, want, controller),
+        Kind::Gateway => one::<Gateway>(stores, key, want, controller),
+        Kind::HttpRoute => one::<HttpRoute>(stores, key, want, controller),
+    }
+}
+
+/// Finds objects whose watched copy changed and no longer shows their desired status.
+///
+/// Only copies whose `resourceVersion` moved since the last check are compared, so a computation
+/// costs one store lookup per object and one merge per object that changed.
+#[derive(Debug, Default)]
+pub struct Drift {
+    checked: HashMap<ObjectKey, String>,
+}
+
+impl Drift {
+    /// The objects of `desired` whose watched copy changed since the last call and differs from
+    /// the desired status.
+    pub fn check(
+        &mut self,
+        stores: &Stores,
+        desired: &BTreeMap<ObjectKey, Desired>,
+        controller: &str,
+    ) -> Vec<ObjectKey> {
+        let mut drifted = Vec::new();
+        for (key, want) in desired {
+            let Some(rv) = Self::rv(stores, key) else {
+                continue;
+            };
+            if self.checked.get(key) == Some(&rv) {
+                continue;
+            }
+            if let Some((rv, differs)) = compare(stores, key, want, controller) {
+                if differs {
+                    drifted.push(key.clone());
+                }
+                self.checked.insert(key.clone(), rv);
+            }
+        }
+        if self.checked.len() > desired.len() {
+            self.checked.retain(|k, _| desired.contains_key(k));
+        }
+        drifted
+    }
+
+    fn rv(stores: &Stores, key: &ObjectKey) -> Option<String> {
+        match key.kind {
+            Kind::GatewayClass => copy::<GatewayClass>(stores, key)?.resource_version(),
+            Kind::Gateway => copy::<Gateway>(stores, key)?.resource_version(),
+            Kind::HttpRoute => copy::<HttpRoute>(stores, key)?.resource_version(),
+        }
+    }
+}
