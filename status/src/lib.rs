@@ -46,7 +46,7 @@ pub struct StatusController {
     cache: Arc<StatusCache>,
     cancel: CancellationToken,
     background: JoinSet<()>,
-    writer: JoinHandle<()>,
+    writer: Option<JoinHandle<()>>,
 }
 
 impl StatusController {
@@ -79,8 +79,11 @@ impl StatusController {
     /// let config = WriterConfig::default().with_controller_name("example.net/gateway-controller");
     /// let (synced, _ready) = tokio::sync::watch::channel(false);
     /// let status = StatusController::start(kube, elector.leadership(), config, synced);
-    /// // ... until a shutdown signal; then stop writing before releasing the lock:
-    /// let ((), released) = tokio::join!(status.stop(), elector.shutdown());
+    /// // ... until a shutdown signal: stop writing while the elector drains and releases the
+    /// // lock, then tear the watches down.
+    /// let mut status = status;
+    /// let ((), released) = tokio::join!(status.stop_writing(), elector.shutdown());
+    /// status.stop().await;
     /// released?;
     /// # Ok(())
     /// # }
@@ -107,7 +110,7 @@ impl StatusController {
         ));
         let writer =
             StatusWriter::new(client, cache.clone(), leadership, config).with_watched(stores);
-        let writer = tokio::spawn(writer.run(cancel.child_token()));
+        let writer = Some(tokio::spawn(writer.run(cancel.child_token())));
         StatusController {
             cache,
             cancel,
@@ -121,10 +124,21 @@ impl StatusController {
         &self.cache
     }
 
-    /// Stops: no new writes; writes in flight finish within the writer's shutdown grace.
-    pub async fn stop(mut self) {
+    /// Stops writing: no new writes; writes in flight finish within the writer's shutdown
+    /// grace. The watches and the computation go on until [`stop`](Self::stop), so a caller can
+    /// release its lock between the two and leave the teardown for after (docs/architecture.md,
+    /// "Leadership changes and shutdown").
+    pub async fn stop_writing(&mut self) {
         self.cancel.cancel();
-        let _ = self.writer.await;
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.await;
+        }
+    }
+
+    /// Stops: no new writes; writes in flight finish within the writer's shutdown grace; then
+    /// the watches and the computation end.
+    pub async fn stop(mut self) {
+        self.stop_writing().await;
         self.background.shutdown().await;
     }
 }
