@@ -16,7 +16,7 @@ use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Resource, ResourceExt};
+use kube::Resource;
 
 use crate::desired::Desired;
 use crate::key::{Kind, ObjectKey};
@@ -56,31 +56,36 @@ pub fn copy<K: Watched>(stores: &Stores, key: &ObjectKey) -> Option<Arc<K>> {
     K::store(stores).get(&r)
 }
 
-/// The `resourceVersion` of `key`'s watched copy and whether its status differs from `want`
-/// (a write would send something).
+/// Whether `key`'s watched copy has a `resourceVersion` other than `seen`; if so, that version
+/// and whether its status differs from `want` (a write would send something).
 fn compare(
     stores: &Stores,
     key: &ObjectKey,
     want: &Desired,
     controller: &str,
+    seen: Option<&str>,
 ) -> Option<(String, bool)> {
     fn one<K: Watched>(
         stores: &Stores,
         key: &ObjectKey,
         want: &Desired,
         controller: &str,
+        seen: Option<&str>,
     ) -> Option<(String, bool)> {
         let obj = copy::<K>(stores, key)?;
-        let rv = obj.resource_version()?;
+        let rv = obj.meta().resource_version.as_deref()?;
+        if Some(rv) == seen {
+            return None;
+        }
         // The stamp only matters for conditions that change, and those differ anyway.
         let now = Time(Timestamp::UNIX_EPOCH);
         let differs = matches!(obj.merge(want, controller, &now), Merge::Write(_));
-        Some((rv, differs))
+        Some((rv.to_string(), differs))
     }
     match key.kind {
-        Kind::GatewayClass => one::<GatewayClass>(stores, key, want, controller),
-        Kind::Gateway => one::<Gateway>(stores, key, want, controller),
-        Kind::HttpRoute => one::<HttpRoute>(stores, key, want, controller),
+        Kind::GatewayClass => one::<GatewayClass>(stores, key, want, controller, seen),
+        Kind::Gateway => one::<Gateway>(stores, key, want, controller, seen),
+        Kind::HttpRoute => one::<HttpRoute>(stores, key, want, controller, seen),
     }
 }
 
@@ -104,13 +109,8 @@ impl Drift {
     ) -> Vec<ObjectKey> {
         let mut drifted = Vec::new();
         for (key, want) in desired {
-            let Some(rv) = Self::rv(stores, key) else {
-                continue;
-            };
-            if self.checked.get(key) == Some(&rv) {
-                continue;
-            }
-            if let Some((rv, differs)) = compare(stores, key, want, controller) {
+            let seen = self.checked.get(key).map(String::as_str);
+            if let Some((rv, differs)) = compare(stores, key, want, controller, seen) {
                 if differs {
                     drifted.push(key.clone());
                 }
@@ -121,13 +121,5 @@ impl Drift {
             self.checked.retain(|k, _| desired.contains_key(k));
         }
         drifted
-    }
-
-    fn rv(stores: &Stores, key: &ObjectKey) -> Option<String> {
-        match key.kind {
-            Kind::GatewayClass => copy::<GatewayClass>(stores, key)?.resource_version(),
-            Kind::Gateway => copy::<Gateway>(stores, key)?.resource_version(),
-            Kind::HttpRoute => copy::<HttpRoute>(stores, key)?.resource_version(),
-        }
     }
 }
