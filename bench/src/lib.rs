@@ -171,14 +171,7 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
             let ns = format!("bench-{label}");
             let controller = format!("gateway-leader.dev/bench-{label}");
             let route = cluster.lane(&ns, &controller).await?;
-            let mut common = vec![
-                "--leader-election-lock-name".to_string(),
-                format!("{ns}-lock"),
-                "--controller-name".into(),
-                controller,
-            ];
-            common.extend(plan.timing_args.iter().cloned());
-            common.extend(["--wakeup".to_string(), wakeup.to_string()]);
+            let common = lane_args(plan, &ns, controller, wakeup);
             let logs: PathBuf = plan.out.join("logs").join(&label);
             pb.set_message(format!("{label}: starting {} replicas", plan.replicas));
             let lock = format!("{ns}-lock");
@@ -320,6 +313,20 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
         verdicts,
         costs,
     })
+}
+
+/// The `run` flags every replica of a lane shares: its lock (named after the lane's namespace
+/// `ns`), its controller name, the plan's timing and the wake-up mode.
+pub(crate) fn lane_args(plan: &Plan, ns: &str, controller: String, wakeup: &str) -> Vec<String> {
+    let mut common = vec![
+        "--leader-election-lock-name".to_string(),
+        format!("{ns}-lock"),
+        "--controller-name".into(),
+        controller,
+    ];
+    common.extend(plan.timing_args.iter().cloned());
+    common.extend(["--wakeup".to_string(), wakeup.to_string()]);
+    common
 }
 
 /// Each slot's flags for a lane: `common`, plus where the slot reaches the lock's server and

@@ -238,13 +238,7 @@ async fn one(
     );
     let mut two = plan.clone();
     two.replicas = 2;
-    let mut common = vec![
-        "--leader-election-lock-name".to_string(),
-        format!("{ns}-lock"),
-        "--controller-name".into(),
-        controller,
-    ];
-    common.extend(plan.timing_args.iter().cloned());
+    let common = crate::lane_args(plan, &ns, controller, "watch");
     let (args, proxies, files) = crate::slot_args(&two, server, cluster, &ns, &common).await?;
     let lock = format!("{ns}-lock");
     let mut lane = Lane::new(
@@ -291,14 +285,13 @@ async fn measure(plan: &Plan, lane: &mut Lane, cluster: &Cluster) -> Result<Scal
         .enumerate()
         .filter_map(|(s, r)| r.as_ref().map(|r| (s, r.pid())))
         .collect();
-    let mut rss = Vec::new();
-    for (slot, pid) in pids.iter().filter(|(s, _)| *s == leader.slot) {
-        let _ = slot;
-        rss.push(rss_mib(*pid).unwrap_or(f64::NAN));
-    }
-    for (_, pid) in pids.iter().filter(|(s, _)| *s != leader.slot) {
-        rss.push(rss_mib(*pid).unwrap_or(f64::NAN));
-    }
+    // The leader's first, then the follower's.
+    let mut by_role = pids.clone();
+    by_role.sort_by_key(|(s, _)| *s != leader.slot);
+    let rss: Vec<f64> = by_role
+        .iter()
+        .map(|(_, pid)| rss_mib(*pid).unwrap_or(f64::NAN))
+        .collect();
     // The takeover: SIGTERM, then one route changed at once.
     let before = requests(cluster).await?;
     let signalled = lane.signal(leader.slot, Signal::SIGTERM)?;
