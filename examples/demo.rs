@@ -1,9 +1,10 @@
 //! The engine of `scripts/demo.sh`: the main job of gateway-leader, live on this machine.
 //!
 //! It starts a local kube-apiserver with the Gateway API CRDs and a small sample (a class, a
-//! Gateway, a Service and three HTTPRoutes: one valid, one to a missing Service, one to another
-//! namespace's Service without a ReferenceGrant), and three `gateway-leader run` replicas that
-//! elect a leader on a Kubernetes Lease, etcd or Redis. Every replica computes the statuses; only
+//! Gateway with an HTTP listener and an HTTPS listener whose certificate Secret does not exist
+//! yet, a Service, three HTTPRoutes: one valid, one to a missing Service, one to another
+//! namespace's Service without a ReferenceGrant, and a GRPCRoute), and three `gateway-leader run`
+//! replicas that elect a leader on a Kubernetes Lease, etcd or Redis. Every replica computes the statuses; only
 //! the leader writes them. The demo prints who leads under which fencing term and the statuses on
 //! the objects with the replica and term that wrote each, then stops the leader gracefully
 //! (SIGTERM) and crashes the next one (SIGKILL), changing a route each time, and shows how long
@@ -24,8 +25,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::{anyhow, bail, Context, Result};
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ManagedFieldsEntry, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -55,6 +57,8 @@ const NS: &str = "demo";
 const OTHER_NS: &str = "demo-other";
 /// A Service name that never exists.
 const MISSING_SERVICE: &str = "no-such-service";
+/// The Secret the HTTPS listener names: missing at first, created once the statuses show it.
+const TLS_SECRET: &str = "web-tls";
 
 /// Short timing so that the crash case (which waits for the lease to run out) is quick; the
 /// defaults are 15s/10s/2s.
@@ -104,7 +108,12 @@ const CROSS: Key = Key {
     namespace: Some(OTHER_NS),
     name: "cross-namespace",
 };
-const TABLE: [Key; 5] = [CLASS, GATEWAY, VALID, MISSING, CROSS];
+const GRPC: Key = Key {
+    kind: "GRPCRoute",
+    namespace: Some(NS),
+    name: "grpc",
+};
+const TABLE: [Key; 6] = [CLASS, GATEWAY, VALID, MISSING, CROSS, GRPC];
 
 impl Key {
     fn object(&self) -> String {
@@ -672,6 +681,10 @@ async fn apply_sample(server: &KubeApiServer, client: &Client) -> Result<()> {
             "spec": {"gatewayClassName": CLASS.name, "listeners": [{
                 "name": "http", "protocol": "HTTP", "port": 80,
                 "allowedRoutes": {"namespaces": {"from": "All"}}
+            }, {
+                "name": "https", "protocol": "HTTPS", "port": 443,
+                "allowedRoutes": {"namespaces": {"from": "All"}},
+                "tls": {"certificateRefs": [{"name": TLS_SECRET}]}
             }]}
         }),
     )
@@ -707,6 +720,15 @@ async fn apply_sample(server: &KubeApiServer, client: &Client) -> Result<()> {
         ),
     )
     .await?;
+    // A GRPCRoute to the same Service, through the same route engine and listener.
+    let mut grpc = route(
+        NS,
+        GRPC.name,
+        json!({"name": GATEWAY.name}),
+        json!({"name": "web", "port": 80}),
+    );
+    grpc["kind"] = json!("GRPCRoute");
+    create(&Api::<GrpcRoute>::namespaced(client.clone(), NS), grpc).await?;
     // Another namespace's Service without a ReferenceGrant: ResolvedRefs False, RefNotPermitted.
     create(
         &Api::<HttpRoute>::namespaced(client.clone(), OTHER_NS),
@@ -716,6 +738,39 @@ async fn apply_sample(server: &KubeApiServer, client: &Client) -> Result<()> {
             json!({"name": GATEWAY.name, "namespace": NS}),
             json!({"name": "web", "namespace": NS, "port": 80}),
         ),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Creates the HTTPS listener's Secret (a self-signed certificate) and waits until the leader
+/// reports the listener resolved and programmed.
+async fn create_tls_secret(client: &Client, logs: &Path) -> Result<()> {
+    let cert = rcgen::generate_simple_self_signed(vec!["web.demo.example".to_string()])
+        .context("making a self-signed certificate")?;
+    create(
+        &Api::<Secret>::namespaced(client.clone(), NS),
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": TLS_SECRET, "namespace": NS},
+            "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": cert.cert.pem(), "tls.key": cert.signing_key.serialize_pem()}
+        }),
+    )
+    .await?;
+    await_object(
+        Api::<Gateway>::namespaced(client.clone(), NS),
+        GATEWAY,
+        "listener https ResolvedRefs=True",
+        logs,
+        |g| {
+            g.status
+                .iter()
+                .flat_map(|s| s.listeners.iter().flatten())
+                .filter(|l| l.name == "https")
+                .flat_map(|l| l.conditions.iter())
+                .any(|c| c.type_ == "ResolvedRefs" && c.status == "True")
+        },
     )
     .await?;
     Ok(())
@@ -836,9 +891,8 @@ async fn read_status(client: &Client, key: Key) -> Result<Status> {
             }
             (lines, o.metadata)
         }
-        _ => {
-            let o = Api::<HttpRoute>::namespaced(client.clone(), ns)
-                .get(key.name)
+        kind => {
+            let o = get_route(client, kind, ns, key.name)
                 .await
                 .with_context(context)?;
             let mut lines = Vec::new();
@@ -887,6 +941,16 @@ async fn has_status(client: &Client, key: Key, logs: &Path) -> Result<()> {
             )
             .await?;
         }
+        "GRPCRoute" => {
+            await_object(
+                Api::<GrpcRoute>::namespaced(client.clone(), ns),
+                key,
+                what,
+                logs,
+                written,
+            )
+            .await?;
+        }
         _ => {
             await_object(
                 Api::<HttpRoute>::namespaced(client.clone(), ns),
@@ -899,6 +963,22 @@ async fn has_status(client: &Client, key: Key, logs: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A route of `kind` read as an HTTPRoute: every route kind's `status.parents` has the same
+/// shape, and the table shows only the status.
+async fn get_route(client: &Client, kind: &str, ns: &str, name: &str) -> Result<HttpRoute> {
+    if kind == "GRPCRoute" {
+        let o = Api::<GrpcRoute>::namespaced(client.clone(), ns)
+            .get(name)
+            .await?;
+        let mut v = serde_json::to_value(o)?;
+        v["spec"] = json!({});
+        return Ok(serde_json::from_value(v)?);
+    }
+    Ok(Api::<HttpRoute>::namespaced(client.clone(), ns)
+        .get(name)
+        .await?)
 }
 
 /// Waits on a watch until the object satisfies `cond`; fails after [`PATIENCE`].
@@ -1318,6 +1398,7 @@ async fn run(out: &Out, bin: &Path, backend: Backend, dir: &Path) -> Result<()> 
     for line in [
         format!("sample: {CLASS} (controllerName {CONTROLLER})"),
         format!("        {GATEWAY} (listener http, port 80, routes from all namespaces)"),
+        format!("        {GATEWAY} (listener https, port 443, Secret {NS}/{TLS_SECRET} not created yet)"),
         format!("        Service {NS}/web (port 80)"),
         format!("        {VALID} -> web:80"),
         format!("        {MISSING} -> {MISSING_SERVICE}:80 (no such Service)"),
@@ -1369,6 +1450,13 @@ async fn run(out: &Out, bin: &Path, backend: Backend, dir: &Path) -> Result<()> 
         lock,
     };
     let first = demo.start().await?;
+
+    out.heading(format!(
+        "The missing certificate: creating Secret {NS}/{TLS_SECRET} (self-signed)"
+    ));
+    create_tls_secret(&demo.client, dir).await?;
+    out.step("listener https: ResolvedRefs=True, Programmed=True once its Secret exists");
+    demo.table().await?;
 
     out.heading("Graceful stop: the leader releases the lock, a follower takes over at once");
     let rest: Vec<&str> = REPLICAS

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job of gateway-leader, live on this machine: a local kube-apiserver with the Gateway API
-# CRDs and a small sample (a GatewayClass, a Gateway, a Service, three HTTPRoutes), and three
+# CRDs and a small sample (a GatewayClass, a Gateway, a Service, three HTTPRoutes, a GRPCRoute), and three
 # `gateway-leader run` replicas. Every replica computes the statuses, only the leader writes them;
 # the demo prints who leads under which fencing term and each object's status with the replica and
 # term that wrote it. Then it stops the leader (SIGTERM) and crashes the next one (SIGKILL),

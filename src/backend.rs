@@ -8,7 +8,7 @@ use leader_lock_etcd::{EtcdConfig, EtcdLock};
 #[cfg(feature = "kubernetes")]
 use leader_lock_kubernetes::LeaseLock;
 #[cfg(feature = "redis")]
-use leader_lock_redis::{RedisConfig, RedisLock};
+use leader_lock_redis::{RedisConfig, RedisLock, SentinelConfig};
 
 use crate::config::{env_var, flag, Backend, ConfigError, Settings, SETTINGS};
 
@@ -55,7 +55,9 @@ fn etcd_config(s: &Settings) -> EtcdConfig {
     c.username = e.username.clone();
     c.password = e.password.as_ref().map(|p| p.expose().to_string());
     c.key_prefix = e.key_prefix.clone();
-    c.request_timeout = request_timeout(s);
+    // Shorter than the others': a renew that meets a dead or hung member must still time out,
+    // move to another member and succeed there within the renew deadline (docs/etcd.md).
+    c.request_timeout = EtcdConfig::request_timeout_for(&s.timing);
     c
 }
 
@@ -68,6 +70,16 @@ fn redis_config(s: &Settings) -> RedisConfig {
     c.ca_file = r.ca_file.clone();
     c.key_prefix = r.key_prefix.clone();
     c.request_timeout = request_timeout(s);
+    c.wait_replicas = r.wait_replicas;
+    if let Some(addresses) = r.sentinels.clone().filter(|a| !a.is_empty()) {
+        c.sentinel = Some(SentinelConfig {
+            addresses,
+            // An empty name is refused by the config's check, under redis-sentinel-master.
+            master: r.sentinel_master.clone().unwrap_or_default(),
+            username: r.sentinel_username.clone(),
+            password: r.sentinel_password.as_ref().map(|p| p.expose().to_string()),
+        });
+    }
     c
 }
 
@@ -258,6 +270,49 @@ mod tests {
             lock.request_timeout()
         );
         assert_eq!(lock.request_timeout(), Duration::from_millis(1500));
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn redis_sentinel_needs_its_master_name_and_plain_addresses() {
+        let s = settings(&[
+            ("lock_backend", "redis"),
+            (
+                "redis_sentinel",
+                "redis://127.0.0.1:26379,redis://127.0.0.1:26380",
+            ),
+        ]);
+        let e = validate(&s).expect_err("the master name is required");
+        assert_eq!(e.setting(), Some("redis_sentinel_master"), "{e}");
+        let s = settings(&[
+            ("lock_backend", "redis"),
+            ("redis_sentinel", "redis://u:SECRET@127.0.0.1:26379"),
+            ("redis_sentinel_master", "mymaster"),
+        ]);
+        let e = validate(&s).expect_err("no credentials in a Sentinel address");
+        assert_eq!(e.setting(), Some("redis_sentinel"), "{e}");
+        assert!(!e.to_string().contains("SECRET"), "{e}");
+        let s = settings(&[
+            ("lock_backend", "redis"),
+            ("redis_sentinel", "redis://127.0.0.1:26379"),
+            ("redis_sentinel_master", "mymaster"),
+        ]);
+        validate(&s).expect("a valid Sentinel setup");
+        let c = redis_config(&s).sentinel.expect("Sentinel mode");
+        assert_eq!(c.master, "mymaster");
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn etcd_requests_time_out_within_a_quarter_of_the_renew_deadline() {
+        let s = settings(&[
+            ("lock_backend", "etcd"),
+            ("lease_duration", "5s"),
+            ("renew_deadline", "3s"),
+            ("retry_period", "1s"),
+        ]);
+        validate(&s).expect("valid for etcd");
+        assert_eq!(etcd_config(&s).request_timeout, Duration::from_millis(750));
     }
 
     #[cfg(feature = "etcd")]

@@ -3,7 +3,8 @@
 //! - `/healthz` fails when this replica believes it leads but its leadership ran past the renew
 //!   deadline without the elector stepping down (a stuck elector, as client-go's watchdog
 //!   catches): restarting the process is the only safe way out.
-//! - `/readyz` fails while the lock backend does not answer or the watches have not synced.
+//! - `/readyz` fails while the lock backend does not answer or the watches have not synced (a
+//!   required Gateway API CRD that is not installed is named).
 //! - `/metrics` is the Prometheus text exposition.
 
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use gateway_leader_status::Readiness;
 use leader_lock::{LeaderState, Leadership};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -30,8 +32,9 @@ pub struct Health {
     pub leadership: watch::Receiver<Option<Leadership>>,
     /// Lock reachability and every metric.
     pub metrics: Arc<Metrics>,
-    /// True once the status writer's watches have their initial lists.
-    pub synced: watch::Receiver<bool>,
+    /// The status writer's readiness: its required watches have their initial lists, or what
+    /// it waits for (a required Gateway API CRD that is not installed, say).
+    pub synced: watch::Receiver<Readiness>,
     /// How long past its validity a leadership may still be published before the elector is
     /// considered stuck (the elector steps down *at* the deadline; this covers scheduling).
     pub grace: Duration,
@@ -60,8 +63,8 @@ impl Health {
         if self.leadership.borrow().is_none() {
             return Some("the lock backend has not been reached yet".into());
         }
-        if !*self.synced.borrow() {
-            return Some("the Gateway API watches have not synced yet".into());
+        if let Some(why) = self.synced.borrow().problem() {
+            return Some(why.to_string());
         }
         if !self.metrics.lock_reachable() {
             return Some("the lock backend does not answer".into());
@@ -134,7 +137,11 @@ mod tests {
         let (_ltx, leadership) = watch::channel(Some(leadership));
         let metrics = Metrics::new("l");
         metrics.set_lock_reachable(reachable);
-        let (_stx, srx) = watch::channel(synced);
+        let (_stx, srx) = watch::channel(if synced {
+            Readiness::Ready
+        } else {
+            Readiness::default()
+        });
         (
             Health {
                 leadership,

@@ -17,7 +17,7 @@ use crate::config::{Settings, Wakeup};
 use crate::health::{self, Health};
 use crate::metrics::{InstrumentedLock, Metrics};
 use crate::poll::PollingLock;
-use gateway_leader_status::{StatusController, WriterConfig};
+use gateway_leader_status::{Readiness, StatusController, WriterConfig};
 use leader_lock::clock;
 
 /// SIGTERM and SIGINT, caught from the start: a signal that arrives while the replica is still
@@ -156,7 +156,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     // watches have synced, which the kubelet must be able to see.
     let metrics = Metrics::new(&settings.lock_name);
     let (lead_tx, lead_rx) = watch::channel(None);
-    let (synced_tx, synced_rx) = watch::channel(false);
+    let (synced_tx, synced_rx) = watch::channel(Readiness::default());
     let server_stop = CancellationToken::new();
     let health = Health {
         leadership: lead_rx,

@@ -17,7 +17,12 @@ use kube::discovery::{pinned_kind, ApiCapabilities, ApiResource, Scope};
 use kube::Client;
 use serde_json::{json, Value};
 
-const KUSTOMIZATIONS: [&str; 3] = ["base", "overlays/etcd", "overlays/redis"];
+const KUSTOMIZATIONS: [&str; 4] = [
+    "base",
+    "overlays/etcd",
+    "overlays/redis",
+    "overlays/redis-sentinel",
+];
 
 /// A name no earlier run on the same cluster used (an existing cluster keeps what tests made).
 fn fresh(prefix: &str) -> String {
@@ -158,7 +163,7 @@ async fn the_overlays_pass_the_apiservers_validation() {
         .await
         .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
     let client = server.admin_client();
-    for overlay in ["overlays/etcd", "overlays/redis"] {
+    for overlay in ["overlays/etcd", "overlays/redis", "overlays/redis-sentinel"] {
         let ns = fresh(&format!(
             "deploy-{}",
             overlay.trim_start_matches("overlays/")

@@ -51,13 +51,8 @@ fn eventually(addr: SocketAddr, path: &str, ok: impl Fn(u16, &str) -> bool) -> S
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_and_a_follower_answer_health_readiness_and_metrics() {
-    let s = apiserver().await;
-    let ns = "health";
-    s.create_namespace(ns).await.expect("namespace");
-    let client = s.admin_client();
-    let controller = "gateway-leader.dev/health";
+/// A class for `controller`, Gateway `gw`, Service `web` and HTTPRoute `route` in `ns`.
+async fn sample(client: &kube::Client, ns: &str, controller: &str) {
     put(
         &Api::<GatewayClass>::all(client.clone()),
         &gateway_class(ns, controller),
@@ -74,10 +69,20 @@ async fn a_leader_and_a_follower_answer_health_readiness_and_metrics() {
     )
     .await;
     put(
-        &Api::<HttpRoute>::namespaced(client, ns),
+        &Api::<HttpRoute>::namespaced(client.clone(), ns),
         &route(ns, "route", "gw", &[(ns, "web", 80)]),
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_and_a_follower_answer_health_readiness_and_metrics() {
+    let s = apiserver().await;
+    let ns = "health";
+    s.create_namespace(ns).await.expect("namespace");
+    let client = s.admin_client();
+    let controller = "gateway-leader.dev/health";
+    sample(&client, ns, controller).await;
     let args = replica_args(s.kubeconfig_path(), ns, controller);
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -147,4 +152,143 @@ async fn a_replica_whose_lock_backend_is_down_is_alive_but_not_ready() {
     })
     .await
     .expect("scenario");
+}
+
+/// The messages of `r`'s log lines that say a CRD is not installed, by kind.
+fn not_installed(r: &mut Replica) -> Vec<String> {
+    r.lines()
+        .iter()
+        .filter(|l| l.message().starts_with("Gateway API CRD not installed"))
+        .map(|l| l.json["kind"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_crds_are_named_once_hold_readiness_back_and_are_picked_up_when_installed() {
+    // A cluster of its own: it starts without any Gateway API CRD.
+    let s = testkit::kube::KubeApiServer::start_local()
+        .await
+        .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
+    let client = s.admin_client();
+    let ns = "discovery";
+    s.create_namespace(ns).await.expect("namespace");
+    let controller = "gateway-leader.dev/discovery";
+    let mut args = replica_args(s.kubeconfig_path(), ns, controller);
+    args.push("--leader-election-disable".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut r = Replica::start("discovery-a", &args);
+    let addr = tokio::task::block_in_place(|| {
+        r.wait_for("serving /healthz, /readyz and /metrics", PATIENCE);
+        r.health_addr(PATIENCE)
+    });
+
+    // 1. Nothing installed: one WARN per kind naming its CRD and the install command; not ready,
+    //    and /readyz says which required CRDs are missing.
+    let warned = tokio::task::block_in_place(|| {
+        r.wait_match("a WARN per missing kind", PATIENCE, |l| {
+            l.message().starts_with("Gateway API CRD not installed")
+                && l.json["kind"] == "ReferenceGrant"
+        })
+    });
+    assert_eq!(
+        warned.json["crd"], "referencegrants.gateway.networking.k8s.io",
+        "{:?}",
+        warned.json
+    );
+    assert!(
+        warned.json["install"]
+            .as_str()
+            .is_some_and(|i| i.contains("standard-install.yaml")),
+        "{:?}",
+        warned.json
+    );
+    let why = tokio::task::block_in_place(|| {
+        eventually(addr, "/readyz", |c, b| {
+            c == 503 && b.contains("httproutes.gateway.networking.k8s.io")
+        })
+    });
+    assert!(
+        why.contains("gatewayclasses.gateway.networking.k8s.io")
+            && why.contains("gateways.gateway.networking.k8s.io"),
+        "{why}"
+    );
+
+    // 2. The required kinds (and ReferenceGrant) appear: picked up without a restart, ready,
+    //    and statuses flow while GRPCRoute, TLSRoute and ListenerSet are still missing.
+    testkit::gateway_api::install_some(&client, |name| {
+        !name.starts_with("grpcroutes.")
+            && !name.starts_with("tlsroutes.")
+            && !name.starts_with("listenersets.")
+    })
+    .await
+    .expect("the required CRDs");
+    sample(&client, ns, controller).await;
+    let routes: Api<HttpRoute> = Api::namespaced(client.clone(), ns);
+    wait_for(&routes, "route", "accepted", |rt| {
+        route_says(rt, controller, "Accepted", "True", "Accepted")
+    })
+    .await;
+    tokio::task::block_in_place(|| eventually(addr, "/readyz", |c, _| c == 200));
+
+    // 3. GRPCRoute and ListenerSet are installed later: picked up without a restart.
+    testkit::gateway_api::install_some(&client, |name| {
+        name.starts_with("grpcroutes.") || name.starts_with("listenersets.")
+    })
+    .await
+    .expect("the GRPCRoute and ListenerSet CRDs");
+    for (kind, crd) in [
+        ("GRPCRoute", "grpcroutes.gateway.networking.k8s.io"),
+        ("ListenerSet", "listenersets.gateway.networking.k8s.io"),
+    ] {
+        let picked = tokio::task::block_in_place(|| {
+            r.wait_match(&format!("{kind} picked up"), PATIENCE, |l| {
+                l.message() == "CRD installed; watching it now" && l.json["kind"] == kind
+            })
+        });
+        assert_eq!(picked.json["crd"], crd);
+    }
+
+    // 4. It is deleted again: named once more, and its watch stops without a storm of failures.
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    crds.delete("grpcroutes.gateway.networking.k8s.io", &Default::default())
+        .await
+        .expect("deleting the GRPCRoute CRD");
+    tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + PATIENCE;
+        while not_installed(&mut r)
+            .iter()
+            .filter(|k| *k == "GRPCRoute")
+            .count()
+            < 2
+        {
+            assert!(Instant::now() < deadline, "GRPCRoute not named again");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    // Still ready: GRPCRoute is optional.
+    assert_eq!(get(addr, "/readyz").0, 200);
+
+    let mut named = not_installed(&mut r);
+    named.sort();
+    assert_eq!(
+        named,
+        [
+            "GRPCRoute",
+            "GRPCRoute",
+            "Gateway",
+            "GatewayClass",
+            "HTTPRoute",
+            "ListenerSet",
+            "ReferenceGrant",
+            "TLSRoute"
+        ],
+        "each missing kind named once (GRPCRoute twice: it went away again)"
+    );
+    let failures = r
+        .lines()
+        .iter()
+        .filter(|l| l.message().contains("watch failed"))
+        .count();
+    assert_eq!(failures, 0, "no watch ever ran against a missing CRD");
 }

@@ -18,6 +18,8 @@ use common::{Line, Replica};
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
+use gateway_api::listenersets::ListenerSet;
+use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::ListParams;
@@ -132,6 +134,33 @@ impl InCluster {
             &route(&c.ns, "route", "gw", &[(&c.ns, "web", 80)]),
         )
         .await;
+        // A route of each other kind, so that each kind's status is written (the TLSRoute is
+        // not allowed by the HTTP listener, which is a status too).
+        put(
+            &Api::namespaced(admin(server), &c.ns),
+            &grpc_route(&c.ns, "grpc", "gw", &[(&c.ns, "web", 80)]),
+        )
+        .await;
+        put(
+            &Api::namespaced(admin(server), &c.ns),
+            &tls_route(
+                &c.ns,
+                "tls",
+                serde_json::json!({"name": "gw"}),
+                "a.example.com",
+                &[(&c.ns, "web", 80)],
+            ),
+        )
+        .await;
+        // A ListenerSet, whose status is written too (NotAllowed: the Gateway allows none).
+        let set: ListenerSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "ListenerSet",
+            "metadata": {"name": "set", "namespace": &c.ns},
+            "spec": {"parentRef": {"name": "gw"},
+                     "listeners": [{"name": "extra", "protocol": "HTTP", "port": 8080}]}
+        }))
+        .expect("listener set");
+        put(&Api::namespaced(admin(server), &c.ns), &set).await;
         // The ServiceAccount and a token for it, as the kubelet would mount.
         let token = server
             .service_account_token(&c.ns, SA)
@@ -192,7 +221,7 @@ impl InCluster {
                 && route_says(r, &c, "ResolvedRefs", "True", "ResolvedRefs")
         })
         .await;
-        wait_for(&self.gateways, "gw", "programmed with one route", |g| {
+        wait_for(&self.gateways, "gw", "programmed with two routes", |g| {
             g.status.as_ref().is_some_and(|s| {
                 s.conditions
                     .as_deref()
@@ -200,8 +229,23 @@ impl InCluster {
                     .is_some_and(|c| c.status == "True")
                     && s.listeners
                         .as_deref()
-                        .is_some_and(|l| l.len() == 1 && l[0].attached_routes == 1)
+                        .is_some_and(|l| l.len() == 1 && l[0].attached_routes == 2)
             })
+        })
+        .await;
+        let c = self.controller.clone();
+        let tls: Api<TlsRoute> = Api::namespaced(admin(self.server), &self.ns);
+        wait_for(&tls, "tls", "not allowed by the HTTP listener", move |r| {
+            any_route_says(r, &c, "Accepted", "False", "NotAllowedByListeners")
+        })
+        .await;
+        let sets: Api<ListenerSet> = Api::namespaced(admin(self.server), &self.ns);
+        wait_for(&sets, "set", "not allowed by the Gateway", |ls| {
+            ls.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_deref())
+                .and_then(|c| condition(c, "Accepted"))
+                .is_some_and(|c| c.reason == "NotAllowed")
         })
         .await;
     }
@@ -351,7 +395,10 @@ const CASES: &[Case] = &[
             ("", "gatewayclasses"),
             ("", "gateways"),
             ("", "httproutes"),
+            ("", "grpcroutes"),
+            ("", "tlsroutes"),
             ("", "referencegrants"),
+            ("", "listenersets"),
         ],
     },
     // Writing statuses.
@@ -362,6 +409,9 @@ const CASES: &[Case] = &[
             ("", "gatewayclasses/status"),
             ("", "gateways/status"),
             ("", "httproutes/status"),
+            ("", "grpcroutes/status"),
+            ("", "tlsroutes/status"),
+            ("", "listenersets/status"),
         ],
     },
     // Watching the Services routes point to and the Namespaces listeners select.
@@ -411,7 +461,10 @@ const CASES: &[Case] = &[
             ("list", "gatewayclasses"),
             ("list", "gateways"),
             ("list", "httproutes"),
+            ("list", "grpcroutes"),
+            ("list", "tlsroutes"),
             ("list", "referencegrants"),
+            ("list", "listenersets"),
         ],
     },
     Case {
@@ -421,7 +474,10 @@ const CASES: &[Case] = &[
             ("watch", "gatewayclasses"),
             ("watch", "gateways"),
             ("watch", "httproutes"),
+            ("watch", "grpcroutes"),
+            ("watch", "tlsroutes"),
             ("watch", "referencegrants"),
+            ("watch", "listenersets"),
         ],
     },
     // Each verb of a status write: the read of the current status, and the write.
@@ -432,6 +488,9 @@ const CASES: &[Case] = &[
             ("get", "gatewayclasses/status"),
             ("get", "gateways/status"),
             ("get", "httproutes/status"),
+            ("get", "grpcroutes/status"),
+            ("get", "tlsroutes/status"),
+            ("get", "listenersets/status"),
         ],
     },
     Case {
@@ -441,6 +500,9 @@ const CASES: &[Case] = &[
             ("update", "gatewayclasses/status"),
             ("update", "gateways/status"),
             ("update", "httproutes/status"),
+            ("update", "grpcroutes/status"),
+            ("update", "tlsroutes/status"),
+            ("update", "listenersets/status"),
         ],
     },
     Case {
@@ -452,6 +514,24 @@ const CASES: &[Case] = &[
         name: "no-core-watch",
         without: Without::ClusterRoleVerb(2, "watch"),
         refused: &[("watch", "services"), ("watch", "namespaces")],
+    },
+    // Reading the Secrets that listeners' certificateRefs name: the certificate check cannot
+    // run, so no status is computed (an HTTPS listener would otherwise be reported invalid for
+    // want of a permission).
+    Case {
+        name: "no-secrets",
+        without: Without::ClusterRoleRule(4),
+        refused: &[("", "secrets")],
+    },
+    Case {
+        name: "no-secrets-list",
+        without: Without::ClusterRoleVerb(4, "list"),
+        refused: &[("list", "secrets")],
+    },
+    Case {
+        name: "no-secrets-watch",
+        without: Without::ClusterRoleVerb(4, "watch"),
+        refused: &[("watch", "secrets")],
     },
 ];
 

@@ -50,6 +50,14 @@ pub(super) fn parse_socket_addr(v: &str) -> Result<SocketAddr, String> {
 }
 
 /// A comma-separated list, blanks around and between the commas dropped.
+/// A number of Redis replicas to wait for: a whole number from 0 to 16.
+pub(super) fn replica_count(v: &str) -> Result<u32, String> {
+    match v.trim().parse::<u32>() {
+        Ok(n) if n <= 16 => Ok(n),
+        _ => Err(format!("{v:?} is not a number of replicas from 0 to 16")),
+    }
+}
+
 pub(super) fn comma_list(v: &str) -> Result<Vec<String>, String> {
     Ok(v.split(',')
         .map(|s| s.trim().to_string())

@@ -129,6 +129,16 @@ pub struct RedisSettings {
     pub ca_file: Option<PathBuf>,
     /// Key prefix.
     pub key_prefix: String,
+    /// Replicas to `WAIT` for after each acquire and renew.
+    pub wait_replicas: u32,
+    /// Sentinel addresses; when given, the primary is the one they name.
+    pub sentinels: Option<Vec<String>>,
+    /// The name the Sentinels monitor the primary under.
+    pub sentinel_master: Option<String>,
+    /// ACL user on the Sentinels.
+    pub sentinel_username: Option<String>,
+    /// The Sentinels' password, from a file or the environment.
+    pub sentinel_password: Option<Secret>,
 }
 
 /// Kubernetes access settings.

@@ -135,6 +135,13 @@ impl Layers {
             password: password(self.redis_password_file()?, || self.redis_password())?,
             ca_file: self.redis_ca_file()?,
             key_prefix: self.redis_key_prefix()?,
+            wait_replicas: self.redis_wait_replicas()?,
+            sentinels: self.redis_sentinel()?,
+            sentinel_master: self.redis_sentinel_master()?,
+            sentinel_username: self.redis_sentinel_username()?,
+            sentinel_password: password(self.redis_sentinel_password_file()?, || {
+                self.redis_sentinel_password()
+            })?,
         };
         let kube = KubeSettings {
             kubeconfig: self.kubeconfig()?,

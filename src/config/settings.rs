@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use super::checks::{
     bounded_file, check_identity, checked, comma_list, parse_bool, parse_duration,
-    parse_socket_addr, text, validate_controller_name, validate_dns_label, validate_dns_subdomain,
-    validate_filter,
+    parse_socket_addr, replica_count, text, validate_controller_name, validate_dns_label,
+    validate_dns_subdomain, validate_filter,
 };
 use super::effective::{Backend, LogFormat, Wakeup};
 use super::error::ConfigError;
@@ -403,6 +403,38 @@ settings! {
         default: "gateway-leader",
         check: text,
         help: "prefix of the Redis keys",
+    },
+    redis_wait_replicas: u32 {
+        flag("N"),
+        default: "0",
+        check: replica_count,
+        help: "WAIT until this many replicas have each acquire and renew before it counts (0: do not wait)",
+    },
+    redis_sentinel: Vec<String> {
+        flag("URLS"),
+        form: UrlList,
+        check: comma_list,
+        help: "comma-separated Redis Sentinels (redis://host:port or rediss://); the lock uses the primary they name instead of redis-url",
+    },
+    redis_sentinel_master: String {
+        flag("NAME"),
+        check: text,
+        help: "the name the Sentinels monitor the primary under",
+    },
+    redis_sentinel_username: String {
+        flag("USER"),
+        check: text,
+        help: "ACL user on the Sentinels",
+    },
+    redis_sentinel_password_file: Secret {
+        flag("FILE"),
+        check: Secret::from_file,
+        help: "file holding the Sentinels' password",
+    },
+    redis_sentinel_password: Secret {
+        secret,
+        check: Secret::from_text,
+        help: "the Sentinels' password (environment or file only)",
     },
 }
 

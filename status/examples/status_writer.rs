@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_leader_status::{StatusController, StatusMetrics, WriterConfig};
+use gateway_leader_status::{Readiness, StatusController, StatusMetrics, WriterConfig};
 use leader_lock::{Elector, ElectorConfig, Identity, Timing};
 use leader_lock_kubernetes::LeaseLock;
 use prometheus_client::registry::Registry;
@@ -59,11 +59,11 @@ async fn main() -> anyhow::Result<()> {
         .with_concurrency(4)
         .with_shutdown_grace(Duration::from_secs(3))
         .with_metrics(metrics);
-    let (synced_tx, mut synced) = tokio::sync::watch::channel(false);
-    let status = StatusController::start(client, elector.leadership(), config, synced_tx);
+    let (readiness_tx, mut readiness) = tokio::sync::watch::channel(Readiness::default());
+    let status = StatusController::start(client, elector.leadership(), config, readiness_tx);
 
     tokio::spawn(async move {
-        if synced.wait_for(|s| *s).await.is_ok() {
+        if readiness.wait_for(|r| *r == Readiness::Ready).await.is_ok() {
             info!("watches synced; statuses are written while this replica leads");
         }
     });

@@ -177,6 +177,7 @@ mod tests {
         Desired::GatewayClass {
             generation: gen,
             conditions: vec![condition("Accepted", accepted, "Accepted", "", gen)],
+            supported_features: vec![],
         }
     }
 

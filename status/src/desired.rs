@@ -6,6 +6,7 @@
 //! change and stamps the write time when it did, so two computations of the same spec compare
 //! equal.
 
+use gateway_api::gatewayclasses::GatewayClassStatusSupportedFeatures;
 use gateway_api::gateways::GatewayStatusListeners;
 use gateway_api::httproutes::HttpRouteStatusParents;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -14,12 +15,16 @@ use k8s_openapi::jiff::Timestamp;
 /// What we want one object's status to say.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Desired {
-    /// A GatewayClass whose `controllerName` is ours: Accepted and SupportedVersion.
+    /// A GatewayClass whose `controllerName` is ours: Accepted, SupportedVersion and the
+    /// supported features.
     GatewayClass {
         /// `metadata.generation` the conditions were computed from.
         generation: i64,
         /// Our conditions, merged by type into `status.conditions`.
         conditions: Vec<Condition>,
+        /// `status.supportedFeatures`, sorted by name; replaces the field (a class has one
+        /// controller, so the whole list is ours).
+        supported_features: Vec<GatewayClassStatusSupportedFeatures>,
     },
     /// A Gateway of one of our classes.
     Gateway {
@@ -29,14 +34,28 @@ pub enum Desired {
         conditions: Vec<Condition>,
         /// One entry per listener of the spec, in spec order; replaces `status.listeners`.
         listeners: Vec<GatewayStatusListeners>,
+        /// `status.attachedListenerSets`; `None` leaves the field as it is (set only on a
+        /// Gateway with `spec.allowedListeners`, whose CRD therefore knows the field).
+        attached_listener_sets: Option<i32>,
     },
-    /// An HTTPRoute that names one of our Gateways, or still carries an entry of ours.
-    HttpRoute {
+    /// A ListenerSet whose parent is one of our Gateways.
+    ListenerSet {
+        /// `metadata.generation` the status was computed from.
+        generation: i64,
+        /// Accepted and Programmed, merged by type into `status.conditions`.
+        conditions: Vec<Condition>,
+        /// One entry per listener of the spec, in spec order; replaces `status.listeners`
+        /// (a ListenerSet's listener status has the Gateway listener's shape).
+        listeners: Vec<GatewayStatusListeners>,
+    },
+    /// A route (HTTPRoute, GRPCRoute or TLSRoute: the key says which) that names one of our
+    /// Gateways, or still carries an entry of ours.
+    Route {
         /// `metadata.generation` the entries were computed from.
         generation: i64,
         /// Our `status.parents` entries (each with our `controllerName`), in spec order. Entries
         /// of ours not listed here are removed; other controllers' entries are never touched.
-        parents: Vec<HttpRouteStatusParents>,
+        parents: Vec<RouteParentStatus>,
     },
 }
 
@@ -46,10 +65,16 @@ impl Desired {
         match self {
             Desired::GatewayClass { generation, .. }
             | Desired::Gateway { generation, .. }
-            | Desired::HttpRoute { generation, .. } => *generation,
+            | Desired::ListenerSet { generation, .. }
+            | Desired::Route { generation, .. } => *generation,
         }
     }
 }
+
+/// One `status.parents` entry of any route kind. Upstream has one type for every route kind
+/// (`RouteParentStatus`, `apis/v1/shared_types.go`); the gateway-api crate generates a copy per
+/// kind, all alike, and the HTTPRoute one stands for all here.
+pub type RouteParentStatus = HttpRouteStatusParents;
 
 /// The `lastTransitionTime` of a computed condition before the merge sets the real one.
 pub fn placeholder_time() -> Time {

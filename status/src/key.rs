@@ -4,6 +4,7 @@ use std::fmt;
 
 /// The Gateway API kinds whose status gateway-leader writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Kind {
     /// `gateway.networking.k8s.io/v1` GatewayClass (cluster-scoped).
     GatewayClass,
@@ -11,6 +12,12 @@ pub enum Kind {
     Gateway,
     /// `gateway.networking.k8s.io/v1` HTTPRoute.
     HttpRoute,
+    /// `gateway.networking.k8s.io/v1` GRPCRoute.
+    GrpcRoute,
+    /// `gateway.networking.k8s.io/v1` TLSRoute.
+    TlsRoute,
+    /// ListenerSet (optional CRD).
+    ListenerSet,
 }
 
 impl Kind {
@@ -20,6 +27,9 @@ impl Kind {
             Kind::GatewayClass => "GatewayClass",
             Kind::Gateway => "Gateway",
             Kind::HttpRoute => "HTTPRoute",
+            Kind::GrpcRoute => "GRPCRoute",
+            Kind::TlsRoute => "TLSRoute",
+            Kind::ListenerSet => "ListenerSet",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The status writer: every replica watches Gateway API objects and computes their statuses;
 //! only the valid leader writes them.
 //!
+//! - [`installed`]: which Gateway API kinds the cluster serves (discovery), and readiness.
 //! - [`watch`]: one reflector per kind the computation reads.
 //! - [`compute`]: each kind's desired status from the watched objects (pure).
 //! - [`cache`]: the latest desired status per object and which still need writing.
@@ -8,6 +9,7 @@
 //! - [`merge`]: the Gateway API's rules for folding our part into an object's status.
 //! - [`writer`]: the guarded writer, which sends only under a valid leadership.
 //! - [`metrics`]: what the writer counts, registered where the caller says.
+//! - [`secret`]: Secrets reduced to what the listener certificate check needs.
 //!
 //! [`StatusController::start`] runs all of it under a [`leader_lock::Leadership`]; every write
 //! goes through [`leader_lock::Leadership::run`] with a resourceVersion precondition, so only the
@@ -17,10 +19,12 @@
 pub mod cache;
 pub mod compute;
 pub mod desired;
+pub mod installed;
 pub mod key;
 pub mod merge;
 pub mod metrics;
 pub mod observed;
+pub mod secret;
 pub mod watch;
 
 pub mod writer;
@@ -37,6 +41,7 @@ use tracing::{debug, info};
 pub use cache::StatusCache;
 pub use compute::World;
 pub use desired::Desired;
+pub use installed::Readiness;
 pub use key::{Kind, ObjectKey};
 pub use metrics::StatusMetrics;
 pub use writer::{StatusWriter, WriterConfig, DEFAULT_CONTROLLER_NAME};
@@ -52,9 +57,13 @@ pub struct StatusController {
 impl StatusController {
     /// Starts watching, computing and (while `leadership` is valid) writing.
     ///
-    /// `client` must be allowed to list and watch the Gateway API objects and to update their
-    /// status; the writes are guarded here already, so it need not be a gated client. `synced`
-    /// turns true once every watch has its initial list (a readiness signal).
+    /// `client` must be allowed to list and watch the Gateway API objects, Services,
+    /// Namespaces and Secrets (the listeners' certificates; see [`secret`]), and to update the
+    /// Gateway API objects' status; the writes are guarded here already, so it need not be a
+    /// gated client. `readiness` turns [`Readiness::Ready`] once every required Gateway API kind
+    /// is served and its watch has its initial list; until then it says what is missing (a
+    /// `/readyz` answer). Kinds whose CRDs are not installed are skipped and picked up when they
+    /// appear.
     ///
     /// # Panics
     /// Outside a Tokio runtime.
@@ -77,8 +86,8 @@ impl StatusController {
     ///     },
     /// )?;
     /// let config = WriterConfig::default().with_controller_name("example.net/gateway-controller");
-    /// let (synced, _ready) = tokio::sync::watch::channel(false);
-    /// let status = StatusController::start(kube, elector.leadership(), config, synced);
+    /// let (readiness, _ready) = tokio::sync::watch::channel(Default::default());
+    /// let status = StatusController::start(kube, elector.leadership(), config, readiness);
     /// // ... until a shutdown signal: stop writing while the elector drains and releases the
     /// // lock, then tear the watches down.
     /// let mut status = status;
@@ -92,20 +101,28 @@ impl StatusController {
         client: Client,
         leadership: Leadership,
         config: WriterConfig,
-        synced: tokio::sync::watch::Sender<bool>,
+        readiness: tokio::sync::watch::Sender<Readiness>,
     ) -> Self {
         let cache = Arc::new(StatusCache::new());
         let cancel = CancellationToken::new();
         let changed = Arc::new(Notify::new());
         let mut background = JoinSet::new();
         let stores = watch::spawn(&client, changed.clone(), &mut background);
+        let looked = Arc::new(Notify::new());
+        let ready = readiness.subscribe();
+        background.spawn(installed::supervise(
+            client.clone(),
+            stores.clone(),
+            readiness,
+            looked.clone(),
+        ));
         background.spawn(compute_loop(
             client.clone(),
             stores.clone(),
-            changed,
+            Wakes { changed, looked },
             cache.clone(),
             config.controller_name.clone(),
-            synced,
+            ready,
             cancel.child_token(),
         ));
         let writer =
@@ -143,23 +160,29 @@ impl StatusController {
     }
 }
 
+/// What wakes the computation: a change seen by a watch, or a change of the installed kinds.
+struct Wakes {
+    changed: Arc<Notify>,
+    looked: Arc<Notify>,
+}
+
 /// Recomputes every status whenever a watch saw a change; changes arriving meanwhile fold
-/// into the next run, so a burst costs one computation, not one per event.
+/// into the next run, so a burst costs one computation, not one per event. The bundle version
+/// is read again whenever the installed kinds change.
 async fn compute_loop(
     client: Client,
     stores: watch::Stores,
-    changed: Arc<Notify>,
+    wakes: Wakes,
     cache: Arc<StatusCache>,
     controller_name: String,
-    synced: tokio::sync::watch::Sender<bool>,
+    mut readiness: tokio::sync::watch::Receiver<Readiness>,
     cancel: CancellationToken,
 ) {
     tokio::select! {
         _ = cancel.cancelled() => return,
-        _ = stores.wait_synced() => {}
+        r = readiness.wait_for(|r| *r == Readiness::Ready) => if r.is_err() { return },
     }
-    synced.send_replace(true);
-    let bundle_version = watch::bundle_version(&client).await;
+    let mut bundle_version = watch::bundle_version(&client).await;
     info!(
         bundle_version = bundle_version.as_deref().unwrap_or("unknown"),
         "watches synced; computing statuses"
@@ -180,7 +203,10 @@ async fn compute_loop(
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = changed.notified() => {}
+            _ = wakes.changed.notified() => {}
+            _ = wakes.looked.notified() => {
+                bundle_version = watch::bundle_version(&client).await;
+            }
         }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! - Conditions merge by type: ours replace theirs of the same type, other types stay, and
 //!   `lastTransitionTime` is kept when a condition's status did not change.
-//! - In an HTTPRoute's `status.parents`, only entries whose `controllerName` is ours are touched;
+//! - In a route's `status.parents` (HTTPRoute, GRPCRoute, TLSRoute alike), only entries whose
+//!   `controllerName` is ours are touched;
 //!   ours that are no longer wanted are removed, the rest keep their place.
 //! - A desired status computed from an older generation than the one our conditions already
 //!   observed is stale and not written: `observedGeneration` never goes backwards.
@@ -10,10 +11,18 @@
 
 use gateway_api::gatewayclasses::{GatewayClass, GatewayClassStatus};
 use gateway_api::gateways::{Gateway, GatewayStatus, GatewayStatusListeners};
-use gateway_api::httproutes::{HttpRoute, HttpRouteStatus, HttpRouteStatusParents};
+use gateway_api::grpcroutes::{
+    GrpcRoute, GrpcRouteStatus, GrpcRouteStatusParents, GrpcRouteStatusParentsParentRef,
+};
+use gateway_api::httproutes::{HttpRoute, HttpRouteStatus, HttpRouteStatusParentsParentRef};
+use gateway_api::tlsroutes::{
+    TlsRoute, TlsRouteStatus, TlsRouteStatusParents, TlsRouteStatusParentsParentRef,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::desired::Desired;
+use crate::desired::{Desired, RouteParentStatus};
+
+mod listener_set;
 
 /// The most `status.parents` entries an HTTPRoute may hold (the CRD's `maxItems`).
 pub const MAX_PARENTS: usize = 32;
@@ -104,6 +113,7 @@ impl StatusObject for GatewayClass {
         let Desired::GatewayClass {
             generation,
             conditions,
+            supported_features,
         } = desired
         else {
             return Merge::WrongKind;
@@ -117,7 +127,7 @@ impl StatusObject for GatewayClass {
             |next| {
                 next.status = Some(GatewayClassStatus {
                     conditions: Some(merge_conditions(&have, conditions, now)),
-                    ..status
+                    supported_features: Some(supported_features.clone()),
                 });
             },
             |a, b| a.status.clone().unwrap_or_default() == b.status.clone().unwrap_or_default(),
@@ -133,6 +143,7 @@ impl StatusObject for Gateway {
             generation,
             conditions,
             listeners,
+            attached_listener_sets,
         } = desired
         else {
             return Merge::WrongKind;
@@ -140,36 +151,16 @@ impl StatusObject for Gateway {
         let status = self.status.clone().unwrap_or_default();
         let have = status.conditions.clone().unwrap_or_default();
         let have_listeners = status.listeners.clone().unwrap_or_default();
-        let listener_conditions = have_listeners.iter().flat_map(|l| l.conditions.iter());
-        let observed = observed(&have, conditions).max(observed(
-            listener_conditions,
-            &listeners
-                .iter()
-                .flat_map(|l| l.conditions.clone())
-                .collect::<Vec<_>>(),
-        ));
         decide(
             self,
             *generation,
-            observed,
+            observed_with_listeners(&have, conditions, &have_listeners, listeners),
             |next| {
-                let merged: Vec<GatewayStatusListeners> = listeners
-                    .iter()
-                    .map(|want| {
-                        let before = have_listeners
-                            .iter()
-                            .find(|l| l.name == want.name)
-                            .map(|l| l.conditions.as_slice())
-                            .unwrap_or_default();
-                        GatewayStatusListeners {
-                            conditions: merge_conditions(before, &want.conditions, now),
-                            ..want.clone()
-                        }
-                    })
-                    .collect();
                 next.status = Some(GatewayStatus {
                     conditions: Some(merge_conditions(&have, conditions, now)),
-                    listeners: Some(merged),
+                    listeners: Some(merge_listeners(&have_listeners, listeners, now)),
+                    attached_listener_sets: attached_listener_sets
+                        .or(status.attached_listener_sets),
                     ..status
                 });
             },
@@ -178,72 +169,206 @@ impl StatusObject for Gateway {
     }
 }
 
-// === impl HttpRoute ===
+/// The newest `observedGeneration` among our conditions on an object and on its listeners.
+fn observed_with_listeners(
+    have: &[Condition],
+    conditions: &[Condition],
+    have_listeners: &[GatewayStatusListeners],
+    listeners: &[GatewayStatusListeners],
+) -> i64 {
+    let listener_conditions = have_listeners.iter().flat_map(|l| l.conditions.iter());
+    observed(have, conditions).max(observed(
+        listener_conditions,
+        &listeners
+            .iter()
+            .flat_map(|l| l.conditions.clone())
+            .collect::<Vec<_>>(),
+    ))
+}
 
-impl StatusObject for HttpRoute {
-    fn merge(&self, desired: &Desired, controller_name: &str, now: &Time) -> Merge<Self> {
-        let Desired::HttpRoute {
-            generation,
-            parents,
-        } = desired
-        else {
-            return Merge::WrongKind;
-        };
-        let have = self.status.clone().unwrap_or_default().parents;
-        let ours = |p: &HttpRouteStatusParents| p.controller_name == controller_name;
-        let wanted: Vec<Condition> = parents.iter().flat_map(|p| p.conditions.clone()).collect();
-        let observed = observed(
-            have.iter()
-                .filter(|p| ours(p))
-                .flat_map(|p| p.conditions.iter()),
-            &wanted,
-        );
-        decide(
-            self,
-            *generation,
-            observed,
-            |next| {
-                let others = have.iter().filter(|p| !ours(p)).count();
-                let room = MAX_PARENTS.saturating_sub(others);
-                let wanted = &parents[..parents.len().min(room)];
-                let mut placed = vec![false; wanted.len()];
-                let mut merged = Vec::with_capacity(have.len().max(others + wanted.len()));
-                // Keep every entry where it stands: theirs untouched, ours updated or dropped.
-                for p in &have {
-                    if !ours(p) {
-                        merged.push(p.clone());
-                        continue;
-                    }
-                    let Some(i) = wanted
-                        .iter()
-                        .enumerate()
-                        .position(|(i, w)| !placed[i] && w.parent_ref == p.parent_ref)
-                    else {
-                        continue;
-                    };
-                    placed[i] = true;
-                    merged.push(merge_parent(Some(p), &wanted[i], controller_name, now));
-                }
-                for (w, _) in wanted.iter().zip(&placed).filter(|(_, done)| !**done) {
-                    merged.push(merge_parent(None, w, controller_name, now));
-                }
-                next.status = Some(HttpRouteStatus { parents: merged });
-            },
-            |a, b| {
-                a.status.as_ref().map_or(&[][..], |s| &s.parents[..])
-                    == b.status.as_ref().map_or(&[][..], |s| &s.parents[..])
-            },
-        )
+/// The wanted listener entries, each listener's conditions merged (by name) into the ones it
+/// has (Gateway and ListenerSet alike).
+fn merge_listeners(
+    have: &[GatewayStatusListeners],
+    want: &[GatewayStatusListeners],
+    now: &Time,
+) -> Vec<GatewayStatusListeners> {
+    want.iter()
+        .map(|want| {
+            let before = have
+                .iter()
+                .find(|l| l.name == want.name)
+                .map(|l| l.conditions.as_slice())
+                .unwrap_or_default();
+            GatewayStatusListeners {
+                conditions: merge_conditions(before, &want.conditions, now),
+                ..want.clone()
+            }
+        })
+        .collect()
+}
+
+// === impl Route kinds ===
+
+/// A route kind's `status.parents`, in the shape every route kind shares
+/// ([`RouteParentStatus`]).
+trait RouteStatus: Sized + Clone {
+    /// The object's `status.parents` (none without a status).
+    fn parents(&self) -> Vec<RouteParentStatus>;
+    /// Replaces `status.parents`.
+    fn set_parents(&mut self, parents: Vec<RouteParentStatus>);
+}
+
+impl RouteStatus for HttpRoute {
+    fn parents(&self) -> Vec<RouteParentStatus> {
+        self.status.clone().unwrap_or_default().parents
+    }
+
+    fn set_parents(&mut self, parents: Vec<RouteParentStatus>) {
+        self.status = Some(HttpRouteStatus { parents });
     }
 }
 
-fn merge_parent(
-    before: Option<&HttpRouteStatusParents>,
-    want: &HttpRouteStatusParents,
+/// GRPCRoute and TLSRoute: the same fields as HTTPRoute's under other Rust names (kopium's
+/// copies of upstream's one `RouteParentStatus`), converted field by field.
+macro_rules! route_status_like_http {
+    ($route:ty, $status:ident, $parents:ident, $parent_ref:ident) => {
+        impl RouteStatus for $route {
+            fn parents(&self) -> Vec<RouteParentStatus> {
+                let parents = self.status.iter().flat_map(|s| &s.parents);
+                parents
+                    .map(|p| RouteParentStatus {
+                        conditions: p.conditions.clone(),
+                        controller_name: p.controller_name.clone(),
+                        parent_ref: HttpRouteStatusParentsParentRef {
+                            group: p.parent_ref.group.clone(),
+                            kind: p.parent_ref.kind.clone(),
+                            name: p.parent_ref.name.clone(),
+                            namespace: p.parent_ref.namespace.clone(),
+                            port: p.parent_ref.port,
+                            section_name: p.parent_ref.section_name.clone(),
+                        },
+                    })
+                    .collect()
+            }
+
+            fn set_parents(&mut self, parents: Vec<RouteParentStatus>) {
+                let parents = parents.into_iter().map(|p| $parents {
+                    conditions: p.conditions,
+                    controller_name: p.controller_name,
+                    parent_ref: $parent_ref {
+                        group: p.parent_ref.group,
+                        kind: p.parent_ref.kind,
+                        name: p.parent_ref.name,
+                        namespace: p.parent_ref.namespace,
+                        port: p.parent_ref.port,
+                        section_name: p.parent_ref.section_name,
+                    },
+                });
+                self.status = Some($status {
+                    parents: parents.collect(),
+                });
+            }
+        }
+    };
+}
+
+route_status_like_http!(
+    GrpcRoute,
+    GrpcRouteStatus,
+    GrpcRouteStatusParents,
+    GrpcRouteStatusParentsParentRef
+);
+route_status_like_http!(
+    TlsRoute,
+    TlsRouteStatus,
+    TlsRouteStatusParents,
+    TlsRouteStatusParentsParentRef
+);
+
+impl StatusObject for HttpRoute {
+    fn merge(&self, desired: &Desired, controller_name: &str, now: &Time) -> Merge<Self> {
+        merge_route(self, desired, controller_name, now)
+    }
+}
+
+impl StatusObject for GrpcRoute {
+    fn merge(&self, desired: &Desired, controller_name: &str, now: &Time) -> Merge<Self> {
+        merge_route(self, desired, controller_name, now)
+    }
+}
+
+impl StatusObject for TlsRoute {
+    fn merge(&self, desired: &Desired, controller_name: &str, now: &Time) -> Merge<Self> {
+        merge_route(self, desired, controller_name, now)
+    }
+}
+
+/// The one merge of every route kind's `status.parents`.
+fn merge_route<R: RouteStatus>(
+    route: &R,
+    desired: &Desired,
     controller_name: &str,
     now: &Time,
-) -> HttpRouteStatusParents {
-    HttpRouteStatusParents {
+) -> Merge<R> {
+    let Desired::Route {
+        generation,
+        parents,
+    } = desired
+    else {
+        return Merge::WrongKind;
+    };
+    let have = route.parents();
+    let ours = |p: &RouteParentStatus| p.controller_name == controller_name;
+    let wanted: Vec<Condition> = parents.iter().flat_map(|p| p.conditions.clone()).collect();
+    let observed = observed(
+        have.iter()
+            .filter(|p| ours(p))
+            .flat_map(|p| p.conditions.iter()),
+        &wanted,
+    );
+    decide(
+        route,
+        *generation,
+        observed,
+        |next| {
+            let others = have.iter().filter(|p| !ours(p)).count();
+            let room = MAX_PARENTS.saturating_sub(others);
+            let wanted = &parents[..parents.len().min(room)];
+            let mut placed = vec![false; wanted.len()];
+            let mut merged = Vec::with_capacity(have.len().max(others + wanted.len()));
+            // Keep every entry where it stands: theirs untouched, ours updated or dropped.
+            for p in &have {
+                if !ours(p) {
+                    merged.push(p.clone());
+                    continue;
+                }
+                let Some(i) = wanted
+                    .iter()
+                    .enumerate()
+                    .position(|(i, w)| !placed[i] && w.parent_ref == p.parent_ref)
+                else {
+                    continue;
+                };
+                placed[i] = true;
+                merged.push(merge_parent(Some(p), &wanted[i], controller_name, now));
+            }
+            for (w, _) in wanted.iter().zip(&placed).filter(|(_, done)| !**done) {
+                merged.push(merge_parent(None, w, controller_name, now));
+            }
+            next.set_parents(merged);
+        },
+        |a, b| a.parents() == b.parents(),
+    )
+}
+
+fn merge_parent(
+    before: Option<&RouteParentStatus>,
+    want: &RouteParentStatus,
+    controller_name: &str,
+    now: &Time,
+) -> RouteParentStatus {
+    RouteParentStatus {
         conditions: merge_conditions(
             before.map(|b| b.conditions.as_slice()).unwrap_or_default(),
             &want.conditions,
@@ -256,6 +381,8 @@ fn merge_parent(
 
 #[cfg(test)]
 mod tests {
+    use gateway_api::gatewayclasses::GatewayClassStatusSupportedFeatures;
+    use gateway_api::httproutes::HttpRouteStatusParents;
     use gateway_api::httproutes::HttpRouteStatusParentsParentRef;
     use k8s_openapi::jiff::Timestamp;
     use kube::api::ObjectMeta;
@@ -283,6 +410,10 @@ mod tests {
             supported_features: None,
         });
         gc
+    }
+
+    fn feature(name: &str) -> GatewayClassStatusSupportedFeatures {
+        GatewayClassStatusSupportedFeatures { name: name.into() }
     }
 
     fn written<K>(m: Merge<K>) -> K {
@@ -337,9 +468,16 @@ mod tests {
         let want = Desired::GatewayClass {
             generation: 2,
             conditions: vec![condition("Accepted", true, "Accepted", "ok", 2)],
+            supported_features: vec![feature("Gateway"), feature("HTTPRoute")],
         };
         let gc = class(None);
         let once = written(gc.merge(&want, US, &t(10)));
+        assert_eq!(
+            once.status
+                .as_ref()
+                .and_then(|s| s.supported_features.clone()),
+            Some(vec![feature("Gateway"), feature("HTTPRoute")])
+        );
         assert_eq!(once.merge(&want, US, &t(99)), Merge::Unchanged);
     }
 
@@ -352,6 +490,7 @@ mod tests {
         let want = Desired::GatewayClass {
             generation: 4,
             conditions: vec![condition("Accepted", false, "Invalid", "", 4)],
+            supported_features: vec![],
         };
         assert_eq!(gc.merge(&want, US, &t(10)), Merge::Stale { observed: 5 });
         // Another controller's newer generation on a type we do not set is no reason to stop.
@@ -361,7 +500,7 @@ mod tests {
 
     #[test]
     fn the_desired_status_of_another_kind_is_never_written() {
-        let want = Desired::HttpRoute {
+        let want = Desired::Route {
             generation: 1,
             parents: vec![],
         };
@@ -412,7 +551,7 @@ mod tests {
             parent(US, "kept", true, 2),
             theirs_b.clone(),
         ]);
-        let want = Desired::HttpRoute {
+        let want = Desired::Route {
             generation: 3,
             parents: vec![parent(US, "new", true, 3), parent(US, "kept", false, 3)],
         };
@@ -436,7 +575,7 @@ mod tests {
     #[test]
     fn a_route_that_left_us_loses_only_our_entries() {
         let r = route(vec![parent(US, "g", true, 2), parent(THEM, "x", true, 2)]);
-        let want = Desired::HttpRoute {
+        let want = Desired::Route {
             generation: 3,
             parents: vec![],
         };
@@ -450,7 +589,7 @@ mod tests {
     #[test]
     fn another_controllers_newer_generation_does_not_make_ours_stale() {
         let r = route(vec![parent(THEM, "x", true, 99)]);
-        let want = Desired::HttpRoute {
+        let want = Desired::Route {
             generation: 3,
             parents: vec![parent(US, "g", true, 3)],
         };
@@ -463,7 +602,7 @@ mod tests {
             .map(|i| parent(THEM, &format!("t{i}"), true, 1))
             .collect();
         let r = route(theirs);
-        let want = Desired::HttpRoute {
+        let want = Desired::Route {
             generation: 3,
             parents: (0..5)
                 .map(|i| parent(US, &format!("u{i}"), true, 3))
@@ -497,6 +636,7 @@ mod tests {
             generation: 1,
             conditions: vec![condition("Accepted", true, "Accepted", "", 1)],
             listeners: vec![listener("http", None, 4), listener("https", None, 0)],
+            attached_listener_sets: None,
         };
         let out = written(gw.merge(&want, US, &t(500)));
         let ls = out
@@ -509,5 +649,30 @@ mod tests {
         assert_eq!(ls[0].conditions[0].last_transition_time, t(100));
         assert_eq!(ls[1].conditions[0].last_transition_time, t(500));
         assert_eq!(out.merge(&want, US, &t(900)), Merge::Unchanged);
+    }
+
+    #[test]
+    fn a_tls_route_merges_like_an_http_route_and_keeps_their_entries() {
+        let theirs = parent(THEM, "x", true, 1);
+        let mut r = TlsRoute::new("t", Default::default());
+        r.metadata.generation = Some(3);
+        r.set_parents(vec![theirs.clone()]);
+        let want = Desired::Route {
+            generation: 3,
+            parents: vec![parent(US, "g", true, 3)],
+        };
+        let out = written(r.merge(&want, US, &t(1)));
+        assert_eq!(
+            out.parents(),
+            vec![theirs, merge_parent(None, &want_parent(&want), US, &t(1))]
+        );
+        assert_eq!(out.merge(&want, US, &t(9)), Merge::Unchanged);
+    }
+
+    fn want_parent(d: &Desired) -> RouteParentStatus {
+        match d {
+            Desired::Route { parents, .. } => parents[0].clone(),
+            _ => panic!("a route"),
+        }
     }
 }

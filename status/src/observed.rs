@@ -12,10 +12,13 @@ use std::sync::Arc;
 
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
+use gateway_api::listenersets::ListenerSet;
+use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::Resource;
 
 use crate::desired::Desired;
@@ -25,25 +28,44 @@ use crate::watch::Stores;
 
 /// A kind whose watched copies the writer reads.
 pub trait Watched: StatusObject + Resource<DynamicType = ()> + Clone + 'static {
-    /// The store of this kind's watched copies.
-    fn store(stores: &Stores) -> &Store<Self>;
+    /// The watched copy of one object of this kind; none while the kind is not watched (its
+    /// CRD not installed) or the watch does not hold it.
+    fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>>;
 }
 
 impl Watched for GatewayClass {
-    fn store(stores: &Stores) -> &Store<Self> {
-        &stores.gateway_classes
+    fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>> {
+        stores.gateway_classes.get(object)
     }
 }
 
 impl Watched for Gateway {
-    fn store(stores: &Stores) -> &Store<Self> {
-        &stores.gateways
+    fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>> {
+        stores.gateways.get(object)
     }
 }
 
 impl Watched for HttpRoute {
-    fn store(stores: &Stores) -> &Store<Self> {
-        &stores.http_routes
+    fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>> {
+        stores.http_routes.get(object)
+    }
+}
+
+impl Watched for GrpcRoute {
+    fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>> {
+        stores.grpc_routes.get(object)
+    }
+}
+
+impl Watched for TlsRoute {
+    fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>> {
+        stores.tls_routes.get(object)
+    }
+}
+
+impl Watched for ListenerSet {
+    fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>> {
+        stores.listener_sets.get(object)
     }
 }
 
@@ -53,7 +75,7 @@ pub fn copy<K: Watched>(stores: &Stores, key: &ObjectKey) -> Option<Arc<K>> {
     if let Some(ns) = &key.namespace {
         r = r.within(ns);
     }
-    K::store(stores).get(&r)
+    K::get(stores, &r)
 }
 
 /// Whether `key`'s watched copy has a `resourceVersion` other than `seen`; if so, that version
@@ -86,6 +108,9 @@ fn compare(
         Kind::GatewayClass => one::<GatewayClass>(stores, key, want, controller, seen),
         Kind::Gateway => one::<Gateway>(stores, key, want, controller, seen),
         Kind::HttpRoute => one::<HttpRoute>(stores, key, want, controller, seen),
+        Kind::GrpcRoute => one::<GrpcRoute>(stores, key, want, controller, seen),
+        Kind::TlsRoute => one::<TlsRoute>(stores, key, want, controller, seen),
+        Kind::ListenerSet => one::<ListenerSet>(stores, key, want, controller, seen),
     }
 }
 

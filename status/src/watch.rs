@@ -1,26 +1,33 @@
-//! Watching what the statuses are computed from: one kube-runtime reflector per kind.
+//! Watching what the statuses are computed from: one kube-runtime reflector per kind; the
+//! Gateway API kinds only while their CRDs are installed (see [`crate::installed`]).
 
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt, TryStreamExt};
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
+use gateway_api::listenersets::ListenerSet;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use gateway_api::tlsroutes::TlsRoute;
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 use tracing::{debug, warn};
 
 use crate::compute::World;
+use crate::installed::Crd;
+use crate::secret::TlsSecret;
 
 /// The annotation on Gateway API CRDs that names their bundle version.
 pub const BUNDLE_VERSION_ANNOTATION: &str = "gateway.networking.k8s.io/bundle-version";
@@ -30,60 +37,262 @@ pub const GATEWAY_CLASS_CRD: &str = "gatewayclasses.gateway.networking.k8s.io";
 /// The annotation in which `kubectl apply` keeps the whole object it applied.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// One watch's progress, as the reflector task reports it to the supervisor
+/// ([`crate::installed`]).
+#[derive(Debug, Default)]
+pub(crate) struct WatchState {
+    /// The first list arrived: the store holds the whole kind.
+    synced: AtomicBool,
+    /// The watch failed (refused by RBAC, or its CRD deleted) and has not recovered yet; it
+    /// keeps retrying.
+    failed: AtomicBool,
+    /// The watch just failed: the supervisor should check whether its CRD is still installed.
+    look_again: AtomicBool,
+}
+
+/// What wakes whom: the computation on every change, the supervisor on a watch's progress.
+#[derive(Clone, Default)]
+struct Wake {
+    changed: Arc<Notify>,
+    progress: Arc<Notify>,
+}
+
+/// A running watch: its store and its progress.
+type Running<K> = (Store<K>, Arc<WatchState>);
+
+/// The store of a kind that is watched only while its CRD is installed; empty otherwise.
+pub(crate) struct Slot<K: Resource + 'static>(Arc<Mutex<Option<Running<K>>>>)
+where
+    K::DynamicType: Eq + Hash + Clone;
+
+impl<K: Resource + 'static> Clone for Slot<K>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn clone(&self) -> Self {
+        Slot(self.0.clone())
+    }
+}
+
+impl<K> Slot<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    fn new() -> Self {
+        Slot(Arc::new(Mutex::new(None)))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Running<K>>> {
+        // A panic while holding it leaves a plain Option behind: still consistent.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn start(&self, api: Api<K>, wake: &Wake, tasks: &mut JoinSet<()>) -> AbortHandle {
+        let state = Arc::new(WatchState::default());
+        let (store, handle) = reflect(api, wake, state.clone(), tasks);
+        *self.lock() = Some((store, state));
+        handle
+    }
+
+    fn stop(&self) {
+        *self.lock() = None;
+    }
+
+    /// The kind's objects once its first list is in; nothing before (or without its CRD).
+    fn snapshot(&self) -> Vec<Arc<K>> {
+        match &*self.lock() {
+            Some((store, state)) if state.synced.load(Ordering::Acquire) => store.state(),
+            _ => vec![],
+        }
+    }
+
+    /// The watched copy of one object, if the kind is watched and the store holds it (also
+    /// before the first list is complete: a write from it carries its `resourceVersion`).
+    pub(crate) fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
+        self.lock().as_ref().and_then(|(store, _)| store.get(key))
+    }
+
+    /// The watch's state, if it runs.
+    fn state(&self) -> Option<Arc<WatchState>> {
+        self.lock().as_ref().map(|(_, s)| s.clone())
+    }
+}
+
 /// The reflectors' stores: a consistent-enough view of everything the computation reads.
 #[derive(Clone)]
 pub struct Stores {
-    pub(crate) gateway_classes: Store<GatewayClass>,
-    pub(crate) gateways: Store<Gateway>,
-    pub(crate) http_routes: Store<HttpRoute>,
-    pub(crate) services: Store<Service>,
-    pub(crate) reference_grants: Store<ReferenceGrant>,
-    pub(crate) namespaces: Store<Namespace>,
+    pub(crate) gateway_classes: Slot<GatewayClass>,
+    pub(crate) gateways: Slot<Gateway>,
+    pub(crate) http_routes: Slot<HttpRoute>,
+    pub(crate) grpc_routes: Slot<GrpcRoute>,
+    pub(crate) tls_routes: Slot<TlsRoute>,
+    reference_grants: Slot<ReferenceGrant>,
+    pub(crate) listener_sets: Slot<ListenerSet>,
+    services: Running<Service>,
+    namespaces: Running<Namespace>,
+    secrets: Running<TlsSecret>,
+    wake: Wake,
 }
 
 impl Stores {
-    /// Waits until every store has its initial list.
-    pub async fn wait_synced(&self) {
-        // Only fails when a writer is dropped, which ends the watches anyway.
-        let _ = self.gateway_classes.wait_until_ready().await;
-        let _ = self.gateways.wait_until_ready().await;
-        let _ = self.http_routes.wait_until_ready().await;
-        let _ = self.services.wait_until_ready().await;
-        let _ = self.reference_grants.wait_until_ready().await;
-        let _ = self.namespaces.wait_until_ready().await;
-    }
-
     /// A snapshot for one computation.
     pub fn world(&self, bundle_version: Option<String>) -> World {
         World {
-            gateway_classes: self.gateway_classes.state(),
-            gateways: self.gateways.state(),
-            http_routes: self.http_routes.state(),
-            services: self.services.state(),
-            reference_grants: self.reference_grants.state(),
-            namespaces: self.namespaces.state(),
+            gateway_classes: self.gateway_classes.snapshot(),
+            gateways: self.gateways.snapshot(),
+            http_routes: self.http_routes.snapshot(),
+            grpc_routes: self.grpc_routes.snapshot(),
+            tls_routes: self.tls_routes.snapshot(),
+            services: self.services.0.state(),
+            reference_grants: self.reference_grants.snapshot(),
+            listener_sets: self.listener_sets.snapshot(),
+            namespaces: self.namespaces.0.state(),
+            secrets: self.secrets.0.state(),
             bundle_version,
         }
     }
+
+    /// Starts watching `crd`'s kind on `tasks`.
+    pub(crate) fn start(&self, crd: Crd, client: &Client, tasks: &mut JoinSet<()>) -> AbortHandle {
+        let w = &self.wake;
+        let c = || client.clone();
+        match crd {
+            Crd::GatewayClass => self.gateway_classes.start(Api::all(c()), w, tasks),
+            Crd::Gateway => self.gateways.start(Api::all(c()), w, tasks),
+            Crd::HttpRoute => self.http_routes.start(Api::all(c()), w, tasks),
+            Crd::GrpcRoute => self.grpc_routes.start(Api::all(c()), w, tasks),
+            Crd::TlsRoute => self.tls_routes.start(Api::all(c()), w, tasks),
+            Crd::ReferenceGrant => self.reference_grants.start(Api::all(c()), w, tasks),
+            Crd::ListenerSet => self.listener_sets.start(Api::all(c()), w, tasks),
+        }
+    }
+
+    /// Forgets `crd`'s kind (its watch is aborted by the caller); the computation runs again.
+    pub(crate) fn stop(&self, crd: Crd) {
+        match crd {
+            Crd::GatewayClass => self.gateway_classes.stop(),
+            Crd::Gateway => self.gateways.stop(),
+            Crd::HttpRoute => self.http_routes.stop(),
+            Crd::GrpcRoute => self.grpc_routes.stop(),
+            Crd::TlsRoute => self.tls_routes.stop(),
+            Crd::ReferenceGrant => self.reference_grants.stop(),
+            Crd::ListenerSet => self.listener_sets.stop(),
+        }
+        self.wake.changed.notify_one();
+    }
+
+    fn state(&self, crd: Crd) -> Option<Arc<WatchState>> {
+        match crd {
+            Crd::GatewayClass => self.gateway_classes.state(),
+            Crd::Gateway => self.gateways.state(),
+            Crd::HttpRoute => self.http_routes.state(),
+            Crd::GrpcRoute => self.grpc_routes.state(),
+            Crd::TlsRoute => self.tls_routes.state(),
+            Crd::ReferenceGrant => self.reference_grants.state(),
+            Crd::ListenerSet => self.listener_sets.state(),
+        }
+    }
+
+    /// Whether the required kinds and the core kinds have their first lists and, with
+    /// `optional`, every other running watch has its first list or has failed (a watch refused
+    /// by RBAC must not hold the other kinds back).
+    pub(crate) fn first_lists_done(&self, optional: bool) -> bool {
+        let synced = |s: &WatchState| s.synced.load(Ordering::Acquire);
+        let settled = |s: &WatchState| synced(s) || s.failed.load(Ordering::Acquire);
+        synced(&self.services.1)
+            && synced(&self.namespaces.1)
+            // Without the Secrets, every HTTPS listener would look invalid for a moment.
+            && synced(&self.secrets.1)
+            && Crd::ALL.into_iter().all(|crd| match self.state(crd) {
+                Some(s) if crd.required() => synced(&s),
+                Some(s) => !optional || settled(&s),
+                None => !crd.required(),
+            })
+    }
+
+    /// Waits until a watch reports progress; true when one just failed, so that discovery
+    /// should tell whether its CRD is still installed (the flag is cleared).
+    pub(crate) async fn watch_state_changed(&self) -> bool {
+        self.wake.progress.notified().await;
+        let mut look = false;
+        for crd in Crd::ALL {
+            if let Some(s) = self.state(crd) {
+                look |= s.look_again.swap(false, Ordering::AcqRel);
+            }
+        }
+        look
+    }
 }
 
-/// Starts one reflector per kind on `tasks`; `changed` is notified on every change seen.
+/// The core kinds' watches (always served), and empty slots for the Gateway API kinds, which
+/// [`crate::installed::supervise`] fills as discovery finds them. `changed` is notified on
+/// every change seen.
 pub fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<()>) -> Stores {
+    let wake = Wake {
+        changed,
+        progress: Arc::new(Notify::new()),
+    };
+    let services = core_watch(Api::all(client.clone()), &wake, tasks);
+    let namespaces = core_watch(Api::all(client.clone()), &wake, tasks);
+    let secrets = secret_watch(Api::all(client.clone()), &wake, tasks);
     Stores {
-        gateway_classes: reflect(Api::all(client.clone()), &changed, tasks),
-        gateways: reflect(Api::all(client.clone()), &changed, tasks),
-        http_routes: reflect(Api::all(client.clone()), &changed, tasks),
-        services: reflect(Api::all(client.clone()), &changed, tasks),
-        reference_grants: reflect(Api::all(client.clone()), &changed, tasks),
-        namespaces: reflect(Api::all(client.clone()), &changed, tasks),
+        gateway_classes: Slot::new(),
+        gateways: Slot::new(),
+        http_routes: Slot::new(),
+        grpc_routes: Slot::new(),
+        tls_routes: Slot::new(),
+        reference_grants: Slot::new(),
+        listener_sets: Slot::new(),
+        services,
+        namespaces,
+        secrets,
+        wake,
     }
+}
+
+/// A watch on a kind every cluster serves.
+fn core_watch<K>(api: Api<K>, wake: &Wake, tasks: &mut JoinSet<()>) -> Running<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let state = Arc::new(WatchState::default());
+    let (store, _) = reflect(api, wake, state.clone(), tasks);
+    (store, state)
+}
+
+/// How many Secrets one page of the Secret watch's initial list holds.
+///
+/// Each Secret arrives whole (up to 1 MiB) and is reduced at once, so a page is the most Secret
+/// data held at a time: 50 pages of at most 50 MiB, instead of kube-runtime's 500.
+pub const SECRET_PAGE_SIZE: u32 = 50;
+
+/// The Secret watch (a core kind): each Secret is reduced to a [`TlsSecret`] before it enters
+/// the store, so the store never holds a Secret's data.
+fn secret_watch(api: Api<Secret>, wake: &Wake, tasks: &mut JoinSet<()>) -> Running<TlsSecret> {
+    let state = Arc::new(WatchState::default());
+    let (reader, writer) = reflector::store();
+    let config = watcher::Config::default().page_size(SECRET_PAGE_SIZE);
+    let reduced = watcher(api, config).map_ok(TlsSecret::map_event);
+    let stream = reflector::reflector(writer, reduced).backoff(watch_backoff());
+    drive(
+        TlsSecret::kind(&()).into_owned(),
+        stream,
+        wake,
+        state.clone(),
+        tasks,
+    );
+    (reader, state)
 }
 
 /// How a failed watch retries: from 250 ms, doubling, jittered, at most 2 s apart.
 ///
 /// kube-runtime's default (client-go's reflector: up to 30 s) is kind to a struggling apiserver,
 /// but after an apiserver restart of a few seconds it leaves a new leader blind to changes for up
-/// to 15 s more (measured with `gateway-leader-bench run --scenario backend-restart`). Six watches
+/// to 15 s more (measured with `gateway-leader-bench run --scenario backend-restart`). Nine watches
 /// per replica retrying every 2 s at worst is still a light load.
 fn watch_backoff() -> watcher::ExponentialBackoff {
     backon::ExponentialBuilder::default()
@@ -95,7 +304,12 @@ fn watch_backoff() -> watcher::ExponentialBackoff {
         .into()
 }
 
-fn reflect<K>(api: Api<K>, changed: &Arc<Notify>, tasks: &mut JoinSet<()>) -> Store<K>
+fn reflect<K>(
+    api: Api<K>,
+    wake: &Wake,
+    state: Arc<WatchState>,
+    tasks: &mut JoinSet<()>,
+) -> (Store<K>, AbortHandle)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
@@ -115,19 +329,54 @@ where
         })
         .backoff(watch_backoff());
     let stream = reflector::reflector(writer, stream);
-    let changed = changed.clone();
+    let handle = drive(kind, stream, wake, state, tasks);
+    (reader, handle)
+}
+
+/// Runs a reflector's stream on `tasks`: every event wakes the computation, and the watch's
+/// progress (first list, failure) is reported in `state`.
+fn drive<K>(
+    kind: String,
+    stream: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+    wake: &Wake,
+    state: Arc<WatchState>,
+    tasks: &mut JoinSet<()>,
+) -> AbortHandle
+where
+    K: Send + 'static,
+{
+    let wake = wake.clone();
     tasks.spawn(async move {
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             match event {
-                Ok(_) => changed.notify_one(),
+                Ok(event) => {
+                    // `Init` starts every (re)list, also one that will fail again: only what
+                    // follows it shows the watch works.
+                    if !matches!(event, watcher::Event::Init) {
+                        state.failed.store(false, Ordering::Release);
+                    }
+                    if matches!(event, watcher::Event::InitDone)
+                        && !state.synced.swap(true, Ordering::AcqRel)
+                    {
+                        wake.progress.notify_one();
+                    }
+                    wake.changed.notify_one();
+                }
+                // A first failure may be a deleted CRD (its watch then fails with a bare 404
+                // body): discovery is asked first, and stops this watch if so, rather than
+                // logging a failure every retry.
+                Err(e) if !state.failed.swap(true, Ordering::AcqRel) => {
+                    debug!(%kind, error = %e, "watch failed; checking that its kind is still served");
+                    state.look_again.store(true, Ordering::Release);
+                    wake.progress.notify_one();
+                }
                 // The watcher relists with backoff by itself; an RBAC gap shows here.
                 Err(e) => warn!(%kind, error = %e, "watch failed; retrying with backoff"),
             }
         }
         debug!(%kind, "watch ended");
-    });
-    reader
+    })
 }
 
 /// Reads the installed Gateway API bundle version from the GatewayClass CRD, if allowed.

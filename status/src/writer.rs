@@ -19,7 +19,10 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
+use gateway_api::listenersets::ListenerSet;
+use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
@@ -495,18 +498,30 @@ impl Job {
         first: bool,
     ) -> Result<Written, WriteError> {
         let ns = key.namespace.as_deref().unwrap_or_default();
-        let client = || self.client.clone();
+        let c = || self.client.clone();
         match key.kind {
             Kind::GatewayClass => {
-                let api = Api::<GatewayClass>::all(client());
+                let api = Api::<GatewayClass>::all(c());
                 self.guarded(api, key, desired, self.copy(key, first)).await
             }
             Kind::Gateway => {
-                let api = Api::<Gateway>::namespaced(client(), ns);
+                let api = Api::<Gateway>::namespaced(c(), ns);
                 self.guarded(api, key, desired, self.copy(key, first)).await
             }
             Kind::HttpRoute => {
-                let api = Api::<HttpRoute>::namespaced(client(), ns);
+                let api = Api::<HttpRoute>::namespaced(c(), ns);
+                self.guarded(api, key, desired, self.copy(key, first)).await
+            }
+            Kind::GrpcRoute => {
+                let api = Api::<GrpcRoute>::namespaced(c(), ns);
+                self.guarded(api, key, desired, self.copy(key, first)).await
+            }
+            Kind::TlsRoute => {
+                let api = Api::<TlsRoute>::namespaced(c(), ns);
+                self.guarded(api, key, desired, self.copy(key, first)).await
+            }
+            Kind::ListenerSet => {
+                let api = Api::<ListenerSet>::namespaced(c(), ns);
                 self.guarded(api, key, desired, self.copy(key, first)).await
             }
         }

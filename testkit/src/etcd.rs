@@ -68,9 +68,12 @@ impl EtcdServer {
                 &binary,
                 &options,
                 &data_dir,
-                client_port,
-                peer_port,
-                metrics_port,
+                &Ports {
+                    client: client_port,
+                    peer: peer_port,
+                    metrics: metrics_port,
+                },
+                &Membership::single(peer_port),
             );
             let process = ServerProcess::spawn("etcd", cmd, dir)?;
             let mut server = EtcdServer {
@@ -136,9 +139,12 @@ impl EtcdServer {
             &self.binary,
             &self.options,
             &data_dir,
-            self.client_port,
-            self.peer_port,
-            self.metrics_port,
+            &Ports {
+                client: self.client_port,
+                peer: self.peer_port,
+                metrics: self.metrics_port,
+            },
+            &Membership::single(self.peer_port),
         );
         self.process.restart(cmd)?;
         self.wait_ready().await
@@ -180,24 +186,47 @@ impl EtcdServer {
     }
 }
 
-fn command(
+/// One member's loopback ports.
+pub(crate) struct Ports {
+    pub(crate) client: u16,
+    pub(crate) peer: u16,
+    pub(crate) metrics: u16,
+}
+
+/// Who a member is in its cluster: its name and every member's peer URL.
+pub(crate) struct Membership {
+    pub(crate) name: String,
+    /// `name=peer-url,...` for every member, this one included.
+    pub(crate) initial_cluster: String,
+}
+
+impl Membership {
+    /// The one member of a single-member cluster.
+    fn single(peer_port: u16) -> Self {
+        Membership {
+            name: "default".to_string(),
+            initial_cluster: format!("default=http://127.0.0.1:{peer_port}"),
+        }
+    }
+}
+
+pub(crate) fn command(
     binary: &Path,
     options: &EtcdOptions,
     data_dir: &Path,
-    client_port: u16,
-    peer_port: u16,
-    metrics_port: u16,
+    ports: &Ports,
+    membership: &Membership,
 ) -> Command {
     let scheme = if options.tls.is_some() {
         "https"
     } else {
         "http"
     };
-    let client = format!("{scheme}://127.0.0.1:{client_port}");
-    let peer = format!("http://127.0.0.1:{peer_port}");
+    let client = format!("{scheme}://127.0.0.1:{}", ports.client);
+    let peer = format!("http://127.0.0.1:{}", ports.peer);
     let mut cmd = Command::new(binary);
     cmd.arg("--name")
-        .arg("default")
+        .arg(&membership.name)
         .arg("--data-dir")
         .arg(data_dir)
         .arg("--listen-client-urls")
@@ -209,11 +238,11 @@ fn command(
         .arg("--initial-advertise-peer-urls")
         .arg(&peer)
         .arg("--initial-cluster")
-        .arg(format!("default={peer}"))
+        .arg(&membership.initial_cluster)
         // A plain-http health endpoint, so readiness needs no TLS client even when clients must
         // present certificates.
         .arg("--listen-metrics-urls")
-        .arg(format!("http://127.0.0.1:{metrics_port}"))
+        .arg(format!("http://127.0.0.1:{}", ports.metrics))
         .arg("--logger")
         .arg("zap")
         .arg("--log-outputs")
@@ -234,18 +263,23 @@ fn command(
 }
 
 /// One blocking `GET /health`; true when etcd reports `"health":"true"`.
-fn health(port: u16) -> bool {
-    let probe = || -> Result<bool> {
+pub(crate) fn health(port: u16) -> bool {
+    get(port, "/health").is_some_and(|body| body.contains("\"health\":\"true\""))
+}
+
+/// One blocking plain-http GET of `path` on the metrics port; the whole answer, or `None`.
+pub(crate) fn get(port: u16, path: &str) -> Option<String> {
+    let probe = || -> Result<String> {
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
         s.set_read_timeout(Some(Duration::from_secs(3)))?;
-        s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            .context("sending the health probe")?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+            .context("sending the probe")?;
         let mut body = String::new();
         s.read_to_string(&mut body)?;
-        Ok(body.contains("\"health\":\"true\""))
+        Ok(body)
     };
-    probe().unwrap_or(false)
+    probe().ok()
 }
 
 #[cfg(test)]

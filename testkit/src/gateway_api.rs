@@ -6,8 +6,10 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
+use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, CustomResourceValidation, JSONSchemaProps,
 };
@@ -81,6 +83,8 @@ pub fn crds() -> Result<Vec<CustomResourceDefinition>> {
             GatewayClass::crd(),
             Gateway::crd(),
             HttpRoute::crd(),
+            GrpcRoute::crd(),
+            TlsRoute::crd(),
             ReferenceGrant::crd(),
         ]
         .into_iter()
@@ -117,8 +121,17 @@ pub fn crds() -> Result<Vec<CustomResourceDefinition>> {
 /// server-side apply of the upstream CRDs (it does not know `x-kubernetes-validations`); a CRD
 /// that already exists is left as it is.
 pub async fn install(client: &Client) -> Result<()> {
+    install_some(client, |_| true).await
+}
+
+/// Like [`install`], only the CRDs whose name (`httproutes.gateway.networking.k8s.io`) `wanted`
+/// picks: a cluster that runs a subset of the Gateway API.
+pub async fn install_some(client: &Client, wanted: impl Fn(&str) -> bool) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crds = crds()?;
+    let crds: Vec<_> = crds()?
+        .into_iter()
+        .filter(|c| c.metadata.name.as_deref().is_some_and(&wanted))
+        .collect();
     for crd in &crds {
         let name = crd.metadata.name.clone().unwrap_or_default();
         match api.create(&PostParams::default(), crd).await {

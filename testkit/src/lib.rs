@@ -1,4 +1,5 @@
-//! Throwaway local servers for tests and benchmarks: `etcd`, `redis-server` and `kube-apiserver`
+//! Throwaway local servers for tests and benchmarks: `etcd` (one member, or a 3-member cluster),
+//! `redis-server` (alone, or a primary, a replica and three Sentinels) and `kube-apiserver`
 //! processes on free loopback ports with temporary data dirs, the Gateway API CRDs on an
 //! apiserver, the shipped RBAC bound to a test's service account, and a TCP proxy that
 //! black-holes a client's traffic on demand (a partition).
@@ -9,12 +10,14 @@
 
 pub mod cargo;
 pub mod etcd;
+pub mod etcd_cluster;
 pub mod gateway_api;
 pub mod kube;
 pub mod process;
 pub mod proxy;
 pub mod rbac;
 pub mod redis;
+pub mod redis_sentinel;
 
 pub use cargo::workspace_binary;
 pub use process::{free_port, require_binary, tail, wait_until, ServerProcess};

@@ -6,8 +6,10 @@ use std::time::{Duration, SystemTime};
 
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParents};
 use gateway_api::referencegrants::ReferenceGrant;
+use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -91,6 +93,54 @@ pub fn route(ns: &str, name: &str, gw: &str, backends: &[(&str, &str, i32)]) -> 
         "metadata": {"name": name, "namespace": ns},
         "spec": {"parentRefs": [{"name": gw}], "rules": [{"backendRefs": refs}]}
     }))
+}
+
+/// A GRPCRoute in `ns` attached to Gateway `gw` (same namespace), one rule to `backends`
+/// given as `(namespace, name, port)`.
+pub fn grpc_route(ns: &str, name: &str, gw: &str, backends: &[(&str, &str, i32)]) -> GrpcRoute {
+    let mut v = serde_json::to_value(route(ns, name, gw, backends)).expect("json");
+    v["kind"] = json!("GRPCRoute");
+    from_json(v)
+}
+
+/// A TLSRoute in `ns` attached to `parent` (a parentRef), for `hostname`, to `backends` given
+/// as `(namespace, name, port)`.
+pub fn tls_route(
+    ns: &str,
+    name: &str,
+    parent: serde_json::Value,
+    hostname: &str,
+    backends: &[(&str, &str, i32)],
+) -> TlsRoute {
+    let refs: Vec<_> = backends
+        .iter()
+        .map(|(bns, bname, port)| json!({"name": bname, "namespace": bns, "port": port}))
+        .collect();
+    from_json(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "TLSRoute",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"parentRefs": [parent], "hostnames": [hostname],
+                 "rules": [{"backendRefs": refs}]}
+    }))
+}
+
+/// True when our `status.parents` entry on a route of any kind has condition `type_` with
+/// `status` and `reason` (read through JSON: every route kind has the same status shape).
+pub fn any_route_says<K: serde::Serialize>(
+    r: &K,
+    controller: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> bool {
+    let v = serde_json::to_value(r).unwrap_or_default();
+    v["status"]["parents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["controllerName"] == controller)
+        .flat_map(|p| p["conditions"].as_array().cloned().unwrap_or_default())
+        .any(|c| c["type"] == type_ && c["status"] == status && c["reason"] == reason)
 }
 
 /// A ClusterIP Service with one port.

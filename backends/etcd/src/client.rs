@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, GetResponse};
+
+use crate::members::{moves, Members};
 use leader_lock::LockError;
 use tokio::sync::Mutex;
 
@@ -39,7 +41,8 @@ pub(crate) struct State {
 }
 
 pub(crate) struct Inner {
-    pub(crate) client: Client,
+    /// One client per endpoint; requests go to the current member.
+    pub(crate) members: Members,
     pub(crate) key: Vec<u8>,
     pub(crate) marker: Vec<u8>,
     pub(crate) key_text: String,
@@ -57,17 +60,30 @@ impl Inner {
         map_error(&self.endpoints, what, e)
     }
 
-    /// Runs one request under the per-request timeout.
-    pub(crate) async fn call<T>(
-        &self,
-        what: &str,
-        fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, LockError> {
-        match tokio::time::timeout(self.timeout, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(self.error(what, e)),
-            Err(_) => Err(LockError::Timeout(self.timeout)),
+    /// Runs one request, built by `op` on the current member's client, under the per-request
+    /// timeout; a failure that may be the member's own moves the lock to the next member.
+    pub(crate) async fn call<T, F, Fut>(&self, what: &str, op: F) -> Result<T, LockError>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let (member, client) = self.members.client().await?;
+        let e = match tokio::time::timeout(self.timeout, op(client)).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => {
+                let fault = member_fault(&e);
+                let e = map_error(self.members.url(member), what, e);
+                if !fault {
+                    return Err(e);
+                }
+                e
+            }
+            Err(_) => LockError::Timeout(self.timeout),
+        };
+        if moves(&e) {
+            self.members.failed(member, &e);
         }
+        Err(e)
     }
 
     pub(crate) fn knowledge(&self) -> std::sync::MutexGuard<'_, Knowledge> {
@@ -75,14 +91,40 @@ impl Inner {
     }
 
     pub(crate) async fn read(&self) -> Result<GetResponse, LockError> {
-        let mut kv = self.client.kv_client();
-        self.call("get", kv.get(self.key.clone(), None)).await
+        let key = self.key.clone();
+        self.call("get", |c| async move { c.kv_client().get(key, None).await })
+            .await
     }
 
     pub(crate) fn keep_alive_error(&self, lease: i64, e: KeepAliveError) -> LockError {
         match e {
             KeepAliveError::Timeout => LockError::Timeout(self.timeout),
             KeepAliveError::Client(e) => self.error(&format!("keep-alive of lease {lease}"), e),
+            KeepAliveError::Connect(e) => e,
         }
+    }
+}
+
+/// Whether another member might answer where this one failed: transport failures and the
+/// server's "unavailable", "deadline exceeded", "no leader"-like codes; not an answer about the
+/// request itself (a missing lease, a refused user, a bad argument).
+pub(crate) fn member_fault(e: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    match e {
+        etcd_client::Error::GRpcStatus(s) => matches!(
+            s.code(),
+            Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Unknown
+                | Code::Internal
+                | Code::Cancelled
+                | Code::Aborted
+                | Code::ResourceExhausted
+        ),
+        etcd_client::Error::InvalidArgs(_)
+        | etcd_client::Error::InvalidUri(_)
+        | etcd_client::Error::InvalidMetadataValue(_)
+        | etcd_client::Error::Utf8Error(_) => false,
+        _ => true,
     }
 }

@@ -51,7 +51,9 @@ pub struct EtcdConfig {
     pub password: Option<String>,
     /// Prefix of the lock keys; the key is `<prefix><lock name>`.
     pub key_prefix: String,
-    /// Timeout of every single request; keep it below the renew deadline.
+    /// Deadline of one request to one member. A lock attempt whose request fails or times out
+    /// moves to the next endpoint and tries again there, so with several endpoints keep it well
+    /// inside the renew deadline: [`EtcdConfig::request_timeout_for`] gives a quarter of it.
     pub request_timeout: Duration,
 }
 
@@ -83,6 +85,14 @@ impl EtcdConfig {
     /// The [`ConfigError`] naming the first setting that cannot work.
     pub fn validate(&self, timing: &Timing) -> Result<(), ConfigError> {
         validate(self, timing)
+    }
+
+    /// The per-request deadline for `timing`: a quarter of the renew deadline, so that a renew
+    /// that meets a dead or hung member still has time to time out, move to a healthy member and
+    /// succeed there (even after etcd elected a new Raft leader) before the leadership's validity
+    /// ends. The `gateway-leader` binary uses it.
+    pub fn request_timeout_for(timing: &Timing) -> Duration {
+        timing.renew_deadline / 4
     }
 
     /// True when any endpoint uses TLS.

@@ -7,12 +7,13 @@ use etcd_client::{Client, ConnectOptions};
 use leader_lock::LockError;
 use tokio::sync::Mutex;
 
-use crate::client::{Inner, State};
+use crate::client::{member_fault, Inner, State};
 use crate::config::{self, EtcdConfig};
 use crate::error::map_error;
 use crate::knowledge::Knowledge;
 use crate::lease::keep_spare;
 use crate::lock::EtcdLock;
+use crate::members::Members;
 use crate::tls::tls_options;
 
 /// HTTP/2 pings find dead connections (a paused or unplugged server) under a long watch.
@@ -93,20 +94,9 @@ impl EtcdLock {
                 .with_user(user.clone(), password)
                 .with_auto_token_refresh(true);
         }
-        // With a user, connecting authenticates at once, so it needs the timeout too.
-        let client = match tokio::time::timeout(
-            timeout,
-            Client::connect(config.endpoints.clone(), Some(options)),
-        )
-        .await
-        {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(connect_error(&config, "connecting", e).await),
-            Err(_) => return Err(unreachable(&config, timeout).await),
-        };
         let key_text = format!("{}{}", config.key_prefix, lock_name);
         let inner = Arc::new(Inner {
-            client,
+            members: Members::new(&config.endpoints, options, timeout),
             key: key_text.clone().into_bytes(),
             marker: format!("{key_text}{MARKER_SUFFIX}").into_bytes(),
             key_text,
@@ -116,18 +106,58 @@ impl EtcdLock {
             knowledge: Arc::new(std::sync::Mutex::new(Knowledge::default())),
             spare: Mutex::new(None),
         });
-        // The channel connects lazily: one read proves reachability, TLS and permissions.
-        let mut kv = inner.client.kv_client();
-        match tokio::time::timeout(timeout, kv.get(inner.key.clone(), None)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(connect_error(&config, "reading the lock key", e).await),
-            Err(_) => return Err(unreachable(&config, timeout).await),
+        // The channels connect lazily: one read proves reachability, TLS and permissions. The
+        // members are tried in turn, so one member down at startup does not stop the replica;
+        // the first that answers becomes the current one.
+        let mut last = None;
+        for i in 0..inner.members.len() {
+            inner.members.settle(i);
+            match reach(&inner).await {
+                Ok(()) => {
+                    last = None;
+                    break;
+                }
+                // A refusal (authentication, permissions) is the same on every member.
+                Err(Some(e @ etcd_client::Error::GRpcStatus(_))) if !member_fault(&e) => {
+                    return Err(connect_error(&config, "reading the lock key", e).await)
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        match last {
+            None => {}
+            Some(None) => return Err(unreachable(&config, timeout).await),
+            Some(Some(e)) => return Err(connect_error(&config, "reading the lock key", e).await),
         }
         let spare_keeper = tokio::spawn(keep_spare(Arc::downgrade(&inner)));
         Ok(EtcdLock {
             inner,
             spare_keeper,
         })
+    }
+}
+
+/// Connects the current member and reads the lock key there, under the per-request timeout
+/// each; `Err(None)` when it did not answer in time.
+async fn reach(inner: &Inner) -> Result<(), Option<etcd_client::Error>> {
+    let i = inner.members.current();
+    let connect = Client::connect(
+        [inner.members.url(i)],
+        Some(inner.members.options().clone()),
+    );
+    let client = match tokio::time::timeout(inner.timeout, connect).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return Err(Some(e)),
+        Err(_) => return Err(None),
+    };
+    let mut kv = client.kv_client();
+    match tokio::time::timeout(inner.timeout, kv.get(inner.key.clone(), None)).await {
+        Ok(Ok(_)) => {
+            inner.members.keep(i, client);
+            Ok(())
+        }
+        Ok(Err(e)) => Err(Some(e)),
+        Err(_) => Err(None),
     }
 }
 

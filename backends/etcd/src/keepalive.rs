@@ -4,11 +4,15 @@
 //! it counts in `grpc_server_handled_total` with a non-OK code and which trips alerts on real
 //! clusters. Here a lease's stream opens once, carries every keep-alive, and is reopened only
 //! after it broke; when the lease is let go, the request side is closed first so etcd sees a
-//! clean end of stream.
+//! clean end of stream. The stream lives on one member: when the lock has moved to another
+//! member (`members.rs`), the next keep-alive closes it and opens a new one there.
 
 use std::time::Duration;
 
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
+
+use crate::client::member_fault;
+use crate::members::Members;
 
 /// The outcome of one keep-alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,13 +30,16 @@ pub(crate) enum KeepAliveError {
     Timeout,
     /// The client or the stream failed.
     Client(etcd_client::Error),
+    /// The current member could not be connected.
+    Connect(leader_lock::LockError),
 }
 
 /// A lease and its keep-alive stream (opened on first use, reopened after a failure).
 pub(crate) struct LeaseStream {
     id: i64,
     ttl: i64,
-    stream: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    /// The stream and the member it is open on.
+    stream: Option<(LeaseKeeper, LeaseKeepAliveStream, usize)>,
 }
 
 impl LeaseStream {
@@ -55,27 +62,47 @@ impl LeaseStream {
         self.ttl
     }
 
-    /// One keep-alive round trip on the lease's stream, under `timeout`.
+    /// One keep-alive round trip on the lease's stream on the current member, under `timeout`;
+    /// a failure that may be the member's own moves the lock to the next member.
     pub async fn keep_alive(
         &mut self,
-        client: &Client,
+        members: &Members,
         timeout: Duration,
     ) -> Result<LeaseState, KeepAliveError> {
-        match tokio::time::timeout(timeout, self.round_trip(client)).await {
-            Ok(Ok(state)) => Ok(state),
+        let (member, client) = members.client().await.map_err(KeepAliveError::Connect)?;
+        if self.stream.as_ref().is_some_and(|s| s.2 != member) {
+            self.close();
+        }
+        let e = match tokio::time::timeout(timeout, self.round_trip(&client, member)).await {
+            Ok(Ok(state)) => return Ok(state),
             Ok(Err(e)) => {
                 self.close();
-                Err(KeepAliveError::Client(e))
+                if !member_fault(&e) {
+                    return Err(KeepAliveError::Client(e));
+                }
+                KeepAliveError::Client(e)
             }
             Err(_) => {
                 self.close();
-                Err(KeepAliveError::Timeout)
+                KeepAliveError::Timeout
             }
-        }
+        };
+        let why = match &e {
+            KeepAliveError::Client(c) => {
+                leader_lock::LockError::unavailable(format!("lease keep-alive: {c}"))
+            }
+            _ => leader_lock::LockError::Timeout(timeout),
+        };
+        members.failed(member, &why);
+        Err(e)
     }
 
-    async fn round_trip(&mut self, client: &Client) -> Result<LeaseState, etcd_client::Error> {
-        if let Some((keeper, stream)) = &mut self.stream {
+    async fn round_trip(
+        &mut self,
+        client: &Client,
+        member: usize,
+    ) -> Result<LeaseState, etcd_client::Error> {
+        if let Some((keeper, stream, _)) = &mut self.stream {
             // A send fails only when the stream already broke: open a new one below.
             if keeper.keep_alive().await.is_ok() {
                 return match stream.message().await? {
@@ -96,8 +123,8 @@ impl LeaseStream {
         }
         // Opening sends the first keep-alive and waits for its answer.
         match client.lease_client().keep_alive(self.id).await {
-            Ok(pair) => {
-                self.stream = Some(pair);
+            Ok((keeper, stream)) => {
+                self.stream = Some((keeper, stream, member));
                 Ok(LeaseState::Alive)
             }
             // The client reports TTL <= 0 ("lease not found") this way.
@@ -112,7 +139,7 @@ impl LeaseStream {
     /// Ends the stream cleanly: the request side first, so etcd reads an end of stream (an OK
     /// call) instead of a cancelled one; the response side drains in the background.
     pub fn close(&mut self) {
-        if let Some((keeper, mut stream)) = self.stream.take() {
+        if let Some((keeper, mut stream, _)) = self.stream.take() {
             drop(keeper);
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 rt.spawn(async move {

@@ -26,7 +26,7 @@ pub(crate) async fn keep_spare(inner: Weak<Inner>) {
         let Some(i) = inner.upgrade() else { return };
         let mut spare = i.spare.lock().await;
         if let Some(s) = spare.as_mut() {
-            match s.keep_alive(&i.client, i.timeout).await {
+            match s.keep_alive(&i.members, i.timeout).await {
                 Ok(LeaseState::Alive) => {}
                 Ok(LeaseState::Gone) => *spare = None,
                 // Kept: the stream reopens next time, and the acquire checks the lease anyway.
@@ -39,8 +39,11 @@ pub(crate) async fn keep_spare(inner: Weak<Inner>) {
 impl Inner {
     /// Grants a fresh lease of `ttl` seconds; refuses a TTL the server rounded up to its minimum.
     pub(crate) async fn grant(&self, ttl: i64) -> Result<LeaseStream, LockError> {
-        let mut client = self.client.lease_client();
-        let resp = self.call("lease grant", client.grant(ttl, None)).await?;
+        let resp = self
+            .call("lease grant", |c| async move {
+                c.lease_client().grant(ttl, None).await
+            })
+            .await?;
         if !resp.error().is_empty() {
             return Err(LockError::unavailable(format!(
                 "etcd lease grant at {}: {}",
@@ -61,9 +64,14 @@ impl Inner {
 
     /// Revokes a lease in the background; it expires on its own if this fails.
     pub(crate) fn revoke_later(&self, lease: i64) {
-        let mut client = self.client.lease_client();
+        let (_, client) = match self.members.cached() {
+            Some(c) => c,
+            // Not connected: nothing to revoke over; the lease expires on its own.
+            None => return,
+        };
         let timeout = self.timeout;
         tokio::spawn(async move {
+            let mut client = client.lease_client();
             if let Ok(Err(e)) = tokio::time::timeout(timeout, client.revoke(lease)).await {
                 debug!(lease, error = %e, "revoking an unused etcd lease failed; it will expire");
             }

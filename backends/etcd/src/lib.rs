@@ -25,6 +25,7 @@ mod keepalive;
 mod knowledge;
 mod lease;
 mod lock;
+mod members;
 mod tls;
 mod value;
 mod watch;

@@ -22,6 +22,14 @@ use crate::value::{record, revision, StoredValue};
 /// A follower whose holder's lease is already gone looks again this soon (the delete is near).
 const LEASE_GONE_RETRY: Duration = Duration::from_millis(200);
 
+/// An attempt retries for at most this many request timeouts: with the binary's request timeout
+/// (a quarter of the renew deadline) that is the renew deadline, which the elector cuts short at
+/// the end of a leadership's validity anyway.
+const ATTEMPT_TRIES: u32 = 4;
+
+/// The first pause before retrying on the same member; it doubles up to four times this.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
 /// A lock on etcd; one per process and lock name.
 pub struct EtcdLock {
     pub(crate) inner: Arc<Inner>,
@@ -89,12 +97,17 @@ impl Inner {
             // A key without a lease never expires; only the watch (a delete) frees it.
             None
         } else {
-            let mut client = self.client.lease_client();
-            match tokio::time::timeout(self.timeout, client.time_to_live(kv.lease(), None)).await {
+            let lease = kv.lease();
+            let ttl = self
+                .call("lease time-to-live", |c| async move {
+                    c.lease_client().time_to_live(lease, None).await
+                })
+                .await;
+            match ttl {
                 // "Expires in under TTL+1 seconds": wake after TTL; the delete event comes first.
-                Ok(Ok(r)) if r.ttl() > 0 => Some(Duration::from_secs(r.ttl().unsigned_abs())),
-                Ok(Ok(_)) => Some(LEASE_GONE_RETRY),
-                _ => None,
+                Ok(r) if r.ttl() > 0 => Some(Duration::from_secs(r.ttl().unsigned_abs())),
+                Ok(_) => Some(LEASE_GONE_RETRY),
+                Err(_) => None,
             }
         };
         Attempt::Follower {
@@ -122,10 +135,11 @@ impl Inner {
             .or_else([TxnOp::get(self.key.clone(), None)]);
         // A renew whose answer we never got may still have been applied; remember its bytes.
         let lost = h.in_flight.replace(bytes.clone());
-        let mut kv = self.client.kv_client();
         let (alive, written) = tokio::join!(
-            h.lease.keep_alive(&self.client, self.timeout),
-            self.call("renew transaction", kv.txn(txn))
+            h.lease.keep_alive(&self.members, self.timeout),
+            self.call("renew transaction", |c| async move {
+                c.kv_client().txn(txn).await
+            })
         );
         let lease = h.lease.id();
         if let Ok(LeaseState::Gone) = alive {
@@ -189,8 +203,11 @@ impl Inner {
                 Compare::mod_revision(self.key.clone(), CompareOp::Equal, kv.mod_revision()),
             ])
             .and_then([TxnOp::delete(self.key.clone(), None)]);
-        let mut client = self.client.kv_client();
-        let resp = self.call("stale record delete", client.txn(txn)).await?;
+        let resp = self
+            .call("stale record delete", |c| async move {
+                c.kv_client().txn(txn).await
+            })
+            .await?;
         if resp.succeeded() {
             let rev = resp.header().map(|x| x.revision()).unwrap_or(0);
             warn!(key = %self.key_text, term = kv.create_revision(), lease = kv.lease(), "the lock record stopped changing for a lease (its holder no longer renews it); deleted it to take over");
@@ -236,19 +253,19 @@ impl Inner {
                 TxnOp::get(self.key.clone(), None),
                 TxnOp::get(self.marker.clone(), None),
             ]);
-        let mut kv = self.client.kv_client();
+        let send = |c: etcd_client::Client| async move { c.kv_client().txn(txn).await };
         // A spare granted earlier is kept alive in the same round trip: the lease then lasts at
         // least a lease beyond this attempt's start, like a fresh grant.
         let (alive, resp) = if fresh {
             (
                 Ok(LeaseState::Alive),
-                self.call("acquire transaction", kv.txn(txn)).await,
+                self.call("acquire transaction", send).await,
             )
         } else {
             let lease_ref = &mut lease;
             tokio::join!(
-                lease_ref.keep_alive(&self.client, self.timeout),
-                self.call("acquire transaction", kv.txn(txn))
+                lease_ref.keep_alive(&self.members, self.timeout),
+                self.call("acquire transaction", send)
             )
         };
         let resp = match resp {
@@ -380,7 +397,34 @@ impl Inner {
         }
     }
 
+    /// One attempt, retried on the next member while it fails in a way another member may not
+    /// (down, frozen, cut off, or without a Raft leader during an election), within
+    /// [`ATTEMPT_TRIES`] request timeouts. The elector stops it sooner when a leadership's
+    /// validity ends. Each retry starts from the lock's own state, so a request whose answer was
+    /// lost is settled by the next pass (a renew catches up on its own write; an acquire adopts
+    /// its key) exactly as a later attempt would settle it.
     pub(crate) async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {
+        let started = Instant::now();
+        let budget = self.timeout * ATTEMPT_TRIES;
+        let mut pause = Duration::ZERO;
+        loop {
+            let member = self.members.current();
+            match self.attempt(c).await {
+                Err(e) if retryable(&e) && started.elapsed() + pause < budget => {
+                    debug!(key = %self.key_text, error = %e, "lock attempt failed; trying again");
+                    // Straight on to a member we moved to; a member that stayed current (the
+                    // only one, or an answer that was not its fault) gets a growing pause.
+                    if self.members.current() == member {
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).clamp(RETRY_PAUSE, RETRY_PAUSE * 4);
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+
+    async fn attempt(&self, c: &Candidate) -> Result<Attempt, LockError> {
         let me = c.holder();
         let ttl = whole_seconds(c.lease_duration)?;
         let own = c.lease_duration;
@@ -509,8 +553,11 @@ impl Inner {
                 TxnOp::delete(self.key.clone(), None),
                 TxnOp::put(self.marker.clone(), rev.to_string(), None),
             ]);
-        let mut kv = self.client.kv_client();
-        let released = self.call("release transaction", kv.txn(txn)).await;
+        let released = self
+            .call("release transaction", |c| async move {
+                c.kv_client().txn(txn).await
+            })
+            .await;
         if let Ok(r) = &released {
             if r.succeeded() {
                 let at = r.header().map(|x| x.revision()).unwrap_or(0);
@@ -566,6 +613,11 @@ impl LeaderLock for EtcdLock {
     async fn watch(&self) -> Result<LockEventStream, LockError> {
         self.inner.watch().await
     }
+}
+
+/// Failures another try may not meet: a member's fault, a timeout, or the lock's own "try again".
+fn retryable(e: &LockError) -> bool {
+    matches!(e, LockError::Unavailable { .. } | LockError::Timeout(_))
 }
 
 fn whole_seconds(d: Duration) -> Result<i64, LockError> {

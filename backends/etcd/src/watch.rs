@@ -16,16 +16,15 @@ impl Inner {
     /// Reads the key's history from `from` up to `until`, to learn how a key we believed present
     /// went missing (which versions it had, whether we saw the last one).
     pub(crate) async fn replay(&self, from: i64, until: i64) -> Result<(), LockError> {
-        let mut client = self.client.watch_client();
         let options = WatchOptions::new()
             .with_start_revision(from)
             .with_prev_key();
         let deadline = Instant::now() + self.timeout;
+        let key = self.key.clone();
         let mut stream = self
-            .call(
-                "history watch",
-                client.watch(self.key.clone(), Some(options)),
-            )
+            .call("history watch", |c| async move {
+                c.watch_client().watch(key, Some(options)).await
+            })
             .await?;
         loop {
             let msg = match tokio::time::timeout_at(deadline, stream.message()).await {
@@ -65,29 +64,41 @@ impl Inner {
                 event(kv)
             }
         };
-        let mut client = self.client.watch_client();
+        let key = self.key.clone();
+        let options = WatchOptions::new()
+            .with_start_revision(rev + 1)
+            .with_prev_key();
+        // The member it is opened on: should the lock leave that member, the watch ends too.
+        let mut moved = self.members.subscribe();
+        let member = *moved.borrow_and_update();
         let stream = self
-            .call(
-                "watch",
-                client.watch(
-                    self.key.clone(),
-                    Some(
-                        WatchOptions::new()
-                            .with_start_revision(rev + 1)
-                            .with_prev_key(),
-                    ),
-                ),
-            )
+            .call("watch", |c| async move {
+                c.watch_client().watch(key, Some(options)).await
+            })
             .await?;
         let state = Some(WatchState {
             stream,
+            member,
+            moved,
             endpoints: self.endpoints.clone(),
             knowledge: self.knowledge.clone(),
         });
         let changes = futures::stream::unfold(state, |state| async move {
             let mut st = state?;
             loop {
-                match st.stream.message().await {
+                let message = tokio::select! {
+                    m = st.stream.message() => m,
+                    // The lock left the member this watch is on: end it, so that the elector
+                    // opens it again on the member the lock uses now.
+                    _ = st.moved.wait_for(|m| *m != st.member) => {
+                        let e = LockError::unavailable(format!(
+                            "etcd watch at {}: the lock moved to another member; reopening",
+                            st.endpoints
+                        ));
+                        return Some((Err(e), None));
+                    }
+                };
+                match message {
                     Ok(Some(resp)) => {
                         if resp.canceled() {
                             let why = if resp.compact_revision() > 0 {
@@ -141,6 +152,9 @@ fn apply_events(knowledge: &std::sync::Mutex<Knowledge>, resp: &etcd_client::Wat
 /// Keeps the watch's request side alive with the response side.
 struct WatchState {
     stream: WatchStream,
+    /// The member the watch is on, and the lock's current member.
+    member: usize,
+    moved: tokio::sync::watch::Receiver<usize>,
     endpoints: String,
     knowledge: Arc<std::sync::Mutex<Knowledge>>,
 }

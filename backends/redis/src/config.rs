@@ -36,6 +36,41 @@ pub struct RedisConfig {
     pub key_prefix: String,
     /// Bound on every single request; must stay below the renew deadline.
     pub request_timeout: Duration,
+    /// Find the primary through Redis Sentinel instead of `url` (see [`SentinelConfig`]).
+    pub sentinel: Option<SentinelConfig>,
+    /// After every acquire and renew, `WAIT` until this many replicas have the write before the
+    /// leadership counts (0, the default: do not wait). A promoted replica then holds the record
+    /// of every leadership that counted; each renew costs a replication round trip more.
+    pub wait_replicas: u32,
+}
+
+/// Where the Sentinels are and which primary they watch for the lock.
+///
+/// The lock asks them for the primary of `master` at connect and again whenever the primary it
+/// talks to fails or answers as a replica, so it follows a failover to the promoted replica.
+/// `url` is not used then; `username`, `password` and `ca_file` of [`RedisConfig`] apply to the
+/// data nodes, and TLS (`rediss://`) to the Sentinels and the data nodes alike.
+#[derive(Clone)]
+pub struct SentinelConfig {
+    /// The Sentinels, each `redis://host:port` or `rediss://host:port` (all with one scheme).
+    pub addresses: Vec<String>,
+    /// The name the Sentinels monitor the primary under (`sentinel monitor <name> ...`).
+    pub master: String,
+    /// ACL user on the Sentinels; goes with `password`.
+    pub username: Option<String>,
+    /// Password on the Sentinels (`requirepass`, or of `username`).
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for SentinelConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelConfig")
+            .field("addresses", &self.addresses)
+            .field("master", &self.master)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -48,6 +83,8 @@ impl std::fmt::Debug for RedisConfig {
             .field("ca_file", &self.ca_file)
             .field("key_prefix", &self.key_prefix)
             .field("request_timeout", &self.request_timeout)
+            .field("sentinel", &self.sentinel)
+            .field("wait_replicas", &self.wait_replicas)
             .finish()
     }
 }
@@ -55,6 +92,8 @@ impl std::fmt::Debug for RedisConfig {
 /// Settings named by several checks (see [`ConfigError`] for the spelling).
 const URL: &str = "redis-url";
 const CA_FILE: &str = "redis-ca-file";
+const SENTINEL: &str = "redis-sentinel";
+const SENTINEL_MASTER: &str = "redis-sentinel-master";
 
 /// The default key prefix.
 pub const DEFAULT_KEY_PREFIX: &str = "gateway-leader";
@@ -69,6 +108,8 @@ impl RedisConfig {
             ca_file: None,
             key_prefix: DEFAULT_KEY_PREFIX.to_string(),
             request_timeout: Duration::from_secs(2),
+            sentinel: None,
+            wait_replicas: 0,
         }
     }
 
@@ -86,9 +127,15 @@ impl RedisConfig {
         check_timing(timing, self.request_timeout)
     }
 
-    /// True for a `rediss://` URL.
+    /// True for a `rediss://` URL (or Sentinel addresses).
     pub(crate) fn is_tls(&self) -> bool {
-        scheme(&self.url).is_some_and(|s| s.eq_ignore_ascii_case("rediss"))
+        match &self.sentinel {
+            Some(s) => s
+                .addresses
+                .iter()
+                .any(|a| scheme(a).is_some_and(|s| s.eq_ignore_ascii_case("rediss"))),
+            None => scheme(&self.url).is_some_and(|s| s.eq_ignore_ascii_case("rediss")),
+        }
     }
 }
 
@@ -106,8 +153,75 @@ const KEY_PREFIX_CHARS: &str = "-._:/";
 /// The longest key prefix: keys stay short, and a longer prefix is a mistake.
 const MAX_KEY_PREFIX_BYTES: usize = 128;
 
-/// Checks the URL, the prefix and the CA file; no network.
+/// Checks the Sentinel addresses (URLs of one scheme, without credentials) and the master name.
+fn check_sentinel(s: &SentinelConfig) -> Result<(), ConfigError> {
+    if s.addresses.is_empty() {
+        return Err(ConfigError::invalid(
+            SENTINEL,
+            "redis-sentinel: at least one Sentinel address is required",
+        ));
+    }
+    let mut schemes = Vec::new();
+    for a in &s.addresses {
+        let shown = redact_url(a);
+        if a.contains('@') {
+            return Err(ConfigError::CredentialsInUrl {
+                setting: SENTINEL,
+                shown: shown.to_string(),
+            });
+        }
+        let ok = match scheme(a) {
+            Some(sc) if sc.eq_ignore_ascii_case("redis") || sc.eq_ignore_ascii_case("rediss") => {
+                schemes.push(sc.to_ascii_lowercase());
+                a.as_str().into_connection_info().is_ok()
+            }
+            _ => false,
+        };
+        if !ok {
+            return Err(ConfigError::invalid(
+                SENTINEL,
+                format!(
+                    "redis-sentinel: `{shown}` is not a Sentinel address like \
+                     redis://127.0.0.1:26379 or rediss://sentinel-0.example:26379"
+                ),
+            ));
+        }
+    }
+    schemes.dedup();
+    if schemes.len() > 1 {
+        return Err(ConfigError::invalid(
+            SENTINEL,
+            "redis-sentinel: mixes redis:// and rediss://; use one scheme for every Sentinel",
+        ));
+    }
+    let name_ok = !s.master.is_empty()
+        && s.master.len() <= 128
+        && s.master
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c));
+    if !name_ok {
+        return Err(ConfigError::invalid(
+            SENTINEL_MASTER,
+            format!(
+                "redis-sentinel-master {:?}: the name the Sentinels monitor the primary under is \
+                 required with redis-sentinel (letters, digits, '-', '.', '_'; at most 128)",
+                s.master
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the URL (or the Sentinels), the prefix and the CA file; no network.
 pub(crate) fn check_config(config: &RedisConfig) -> Result<(), ConfigError> {
+    match &config.sentinel {
+        Some(s) => check_sentinel(s)?,
+        None => check_url(config)?,
+    }
+    check_rest(config)
+}
+
+fn check_url(config: &RedisConfig) -> Result<(), ConfigError> {
     let shown = redact_url(&config.url);
     let bad_url = |message: String| Err(ConfigError::invalid(URL, message));
     // A password in the URL would show in `--print-config`, in process listings and in messages.
@@ -133,6 +247,14 @@ pub(crate) fn check_config(config: &RedisConfig) -> Result<(), ConfigError> {
     if let Err(e) = config.url.as_str().into_connection_info() {
         return bad_url(format!("redis-url `{shown}` is invalid: {e}"));
     }
+    Ok(())
+}
+
+fn check_rest(config: &RedisConfig) -> Result<(), ConfigError> {
+    let shown = match &config.sentinel {
+        Some(s) => s.addresses.join(","),
+        None => redact_url(&config.url).to_string(),
+    };
     leader_lock::input::check_name(&config.key_prefix, KEY_PREFIX_CHARS, MAX_KEY_PREFIX_BYTES)
         .map_err(|e| ConfigError::invalid("redis-key-prefix", format!("redis-key-prefix: {e}")))?;
     if let Some(ca) = &config.ca_file {

@@ -8,6 +8,7 @@
 //! `docs/redis.md` describes the guarantees, the key layout and the value format.
 
 mod config;
+mod connection;
 mod keys;
 mod knowledge;
 mod lock;
@@ -15,5 +16,5 @@ mod scripts;
 mod value;
 mod watch;
 
-pub use config::{RedisConfig, DEFAULT_KEY_PREFIX};
+pub use config::{RedisConfig, SentinelConfig, DEFAULT_KEY_PREFIX};
 pub use lock::RedisLock;

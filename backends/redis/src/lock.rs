@@ -7,17 +7,13 @@ use leader_lock::{
     Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord, Term,
     Timing,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::io::tcp::TcpSettings;
-use redis::{
-    Client, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind,
-    TlsCertificates, Value,
-};
+use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::config::{check_config, check_timing, read_ca, RedisConfig};
+use crate::config::{check_config, check_timing, RedisConfig};
+use crate::connection::{manage, Primary};
 use crate::keys::Keys;
 use crate::knowledge::{Knowledge, Plan};
 use crate::scripts::{self, Scripts};
@@ -33,20 +29,14 @@ pub struct RedisLock {
     keys: Keys,
     db: i64,
     timeout: Duration,
-    client: Client,
-    conn: ConnectionManager,
+    /// The primary's connection; with Sentinel it moves to the promoted replica on a failover.
+    primary: Primary,
     scripts: Arc<Scripts>,
     /// What this client knows of the lock: the holders it campaigns as and the terms they hold,
     /// the highest term seen, the last live holder seen and whether a watch hears every change.
     knowledge: Arc<Knowledge>,
-}
-
-fn endpoint(addr: &ConnectionAddr, db: i64) -> String {
-    match addr {
-        ConnectionAddr::Tcp(host, port) => format!("redis://{host}:{port}/{db}"),
-        ConnectionAddr::TcpTls { host, port, .. } => format!("rediss://{host}:{port}/{db}"),
-        other => format!("{other:?}"),
-    }
+    /// `WAIT` for this many replicas after every acquire and renew (0: do not wait).
+    wait_replicas: u32,
 }
 
 fn now_ms() -> u64 {
@@ -54,16 +44,6 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
-}
-
-/// The TCP settings of every connection to Redis (commands, subscriptions, and any server a
-/// connection is redirected to): `TCP_NODELAY` on.
-///
-/// redis-rs 1.x leaves Nagle's algorithm on (redis-rs issue #2195, changed only in 2.0): a
-/// command written in more than one segment then waits for the server's delayed ACK, about 40 ms,
-/// which showed as a new leader's first write coming late in one takeover in three.
-pub(crate) fn tcp_settings() -> TcpSettings {
-    TcpSettings::default().set_nodelay(true)
 }
 
 fn install_crypto_provider() {
@@ -97,7 +77,8 @@ fn classify(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
         let message = format!(
             "redis at {endpoint}: the ACL user lacks a permission ({e}); it needs the commands \
              EVAL, EVALSHA, SCRIPT LOAD, GET, SET, DEL, PTTL, INCR, EXISTS, TIME, INFO, PUBLISH, \
-             SUBSCRIBE and PING, the keys and channels under redis-key-prefix (see docs/redis.md)"
+             SUBSCRIBE and PING (and WAIT with redis-wait-replicas), the keys and channels under \
+             redis-key-prefix (see docs/redis.md)"
         );
         return LockError::refused_from(message, e.clone());
     }
@@ -167,54 +148,17 @@ impl RedisLock {
         if lock_name.is_empty() {
             return Err(LockError::refused("the lock name must not be empty"));
         }
-        let mut info = config
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| LockError::refused_from(format!("redis-url is invalid: {e}"), e))?;
-        let mut settings = info.redis_settings().clone();
-        if let Some(u) = &config.username {
-            settings = settings.set_username(u);
-        }
-        if let Some(p) = &config.password {
-            settings = settings.set_password(p);
-        }
-        let db = settings.db();
-        info = info
-            .set_redis_settings(settings)
-            .set_tcp_settings(tcp_settings());
-        let endpoint = endpoint(info.addr(), db);
         let timeout = config.request_timeout;
         if config.is_tls() {
             install_crypto_provider();
         }
-        let client = match &config.ca_file {
-            Some(ca) => {
-                let root = read_ca(ca)?;
-                Client::build_with_tls(
-                    info,
-                    TlsCertificates {
-                        client_tls: None,
-                        root_cert: Some(root),
-                    },
-                )
-            }
-            None => Client::open(info),
-        }
-        .map_err(|e| LockError::refused_from(format!("redis-url {endpoint}: {e}"), e))?;
-        let manager = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(100))
-            .set_max_delay(Duration::from_secs(2));
+        let found = Primary::find(&config).await?;
+        let endpoint = found.endpoint.clone();
+        let db = found.db;
         // The manager retries the first connection once; bound the whole thing anyway.
         let limit = timeout * 3 + Duration::from_secs(1);
-        let mut conn = match tokio::time::timeout(
-            limit,
-            ConnectionManager::new_with_config(client.clone(), manager),
-        )
-        .await
+        let mut conn = match tokio::time::timeout(limit, manage(found.client.clone(), timeout))
+            .await
         {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => {
@@ -252,14 +196,14 @@ impl RedisLock {
             keys: Keys::new(&config.key_prefix, lock_name),
             db,
             timeout,
-            client,
-            conn,
+            primary: Primary::new(found, conn, timeout),
             scripts: Arc::new(Scripts {
                 acquire: scripts::acquire(),
                 release: scripts::release(),
                 get: scripts::get(),
             }),
             knowledge: Arc::new(Knowledge::default()),
+            wait_replicas: config.wait_replicas,
         })
     }
 
@@ -287,12 +231,56 @@ impl RedisLock {
         &self,
         inv: redis::ScriptInvocation<'_>,
     ) -> Result<T, LockError> {
-        let mut conn = self.conn.clone();
-        match tokio::time::timeout(self.timeout, inv.invoke_async(&mut conn)).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(classify(&e, &self.endpoint, self.timeout)),
-            Err(_) => Err(LockError::Timeout(self.timeout)),
+        // Twice at most: once more on the new primary when the Sentinels name one.
+        for _ in 0..2 {
+            let mut current = self.primary.current();
+            let e = match tokio::time::timeout(self.timeout, inv.invoke_async(&mut current.conn))
+                .await
+            {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => classify(&e, &current.endpoint, self.timeout),
+                Err(_) => LockError::Timeout(self.timeout),
+            };
+            // A primary that is gone, hangs, or answers as a replica may have been failed over.
+            let moved = matches!(e, LockError::Unavailable { .. } | LockError::Timeout(_))
+                && self.primary.rediscover().await;
+            if !moved {
+                return Err(e);
+            }
         }
+        Err(LockError::unavailable(format!(
+            "redis primary of {}: moved twice during one request",
+            self.endpoint
+        )))
+    }
+
+    /// `WAIT` until `wait_replicas` replicas acknowledged every write so far on the primary's
+    /// connection (the acquire or renew just made among them), within the request timeout.
+    async fn wait_for_replicas(&self) -> Result<(), LockError> {
+        if self.wait_replicas == 0 {
+            return Ok(());
+        }
+        let mut current = self.primary.current();
+        let within = u64::try_from(self.timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(self.wait_replicas).arg(within);
+        let wait = cmd.query_async::<i64>(&mut current.conn);
+        let acked =
+            match tokio::time::timeout(self.timeout + Duration::from_millis(100), wait).await {
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) => return Err(classify(&e, &current.endpoint, self.timeout)),
+                Err(_) => return Err(LockError::Timeout(self.timeout)),
+            };
+        if acked < i64::from(self.wait_replicas) {
+            return Err(LockError::unavailable(format!(
+                "redis at {}: {acked} of the {} replicas redis-wait-replicas asks for \
+                 acknowledged the lock record within {:?}; the leadership does not count yet",
+                current.endpoint, self.wait_replicas, self.timeout
+            )));
+        }
+        Ok(())
     }
 
     /// Interprets a value that is not ours, found with `pttl` left when the reply arrived at
@@ -415,6 +403,9 @@ impl LeaderLock for RedisLock {
                     .ok_or_else(malformed)?;
                 let term = Term(term);
                 k.won(&me, term);
+                // Held, but only counted once enough replicas have it: until then a failover
+                // could promote a replica without the record.
+                self.wait_for_replicas().await?;
                 Ok(Attempt::Leader { term })
             }
             Some(2) => {
@@ -542,8 +533,9 @@ impl LeaderLock for RedisLock {
 
     async fn watch(&self) -> Result<LockEventStream, LockError> {
         let t = self.timeout;
-        let fail = |e: RedisError| classify(&e, &self.endpoint, t);
-        let mut pubsub = tokio::time::timeout(t, self.client.get_async_pubsub())
+        let current = self.primary.current();
+        let fail = |e: RedisError| classify(&e, &current.endpoint, t);
+        let mut pubsub = tokio::time::timeout(t, current.client.get_async_pubsub())
             .await
             .map_err(|_| LockError::Timeout(t))?
             .map_err(fail)?;
@@ -581,11 +573,11 @@ impl LeaderLock for RedisLock {
         let subscription = self.knowledge.subscribed(since);
         let (tx, rx) = mpsc::channel(64);
         let task = WatchTask {
-            conn: self.conn.clone(),
+            conn: current.conn.clone(),
             sink,
             scripts: self.scripts.clone(),
             keys: self.keys.clone(),
-            endpoint: self.endpoint.clone(),
+            endpoint: current.endpoint.clone(),
             timeout: t,
             knowledge: self.knowledge.clone(),
             tx,

@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::{Gateway, GatewayStatusListeners};
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParents};
 use gateway_api::referencegrants::ReferenceGrant;
+use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::de::DeserializeOwned;
@@ -16,6 +18,7 @@ use serde_json::{json, Value};
 use super::World;
 use crate::desired::Desired;
 use crate::key::{Kind, ObjectKey};
+use crate::secret::{Content, TlsSecret};
 
 /// Our controllerName.
 pub(crate) const CONTROLLER: &str = "example.com/gateway-leader";
@@ -33,8 +36,8 @@ fn from<T: DeserializeOwned>(v: Value) -> Arc<T> {
     Arc::new(serde_json::from_value(v).expect("test object deserializes"))
 }
 
-/// A world with our GatewayClass, namespaces `infra` and `apps` (label `team: a`), and the
-/// supported bundle version.
+/// A world with our GatewayClass, namespaces `infra` and `apps` (label `team: a`), a usable
+/// TLS Secret `infra/cert`, and the supported bundle version.
 pub(crate) fn world() -> World {
     World {
         gateway_classes: vec![class(CLASS, CONTROLLER)],
@@ -42,6 +45,7 @@ pub(crate) fn world() -> World {
             namespace("infra", json!({})),
             namespace("apps", json!({"team": "a"})),
         ],
+        secrets: vec![secret("infra", "cert", Content::Usable)],
         bundle_version: Some("v1.5.1".into()),
         ..World::default()
     }
@@ -108,6 +112,32 @@ pub(crate) fn route_with_status(
     }))
 }
 
+/// A GRPCRoute with this spec.
+pub(crate) fn grpc_route(namespace: &str, name: &str, spec: Value) -> Arc<GrpcRoute> {
+    from(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "GRPCRoute",
+        "metadata": {"namespace": namespace, "name": name, "generation": ROUTE_GENERATION},
+        "spec": spec,
+    }))
+}
+
+/// A TLSRoute with this spec.
+pub(crate) fn tls_route(namespace: &str, name: &str, spec: Value) -> Arc<TlsRoute> {
+    from(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "TLSRoute",
+        "metadata": {"namespace": namespace, "name": name, "generation": ROUTE_GENERATION},
+        "spec": spec,
+    }))
+}
+
+/// A TLS Passthrough listener (TLSRoutes from its namespace).
+pub(crate) fn tls_passthrough(name: &str, port: i32, hostname: &str) -> Value {
+    json!({"name": name, "port": port, "protocol": "TLS", "hostname": hostname,
+           "tls": {"mode": "Passthrough"}})
+}
+
 /// A route spec with these parentRefs and one rule forwarding to these backendRefs.
 pub(crate) fn route_spec(parent_refs: Value, backend_refs: Value) -> Value {
     json!({"parentRefs": parent_refs, "rules": [{"backendRefs": backend_refs}]})
@@ -131,6 +161,17 @@ pub(crate) fn namespace(name: &str, labels: Value) -> Arc<Namespace> {
         "kind": "Namespace",
         "metadata": {"name": name, "labels": labels},
     }))
+}
+
+/// A Secret as the Secret watch reduces it, with this outcome of the certificate check.
+pub(crate) fn secret(namespace: &str, name: &str, content: Content) -> Arc<TlsSecret> {
+    Arc::new(TlsSecret {
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        resource_version: Some("1".into()),
+        uid: None,
+        content,
+    })
 }
 
 /// A ReferenceGrant with this spec.
@@ -228,16 +269,44 @@ pub(crate) fn listener_condition(
         .unwrap_or_else(|| panic!("listener {name} has no {type_}"))
 }
 
-/// The route's desired `status.parents` entries of ours.
+/// The HTTPRoute's desired `status.parents` entries of ours.
 pub(crate) fn route_parents<'a>(
     out: &'a Out,
     namespace: &str,
     name: &str,
 ) -> &'a [HttpRouteStatusParents] {
-    match out.get(&ObjectKey::namespaced(Kind::HttpRoute, namespace, name)) {
-        Some(Desired::HttpRoute { parents, .. }) => parents,
-        other => panic!("no HTTPRoute status for {namespace}/{name}: {other:?}"),
+    parents_of(out, Kind::HttpRoute, namespace, name)
+}
+
+/// The desired `status.parents` entries of ours of a route of any kind.
+pub(crate) fn parents_of<'a>(
+    out: &'a Out,
+    kind: Kind,
+    namespace: &str,
+    name: &str,
+) -> &'a [HttpRouteStatusParents] {
+    match out.get(&ObjectKey::namespaced(kind, namespace, name)) {
+        Some(Desired::Route { parents, .. }) => parents,
+        other => panic!("no {kind} status for {namespace}/{name}: {other:?}"),
     }
+}
+
+/// (status, reason) of `type_` in the only parent entry of a route of any kind.
+pub(crate) fn condition_on(
+    out: &Out,
+    kind: Kind,
+    namespace: &str,
+    name: &str,
+    type_: &str,
+) -> (String, String) {
+    let parents = parents_of(out, kind, namespace, name);
+    assert_eq!(parents.len(), 1, "expected one parent entry: {parents:?}");
+    let c = parents[0]
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} on {kind} {namespace}/{name}"));
+    (c.status.clone(), c.reason.clone())
 }
 
 /// (status, reason) of `type_` in the route's only parent entry.
@@ -247,14 +316,7 @@ pub(crate) fn route_condition(
     name: &str,
     type_: &str,
 ) -> (String, String) {
-    let parents = route_parents(out, namespace, name);
-    assert_eq!(parents.len(), 1, "expected one parent entry: {parents:?}");
-    let c = parents[0]
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .unwrap_or_else(|| panic!("no {type_} on {namespace}/{name}"));
-    (c.status.clone(), c.reason.clone())
+    condition_on(out, Kind::HttpRoute, namespace, name, type_)
 }
 
 /// The message of `type_` in the route's only parent entry.

@@ -14,6 +14,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use gateway_api::gateways::{GatewayAllowedListeners, GatewayStatusListeners};
+
 use super::gatewayclass::Classes;
 use super::index::Index;
 use super::listener::{self, Listener};
@@ -23,7 +25,8 @@ use super::World;
 use crate::desired::Desired;
 use crate::key::{Kind, ObjectKey};
 
-/// A Gateway of one of our classes, judged.
+/// A Gateway of one of our classes, judged; also a ListenerSet of one of our Gateways, which
+/// is a parent of routes the same way (`listenerset.rs`).
 pub(crate) struct GatewayView<'w> {
     /// `metadata.namespace`.
     pub namespace: &'w str,
@@ -37,6 +40,21 @@ pub(crate) struct GatewayView<'w> {
     pub listeners: Vec<Listener<'w>>,
     /// Routes attached to each listener, same order; counted by the route pass.
     pub attached_routes: Vec<i32>,
+    /// `spec.allowedListeners` (always `None` on a ListenerSet).
+    pub allowed_listeners: Option<&'w GatewayAllowedListeners>,
+    /// Accepted ListenerSets attached to the Gateway; counted by the ListenerSet pass.
+    pub attached_listener_sets: i32,
+}
+
+impl GatewayView<'_> {
+    /// `status.listeners`, in spec order, with the attachments counted.
+    pub(crate) fn listener_statuses(&self) -> Vec<GatewayStatusListeners> {
+        self.listeners
+            .iter()
+            .zip(&self.attached_routes)
+            .map(|(l, attached)| l.status(self.accepted.ok, *attached, self.generation))
+            .collect()
+    }
 }
 
 /// Our Gateways by (namespace, name).
@@ -91,7 +109,7 @@ pub(crate) fn analyse<'w>(
                 "spec.addresses is not supported: this controller assigns no addresses",
             )
         } else {
-            listeners_verdict(&listeners)
+            listeners_verdict("Gateway", &listeners)
         };
         let view = GatewayView {
             namespace,
@@ -100,16 +118,22 @@ pub(crate) fn analyse<'w>(
             accepted,
             attached_routes: vec![0; listeners.len()],
             listeners,
+            allowed_listeners: gateway.spec.allowed_listeners.as_ref(),
+            attached_listener_sets: 0,
         };
         gateways.entry((namespace, name)).or_insert(view);
     }
     gateways
 }
 
-/// `Accepted` as the listeners decide it (steps 4 to 6).
-fn listeners_verdict(listeners: &[Listener<'_>]) -> Verdict {
+/// `Accepted` as the listeners decide it (steps 4 to 6) for a `what` (Gateway or ListenerSet:
+/// the reasons are the same, upstream v1.5.1 `apis/v1/listenerset_types.go`).
+pub(crate) fn listeners_verdict(what: &str, listeners: &[Listener<'_>]) -> Verdict {
     if listeners.is_empty() {
-        return Verdict::no(reason::LISTENERS_NOT_VALID, "the Gateway has no listeners");
+        return Verdict::no(
+            reason::LISTENERS_NOT_VALID,
+            format!("the {what} has no listeners"),
+        );
     }
     let invalid: Vec<String> = listeners
         .iter()
@@ -130,7 +154,7 @@ fn listeners_verdict(listeners: &[Listener<'_>]) -> Verdict {
             ),
         )
     } else {
-        Verdict::yes(reason::ACCEPTED, "Gateway is accepted")
+        Verdict::yes(reason::ACCEPTED, format!("{what} is accepted"))
     }
 }
 
@@ -146,12 +170,7 @@ pub(crate) fn emit(gateways: Gateways<'_>, out: &mut BTreeMap<ObjectKey, Desired
             // No data plane: an accepted configuration is in effect as soon as it is computed.
             Verdict::yes(reason::PROGRAMMED, "the Gateway is valid and in effect")
         };
-        let listeners = view
-            .listeners
-            .iter()
-            .zip(&view.attached_routes)
-            .map(|(l, attached)| l.status(view.accepted.ok, *attached, generation))
-            .collect();
+        let listeners = view.listener_statuses();
         out.insert(
             ObjectKey::namespaced(Kind::Gateway, view.namespace, view.name),
             Desired::Gateway {
@@ -161,6 +180,7 @@ pub(crate) fn emit(gateways: Gateways<'_>, out: &mut BTreeMap<ObjectKey, Desired
                     programmed.condition(reason::PROGRAMMED, generation),
                 ],
                 listeners,
+                attached_listener_sets: view.allowed_listeners.map(|_| view.attached_listener_sets),
             },
         );
     }
@@ -187,6 +207,7 @@ mod tests {
             generation,
             conditions,
             listeners,
+            ..
         }) = out.get(&ObjectKey::namespaced(Kind::Gateway, "infra", "gw"))
         else {
             panic!("no Gateway status: {out:?}");
@@ -212,12 +233,14 @@ mod tests {
                 ]
             );
             assert_eq!(l.attached_routes, 0);
-            let kinds = l.supported_kinds.as_deref().unwrap_or_default();
-            assert_eq!(kinds.len(), 1);
-            assert_eq!(
-                (kinds[0].group.as_deref(), kinds[0].kind.as_str()),
-                (Some("gateway.networking.k8s.io"), "HTTPRoute")
-            );
+            let kinds: Vec<(Option<&str>, &str)> = l
+                .supported_kinds
+                .iter()
+                .flatten()
+                .map(|k| (k.group.as_deref(), k.kind.as_str()))
+                .collect();
+            let group = Some("gateway.networking.k8s.io");
+            assert_eq!(kinds, [(group, "HTTPRoute"), (group, "GRPCRoute")]);
             assert!(l
                 .conditions
                 .iter()

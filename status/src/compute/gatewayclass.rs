@@ -2,6 +2,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use gateway_api::gatewayclasses::GatewayClassStatusSupportedFeatures;
+
 use super::reason;
 use super::verdict::Verdict;
 use super::World;
@@ -10,6 +12,23 @@ use crate::key::{Kind, ObjectKey};
 
 /// The Gateway API release line this controller implements.
 const SUPPORTED_VERSIONS: &str = "v1.5.x";
+
+/// `status.supportedFeatures`: the features whose statuses this controller computes as the
+/// conformance tests expect, named as v1.5.1 `pkg/features/` names them (`gateway.go`:
+/// `SupportGateway`; `grpcroute.go`: `SupportGRPCRoute`; `httproute.go`: `SupportHTTPRoute`;
+/// `referencegrant.go`: `SupportReferenceGrant`; `tlsroute.go`: `SupportTLSRoute`) and sorted
+/// ascending by name (byte order: `GRPCRoute` before `Gateway`), as `apis/v1/gatewayclass_types.go`
+/// (`GatewayClassStatus.SupportedFeatures`: "It MUST be sorted in ascending alphabetical order
+/// by the Name key") requires. Extended features (`GatewayPort8080`, `HTTPRoute*` matches and
+/// filters, `TLSRouteModeTerminate`) are left out: they are data-plane behaviour this status
+/// writer cannot vouch for.
+pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
+    "GRPCRoute",
+    "Gateway",
+    "HTTPRoute",
+    "ReferenceGrant",
+    "TLSRoute",
+];
 
 /// Our GatewayClasses by name, each with its `Accepted` verdict (which its Gateways inherit).
 pub(crate) type Classes<'w> = HashMap<&'w str, Verdict>;
@@ -51,11 +70,22 @@ pub(crate) fn compute<'w>(
             Desired::GatewayClass {
                 generation,
                 conditions,
+                supported_features: supported_features(),
             },
         );
         classes.entry(name).or_insert(accepted);
     }
     classes
+}
+
+/// [`SUPPORTED_FEATURES`] as the status field holds them.
+fn supported_features() -> Vec<GatewayClassStatusSupportedFeatures> {
+    SUPPORTED_FEATURES
+        .iter()
+        .map(|name| GatewayClassStatusSupportedFeatures {
+            name: (*name).to_string(),
+        })
+        .collect()
 }
 
 /// `SupportedVersion` for the installed CRDs' bundle version. An unreadable version (`None`)
@@ -109,6 +139,7 @@ mod tests {
             Some(Desired::GatewayClass {
                 conditions,
                 generation,
+                ..
             }) => {
                 assert!(conditions
                     .iter()
@@ -202,6 +233,36 @@ mod tests {
         ] {
             assert!(!is_supported(v), "{v}");
         }
+    }
+
+    #[test]
+    fn our_class_lists_its_supported_features_sorted_by_name_and_within_the_crd_limit() {
+        let out = compute(&world(), CONTROLLER);
+        let Some(Desired::GatewayClass {
+            supported_features, ..
+        }) = out.get(&key("ours"))
+        else {
+            panic!("no GatewayClass status");
+        };
+        let names: Vec<&str> = supported_features.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "GRPCRoute",
+                "Gateway",
+                "HTTPRoute",
+                "ReferenceGrant",
+                "TLSRoute"
+            ]
+        );
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(
+            names, sorted,
+            "ascending by name, no duplicates (a list-map)"
+        );
+        assert!(names.len() <= 64, "the CRD's maxItems");
     }
 
     #[test]

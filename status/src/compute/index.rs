@@ -7,13 +7,15 @@ use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::Service;
 
 use super::World;
+use crate::secret::TlsSecret;
 
 /// The labels of a namespace that has none.
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
-/// Services, ReferenceGrants and namespace labels, keyed for lookup.
+/// Services, Secrets, ReferenceGrants and namespace labels, keyed for lookup.
 pub(crate) struct Index<'w> {
     services: HashMap<(&'w str, &'w str), &'w Service>,
+    secrets: HashMap<(&'w str, &'w str), &'w TlsSecret>,
     grants: HashMap<&'w str, Vec<&'w ReferenceGrant>>,
     namespaces: HashMap<&'w str, &'w BTreeMap<String, String>>,
 }
@@ -26,6 +28,12 @@ impl<'w> Index<'w> {
         for s in &world.services {
             if let (Some(ns), Some(name)) = (&s.metadata.namespace, &s.metadata.name) {
                 services.entry((ns.as_str(), name.as_str())).or_insert(&**s);
+            }
+        }
+        let mut secrets = HashMap::with_capacity(world.secrets.len());
+        for s in &world.secrets {
+            if let (Some(ns), Some(name)) = (&s.namespace, &s.name) {
+                secrets.entry((ns.as_str(), name.as_str())).or_insert(&**s);
             }
         }
         let mut grants: HashMap<&str, Vec<&ReferenceGrant>> = HashMap::new();
@@ -44,6 +52,7 @@ impl<'w> Index<'w> {
         }
         Index {
             services,
+            secrets,
             grants,
             namespaces,
         }
@@ -52,6 +61,11 @@ impl<'w> Index<'w> {
     /// The Service `namespace/name`, if it exists.
     pub(crate) fn service(&self, namespace: &str, name: &str) -> Option<&'w Service> {
         self.services.get(&(namespace, name)).copied()
+    }
+
+    /// The Secret `namespace/name`, reduced, if it exists.
+    pub(crate) fn secret(&self, namespace: &str, name: &str) -> Option<&'w TlsSecret> {
+        self.secrets.get(&(namespace, name)).copied()
     }
 
     /// The ReferenceGrants in `namespace`.

@@ -1,7 +1,12 @@
 //! One Gateway's listeners: protocol, route kinds, TLS certificateRefs, conflicts between
 //! listeners, and which routes' namespaces a listener allows.
 //!
-//! Only HTTP and HTTPS are served, and only HTTPRoutes attach. A listener with a protocol this
+//! HTTP, HTTPS (TLS mode Terminate) and TLS (Terminate or Passthrough) are served. HTTP and
+//! HTTPS listeners take HTTPRoutes and GRPCRoutes; TLS listeners take TLSRoutes (the spec's core
+//! combinations, upstream `apis/v1/gateway_types.go`, `Listener`: "TLSRoute, Port: 443,
+//! Protocol: TLS, TLS Mode: Passthrough"). A terminating listener's certificateRefs must each
+//! resolve to a usable Secret (see [`refs::check_certificate`]); a Passthrough listener's are
+//! ignored, as v1.5.1 `apis/v1/gateway_types.go` (`ListenerTLSConfig.Mode`) says. A listener with a protocol this
 //! controller does not serve (or an unsupported TLS mode) is never accepted and takes no part
 //! in conflict detection: the spec's rule for unsupported TCP listeners ("the previous rule does
 //! not apply, and the TCP Listeners SHOULD NOT be accepted") keeps it from knocking out the
@@ -18,8 +23,14 @@ use super::refs::{self, Problem, GATEWAY_GROUP};
 use super::selector;
 use super::verdict::Verdict;
 
-/// The only route kind this controller attaches.
-pub(crate) const HTTP_ROUTE: &str = "HTTPRoute";
+/// The route kinds a listener of `protocol` (and TLS mode) takes, in `supportedKinds` order.
+fn protocol_kinds(spec: &GatewayListeners) -> &'static [&'static str] {
+    match spec.protocol.as_str() {
+        "HTTP" | "HTTPS" => &["HTTPRoute", "GRPCRoute"],
+        "TLS" => &["TLSRoute"],
+        _ => &[],
+    }
+}
 
 /// Which problem a listener's ResolvedRefs reports when it has several: a reference the
 /// listener may not use at all, then a certificate it cannot use (both leave HTTPS unservable),
@@ -53,6 +64,21 @@ pub(crate) fn analyse<'w>(
     listeners: &'w [GatewayListeners],
     index: &Index<'_>,
 ) -> Vec<Listener<'w>> {
+    analyse_after(gateway_namespace, listeners, &[], index)
+}
+
+/// Judges the listeners of a Gateway or ListenerSet in `gateway_namespace` (the object's own
+/// namespace), in spec order, after the listeners in `precedent`, which are in effect on the
+/// same Gateway and take precedence: a listener that conflicts with one of them is Conflicted,
+/// and they are left as they are (upstream v1.5.1 `apis/v1/listenerset_types.go`,
+/// `ListenerSetSpec.Listeners`: "Gateway Listeners MUST be given precedence over ListenerSet
+/// Listeners", then ListenerSets by creation time and name).
+pub(crate) fn analyse_after<'w>(
+    gateway_namespace: &str,
+    listeners: &'w [GatewayListeners],
+    precedent: &[&GatewayListeners],
+    index: &Index<'_>,
+) -> Vec<Listener<'w>> {
     // 1. Each listener on its own.
     let unsupported: Vec<Option<Verdict>> = listeners.iter().map(unsupported).collect();
     let mut out: Vec<Listener<'w>> = listeners
@@ -80,7 +106,13 @@ pub(crate) fn analyse<'w>(
     let eligible: Vec<bool> = unsupported.iter().map(Option::is_none).collect();
     for i in 0..out.len() {
         if eligible[i] {
-            out[i].conflicted = conflict(listeners, &eligible, i);
+            let others = listeners
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i && eligible[*j])
+                .map(|(_, l)| l);
+            out[i].conflicted = conflict(&listeners[i], others)
+                .or_else(|| conflict(&listeners[i], precedent.iter().copied()));
         }
     }
 
@@ -120,11 +152,11 @@ impl Listener<'_> {
         }
     }
 
-    /// Whether HTTPRoutes may attach here (by kind).
-    pub(crate) fn admits_http_routes(&self) -> bool {
+    /// Whether routes of `kind` may attach here (by kind: `supportedKinds`).
+    pub(crate) fn admits(&self, kind: &str) -> bool {
         self.supported_kinds
             .iter()
-            .any(|k| k.kind == HTTP_ROUTE && k.group.as_deref() == Some(GATEWAY_GROUP))
+            .any(|k| k.kind == kind && k.group.as_deref() == Some(GATEWAY_GROUP))
     }
 
     /// Whether `allowedRoutes.namespaces` admits routes from `route_namespace`. A namespace not
@@ -213,10 +245,10 @@ fn unsupported(spec: &GatewayListeners) -> Option<Verdict> {
             reason::UNSUPPORTED_VALUE,
             "tls.mode Passthrough is not supported on an HTTPS listener",
         )),
-        "HTTPS" => None,
+        "HTTPS" | "TLS" => None,
         other => Some(Verdict::no(
             reason::UNSUPPORTED_PROTOCOL,
-            format!("protocol {other} is not supported (only HTTP and HTTPS)"),
+            format!("protocol {other} is not supported (only HTTP, HTTPS and TLS)"),
         )),
     }
 }
@@ -228,39 +260,31 @@ fn is_passthrough(spec: &GatewayListeners) -> bool {
     )
 }
 
-fn serves_http_routes(spec: &GatewayListeners) -> bool {
-    matches!(spec.protocol.as_str(), "HTTP" | "HTTPS")
-}
-
 /// The supported kinds, and the problem when `allowedRoutes.kinds` names others. Without
-/// `kinds`, the protocol decides: HTTPRoute for HTTP and HTTPS, nothing otherwise.
+/// `kinds`, the protocol decides ([`protocol_kinds`]).
 fn route_kinds(
     spec: &GatewayListeners,
 ) -> (Vec<GatewayStatusListenersSupportedKinds>, Option<Problem>) {
-    let http_route = || GatewayStatusListenersSupportedKinds {
+    let kind = |k: &str| GatewayStatusListenersSupportedKinds {
         group: Some(GATEWAY_GROUP.to_string()),
-        kind: HTTP_ROUTE.to_string(),
+        kind: k.to_string(),
     };
+    let served = protocol_kinds(spec);
     let listed = spec
         .allowed_routes
         .as_ref()
         .and_then(|a| a.kinds.as_deref())
         .filter(|k| !k.is_empty());
     let Some(listed) = listed else {
-        let kinds = if serves_http_routes(spec) {
-            vec![http_route()]
-        } else {
-            vec![]
-        };
-        return (kinds, None);
+        return (served.iter().map(|k| kind(k)).collect(), None);
     };
-    let mut supported = vec![];
+    let mut supported: Vec<GatewayStatusListenersSupportedKinds> = vec![];
     let mut invalid = vec![];
     for k in listed {
         let group = k.group.as_deref().unwrap_or(GATEWAY_GROUP);
-        if serves_http_routes(spec) && group == GATEWAY_GROUP && k.kind == HTTP_ROUTE {
-            if supported.is_empty() {
-                supported.push(http_route());
+        if group == GATEWAY_GROUP && served.contains(&k.kind.as_str()) {
+            if !supported.iter().any(|s| s.kind == k.kind) {
+                supported.push(kind(&k.kind));
             }
         } else {
             invalid.push(refs::group_kind(group, &k.kind));
@@ -277,13 +301,14 @@ fn route_kinds(
     (supported, problem)
 }
 
-/// The certificateRef problems of a terminating HTTPS listener, in spec order.
+/// The certificateRef problems of a listener that terminates TLS (HTTPS, or TLS in mode
+/// Terminate, the default), in spec order.
 fn certificate_problems(
     spec: &GatewayListeners,
     gateway_namespace: &str,
     index: &Index<'_>,
 ) -> Vec<Problem> {
-    if spec.protocol != "HTTPS" || is_passthrough(spec) {
+    if !matches!(spec.protocol.as_str(), "HTTPS" | "TLS") || is_passthrough(spec) {
         return vec![];
     }
     let certificate_refs = spec
@@ -294,7 +319,10 @@ fn certificate_problems(
     if certificate_refs.is_empty() {
         return vec![Problem {
             reason: reason::INVALID_CERTIFICATE_REF,
-            message: "an HTTPS listener needs tls.certificateRefs".into(),
+            message: format!(
+                "a {} listener that terminates TLS needs tls.certificateRefs",
+                spec.protocol
+            ),
         }];
     }
     certificate_refs
@@ -303,21 +331,13 @@ fn certificate_problems(
         .collect()
 }
 
-/// Listener `i`'s conflict with the other eligible listeners: a different protocol on its port
+/// A listener's conflict with `others` (eligible listeners): a different protocol on its port
 /// first (it cannot be told apart at all), then the same port, protocol and hostname.
-fn conflict(
-    listeners: &[GatewayListeners],
-    eligible: &[bool],
-    i: usize,
+fn conflict<'a>(
+    me: &GatewayListeners,
+    others: impl Iterator<Item = &'a GatewayListeners> + Clone,
 ) -> Option<(&'static str, String)> {
-    let me = &listeners[i];
-    let others = || {
-        listeners
-            .iter()
-            .enumerate()
-            .filter(move |(j, l)| *j != i && eligible[*j] && l.port == me.port)
-            .map(|(_, l)| l)
-    };
+    let others = || others.clone().filter(|l| l.port == me.port);
     if let Some(other) = others().find(|l| l.protocol != me.protocol) {
         return Some((
             reason::PROTOCOL_CONFLICT,
@@ -372,14 +392,20 @@ mod tests {
 
     use super::super::compute;
     use super::super::fixtures::*;
+    use crate::secret::Content;
 
-    fn out_for(listeners: Value) -> Out {
+    pub(super) fn out_for(listeners: Value) -> Out {
         let mut w = world();
         w.gateways = vec![gateway("infra", "gw", listeners)];
         compute(&w, CONTROLLER)
     }
 
-    fn https(name: &str, port: i32, hostname: Option<&str>, certificate_refs: Value) -> Value {
+    pub(super) fn https(
+        name: &str,
+        port: i32,
+        hostname: Option<&str>,
+        certificate_refs: Value,
+    ) -> Value {
         let mut l = json!({"name": name, "port": port, "protocol": "HTTPS",
                            "tls": {"certificateRefs": certificate_refs}});
         if let Some(h) = hostname {
@@ -388,7 +414,7 @@ mod tests {
         l
     }
 
-    fn cert() -> Value {
+    pub(super) fn cert() -> Value {
         json!([{"name": "cert"}])
     }
 
@@ -565,6 +591,7 @@ mod tests {
             tsr("ResolvedRefs", "False", "RefNotPermitted")
         );
 
+        w.secrets.push(secret("certs", "cert", Content::Usable));
         w.reference_grants.push(grant(
             "certs",
             "to-secrets",
@@ -626,3 +653,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod tls_tests;

@@ -4,36 +4,53 @@
 //!
 //! One pass per kind, each building on the last: GatewayClasses decide which Gateways are ours,
 //! Gateways' listeners decide where routes attach, and routes' attachments fill in the
-//! listeners' `attachedRoutes`. Gateways, Services, ReferenceGrants and namespaces are looked
-//! up through hash indexes built once, so a computation visits each object about once (a
+//! listeners' `attachedRoutes`. Gateways, Services, Secrets, ReferenceGrants and namespaces are
+//! looked up through hash indexes built once, so a computation visits each object about once (a
 //! route's parentRef also visits the listeners of the one Gateway it names). Objects without a
 //! name (or a namespace, where one is due) are skipped; a missing `metadata.generation` counts
 //! as 0. Nothing here panics on any input.
 //!
-//! Deliberately not covered: ListenerSets, the Gateway-level `tls` block and its
-//! `ResolvedRefs` condition, route kinds other than HTTPRoute, and the validation of HTTPRoute
-//! matches and filters (`UnsupportedValue`, `IncompatibleFilters`, `PartiallyInvalid`).
+//! HTTPRoutes, GRPCRoutes and TLSRoutes go through one route engine (`route.rs`); each kind
+//! only describes what the engine reads of it.
+//!
+//! ListenerSets (`listenerset.rs`) come between the Gateways and the routes: their listeners
+//! are judged after the Gateway's, and routes attach to them through parentRefs of kind
+//! ListenerSet.
+//!
+//! Deliberately not covered: the listener `Conflicted` reason `ListenerConflict` (upstream
+//! v1.5.1 `apis/v1/listenerset_types.go` gives it no rule of its own; ProtocolConflict and
+//! HostnameConflict are used, as the conformance tests expect), the Gateway-level `tls` block and its
+//! `ResolvedRefs` condition, certificate checks beyond parsing (expiry, SANs against the
+//! listener's hostname, `OverlappingCertificates`), `OverlappingTLSConfig` on TLS listeners,
+//! the validation of route matches and filters (`UnsupportedValue`, `IncompatibleFilters`,
+//! `PartiallyInvalid`), and hostname conflicts between a GRPCRoute and an HTTPRoute on one
+//! listener.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
+use gateway_api::listenersets::ListenerSet;
 use gateway_api::referencegrants::ReferenceGrant;
+use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 
 use crate::desired::Desired;
 use crate::key::ObjectKey;
+use crate::secret::TlsSecret;
 
 mod gateway;
 mod gatewayclass;
 mod hostname;
-mod httproute;
 mod index;
 mod listener;
+mod listenerset;
 mod reason;
 mod refs;
+mod route;
 mod selector;
 mod verdict;
 
@@ -49,12 +66,20 @@ pub struct World {
     pub gateways: Vec<Arc<Gateway>>,
     /// All HTTPRoutes.
     pub http_routes: Vec<Arc<HttpRoute>>,
+    /// All GRPCRoutes (none while their CRD is not installed).
+    pub grpc_routes: Vec<Arc<GrpcRoute>>,
+    /// All TLSRoutes (none while their CRD is not installed).
+    pub tls_routes: Vec<Arc<TlsRoute>>,
     /// All Services (backendRefs resolve against them).
     pub services: Vec<Arc<Service>>,
+    /// All ListenerSets (none while their CRD is not installed).
+    pub listener_sets: Vec<Arc<ListenerSet>>,
     /// All ReferenceGrants (cross-namespace backendRefs and certificateRefs need one).
     pub reference_grants: Vec<Arc<ReferenceGrant>>,
     /// All Namespaces (listeners' `allowedRoutes.namespaces.selector` matches their labels).
     pub namespaces: Vec<Arc<Namespace>>,
+    /// All Secrets, reduced to what listeners' certificateRefs need.
+    pub secrets: Vec<Arc<TlsSecret>>,
     /// The `gateway.networking.k8s.io/bundle-version` annotation of the installed GatewayClass
     /// CRD, when it could be read.
     pub bundle_version: Option<String>,
@@ -65,9 +90,19 @@ pub fn compute(world: &World, controller_name: &str) -> BTreeMap<ObjectKey, Desi
     let mut out = BTreeMap::new();
     let index = index::Index::new(world);
     let classes = gatewayclass::compute(world, controller_name, &mut out);
+    let prepared = listenerset::prepare(world);
     let mut gateways = gateway::analyse(world, &classes, &index);
-    httproute::compute(world, controller_name, &mut gateways, &index, &mut out);
+    let mut sets = listenerset::analyse(&prepared, &mut gateways, &index);
+    route::compute(
+        world,
+        controller_name,
+        &mut gateways,
+        &mut sets,
+        &index,
+        &mut out,
+    );
     gateway::emit(gateways, &mut out);
+    listenerset::emit(sets, &mut out);
     out
 }
 
@@ -287,7 +322,7 @@ mod tests {
         );
         let r = &out[&ObjectKey::namespaced(Kind::HttpRoute, "infra", "r")];
         assert_eq!(r.generation(), 0);
-        let Desired::HttpRoute { parents, .. } = r else {
+        let Desired::Route { parents, .. } = r else {
             panic!("not a route: {r:?}");
         };
         assert!(parents

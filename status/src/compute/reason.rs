@@ -1,4 +1,5 @@
-//! Condition types and reasons, spelled as Gateway API v1.5.1 spells them.
+//! Condition types and reasons, spelled as Gateway API v1.5.1 spells them
+//! (`apis/v1/gateway_types.go`, `apis/v1/gatewayclass_types.go`, `apis/v1/shared_types.go`).
 //!
 //! Plain `&str` constants so every condition is built the same way: gateway-api 0.22's
 //! `constants` module has no route conditions, no `SupportedVersion` and no listener
@@ -28,7 +29,7 @@ pub(crate) const INVALID: &str = "Invalid";
 pub(crate) const LISTENERS_NOT_VALID: &str = "ListenersNotValid";
 /// Gateway: `spec.addresses` asks for something this controller does not assign.
 pub(crate) const UNSUPPORTED_ADDRESS: &str = "UnsupportedAddress";
-/// Listener: a protocol other than HTTP and HTTPS.
+/// Listener: a protocol other than HTTP, HTTPS and TLS.
 pub(crate) const UNSUPPORTED_PROTOCOL: &str = "UnsupportedProtocol";
 /// Listener: a field value this controller does not support.
 pub(crate) const UNSUPPORTED_VALUE: &str = "UnsupportedValue";
@@ -40,7 +41,8 @@ pub(crate) const HOSTNAME_CONFLICT: &str = "HostnameConflict";
 pub(crate) const NO_CONFLICTS: &str = "NoConflicts";
 /// Listener: `allowedRoutes.kinds` names a kind this controller cannot attach.
 pub(crate) const INVALID_ROUTE_KINDS: &str = "InvalidRouteKinds";
-/// Listener: a certificateRef that is missing or not a core Secret.
+/// Listener: an allowed certificateRef that is not a core Secret, or names a Secret that does
+/// not exist or cannot serve (wrong type, no `tls.crt`/`tls.key`, malformed PEM).
 pub(crate) const INVALID_CERTIFICATE_REF: &str = "InvalidCertificateRef";
 /// Listener/route: a cross-namespace reference no ReferenceGrant allows.
 pub(crate) const REF_NOT_PERMITTED: &str = "RefNotPermitted";
@@ -56,6 +58,11 @@ pub(crate) const NO_MATCHING_PARENT: &str = "NoMatchingParent";
 pub(crate) const INVALID_KIND: &str = "InvalidKind";
 /// Route: a backendRef to a Service or Service port that does not exist.
 pub(crate) const BACKEND_NOT_FOUND: &str = "BackendNotFound";
+/// ListenerSet: its Gateway's `allowedListeners` does not admit it (upstream v1.5.1
+/// `apis/v1/listenerset_types.go`, `ListenerSetReasonNotAllowed`).
+pub(crate) const NOT_ALLOWED: &str = "NotAllowed";
+/// ListenerSet: its Gateway is not accepted (`ListenerSetReasonParentNotAccepted`).
+pub(crate) const PARENT_NOT_ACCEPTED: &str = "ParentNotAccepted";
 
 #[cfg(test)]
 mod tests {

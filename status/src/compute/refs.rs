@@ -1,9 +1,8 @@
 //! References from one object to another: ReferenceGrant permission, route backendRefs and
 //! listener certificateRefs.
 //!
-//! Secrets are not watched (reading every Secret in the cluster is far more privilege than a
-//! status writer should hold), so a certificateRef is checked for kind and permission only, never
-//! for existence or content.
+//! A certificateRef is checked for permission, kind, existence and content, against Secrets
+//! reduced by [`crate::secret`] to the outcome of the certificate check.
 
 use gateway_api::gateways::GatewayListenersTlsCertificateRefs;
 
@@ -75,13 +74,15 @@ pub(crate) fn permitted(index: &Index<'_>, from: &Referrer<'_>, to: &Referent<'_
         })
 }
 
-/// Checks one backendRef of an HTTPRoute in `route_namespace`.
+/// Checks one backendRef of a route of `route_kind` (as a ReferenceGrant's `from` names it) in
+/// `route_namespace`.
 ///
 /// Per reference the order is kind, then permission, then existence: for an unknown kind no
 /// grant could help, and checking permission before existence does not reveal whether a Service
 /// exists in a namespace that has not granted access.
 pub(crate) fn check_backend(
     index: &Index<'_>,
+    route_kind: &str,
     route_namespace: &str,
     r: &BackendRef<'_>,
 ) -> Result<(), Problem> {
@@ -105,7 +106,7 @@ pub(crate) fn check_backend(
     }
     let from = Referrer {
         group: GATEWAY_GROUP,
-        kind: "HTTPRoute",
+        kind: route_kind,
         namespace: route_namespace,
     };
     let to = Referent {
@@ -117,7 +118,7 @@ pub(crate) fn check_backend(
     if !permitted(index, &from, &to) {
         return problem(
             reason::REF_NOT_PERMITTED,
-            format!("no ReferenceGrant in {namespace} allows HTTPRoutes from {route_namespace}"),
+            format!("no ReferenceGrant in {namespace} allows {route_kind}s from {route_namespace}"),
         );
     }
     let Some(service) = index.service(namespace, r.name) else {
@@ -146,7 +147,15 @@ pub(crate) fn check_backend(
 /// Checks one `tls.certificateRefs` entry of a listener of a Gateway in `gateway_namespace`.
 ///
 /// Permission comes first because the spec reserves InvalidCertificateRef for references that
-/// are allowed.
+/// are allowed (v1.5.1 `apis/v1/gateway_types.go`, `ListenerReasonInvalidCertificateRef`: "This
+/// reason must be used only when the reference is allowed"; `ListenerTLSConfig.CertificateRefs`:
+/// without a ReferenceGrant, "RefNotPermitted"; conformance
+/// `gateway-secret-missing-reference-grant`, `gateway-secret-invalid-reference-grant`). Then the
+/// kind (an unsupported group or kind: conformance `gateway-invalid-tls-configuration`,
+/// `gateway-certificate-unsupported-group`/`-kind`), then the Secret itself: one that does not
+/// exist (`gateway-certificate-nonexistent-secret`) or whose data is malformed
+/// (`gateway-certificate-malformed-secret`), of another type than `kubernetes.io/tls` (the only
+/// one with core support), or without `tls.crt`/`tls.key`.
 pub(crate) fn check_certificate(
     index: &Index<'_>,
     gateway_namespace: &str,
@@ -184,7 +193,19 @@ pub(crate) fn check_certificate(
             ),
         });
     }
-    Ok(())
+    let invalid = |what: String| {
+        Err(Problem {
+            reason: reason::INVALID_CERTIFICATE_REF,
+            message: format!("{at}: {what}"),
+        })
+    };
+    match index.secret(namespace, &r.name) {
+        None => invalid("Secret not found".into()),
+        Some(secret) => match secret.content.problem() {
+            Some(problem) => invalid(problem),
+            None => Ok(()),
+        },
+    }
 }
 
 /// The problem to report among several: the first reason in `precedence` that occurs, with the

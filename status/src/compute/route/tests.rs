@@ -29,7 +29,7 @@ fn a_valid_route_is_accepted_with_resolved_refs_and_its_parent_ref_as_written() 
         "infra",
         route_spec(to_gw(), json!([{"name": "web", "port": 8080}])),
     );
-    let Some(Desired::HttpRoute {
+    let Some(Desired::Route {
         generation,
         parents,
     }) = out.get(&ObjectKey::namespaced(Kind::HttpRoute, "infra", "r"))
@@ -113,7 +113,7 @@ fn a_gateway_that_is_not_accepted_accepts_no_route() {
     w.gateways = vec![gateway(
         "infra",
         "gw",
-        json!([{"name": "tls", "port": 443, "protocol": "TLS", "tls": {"mode": "Passthrough"}}]),
+        json!([{"name": "udp", "port": 53, "protocol": "UDP"}]),
     )];
     let out = with_route(w, "infra", route_spec(to_gw(), json!([])));
     assert_eq!(
@@ -396,7 +396,7 @@ fn a_route_that_no_longer_targets_our_gateways_gets_its_entries_of_ours_removed(
     let out = compute(&w, CONTROLLER);
     assert_eq!(
         out.get(&ObjectKey::namespaced(Kind::HttpRoute, "infra", "stale")),
-        Some(&Desired::HttpRoute {
+        Some(&Desired::Route {
             generation: ROUTE_GENERATION,
             parents: vec![]
         })

@@ -1,0 +1,227 @@
+//! The etcd members the lock talks to: one client per endpoint, one of them current, and the
+//! move to the next one when the current one fails.
+//!
+//! etcd-client balances one channel over every endpoint (tower's power-of-two-choices with a
+//! constant load, i.e. a random ready connection per request). A killed member then fails a
+//! share of the requests, and a frozen or cut-off one keeps its HTTP/2 connection "ready" while
+//! nothing answers: every request, keep-alive stream and watch that lands there hangs until its
+//! own timeout or the HTTP/2 ping notices, and the next request may land there again. So the
+//! lock keeps one client per endpoint instead and talks to one member at a time: a request that
+//! fails or times out moves the lock to another member (the first in turn that answers a status
+//! request and knows a Raft leader), the attempt is retried there at once
+//! (`lock.rs`), the lease keep-alive stream reopens there (`keepalive.rs`), and a watch opened on
+//! the member left behind ends so the elector reopens it on the new one (`watch.rs`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions};
+use leader_lock::LockError;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::error::map_error;
+
+/// One endpoint and its client, connected on first use.
+struct Member {
+    url: String,
+    client: Mutex<Option<Client>>,
+}
+
+/// The members and which one is current.
+pub(crate) struct Members {
+    members: Vec<Member>,
+    options: ConnectOptions,
+    timeout: Duration,
+    current: AtomicUsize,
+    /// The current member's index, for the watches that must leave a member the lock left.
+    moved: watch::Sender<usize>,
+    /// The member that failed last, while the next one is not chosen yet (`usize::MAX`: none).
+    left: AtomicUsize,
+    /// One choice at a time.
+    choosing: tokio::sync::Mutex<()>,
+}
+
+impl Members {
+    /// The members of `endpoints` (at least one), none connected yet; the first is current.
+    pub(crate) fn new(endpoints: &[String], options: ConnectOptions, timeout: Duration) -> Self {
+        Members {
+            members: endpoints
+                .iter()
+                .map(|url| Member {
+                    url: url.clone(),
+                    client: Mutex::new(None),
+                })
+                .collect(),
+            options,
+            timeout,
+            current: AtomicUsize::new(0),
+            moved: watch::channel(0).0,
+            left: AtomicUsize::new(usize::MAX),
+            choosing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// How many endpoints there are.
+    pub(crate) fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// The index of the current member.
+    pub(crate) fn current(&self) -> usize {
+        self.current.load(Ordering::Acquire)
+    }
+
+    /// The URL of member `i`.
+    pub(crate) fn url(&self, i: usize) -> &str {
+        self.members.get(i).map_or("", |m| m.url.as_str())
+    }
+
+    /// Changes of the current member (its index), for a stream opened on one member.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<usize> {
+        self.moved.subscribe()
+    }
+
+    /// The current member and its client, connecting it first if needed (with a user, that
+    /// authenticates, so it runs under the per-request timeout). A failed connect moves on.
+    pub(crate) async fn client(&self) -> Result<(usize, Client), LockError> {
+        if self.left.load(Ordering::Acquire) != usize::MAX {
+            self.choose().await;
+        }
+        let i = self.current();
+        let member = &self.members[i];
+        if let Some(c) = guard(&member.client).clone() {
+            return Ok((i, c));
+        }
+        let connect = Client::connect([member.url.as_str()], Some(self.options.clone()));
+        match tokio::time::timeout(self.timeout, connect).await {
+            Ok(Ok(c)) => {
+                *guard(&member.client) = Some(c.clone());
+                Ok((i, c))
+            }
+            Ok(Err(e)) => {
+                let e = map_error(&member.url, "connecting", e);
+                if moves(&e) {
+                    self.failed(i, &e);
+                }
+                Err(e)
+            }
+            Err(_) => {
+                let e = LockError::Timeout(self.timeout);
+                self.failed(i, &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// The options every member's client connects with.
+    pub(crate) fn options(&self) -> &ConnectOptions {
+        &self.options
+    }
+
+    /// Keeps `client` as member `i`'s (one connected and checked at startup).
+    pub(crate) fn keep(&self, i: usize, client: Client) {
+        if let Some(m) = self.members.get(i) {
+            *guard(&m.client) = Some(client);
+        }
+    }
+
+    /// The current member's client if it is connected; never connects.
+    pub(crate) fn cached(&self) -> Option<(usize, Client)> {
+        let i = self.current();
+        guard(&self.members[i].client).clone().map(|c| (i, c))
+    }
+
+    /// Member `i` failed a request with `e`: when it is still the current one, the next member
+    /// becomes current, and `i`'s connection is dropped so that coming back to it later starts
+    /// afresh rather than on a connection that may hang.
+    pub(crate) fn failed(&self, i: usize, e: &LockError) {
+        let n = self.members.len();
+        if n < 2 {
+            return;
+        }
+        let next = (i + 1) % n;
+        if self
+            .current
+            .compare_exchange(i, next, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            guard(&self.members[i].client).take();
+            self.left.store(i, Ordering::Release);
+            self.moved.send_replace(next);
+            warn!(from = %self.members[i].url, error = %e, "etcd member failed a request; leaving it for another endpoint");
+        }
+    }
+
+    /// Chooses where to go after a failure: every other member is asked for its status at once
+    /// (served locally, no Raft round), and the first in turn that answers and knows a Raft
+    /// leader becomes current; else the first that answers; else the next in turn. A frozen or
+    /// cut-off member does not answer, a killed one fails at once, so neither is chosen while a
+    /// healthy one answers, and coming back round to it does not cost another timeout.
+    async fn choose(&self) {
+        let _one = self.choosing.lock().await;
+        let left = self.left.swap(usize::MAX, Ordering::AcqRel);
+        if left == usize::MAX {
+            return;
+        }
+        let n = self.members.len();
+        let limit = (self.timeout / 2).max(Duration::from_millis(100));
+        let order: Vec<usize> = (1..n).map(|k| (left + k) % n).collect();
+        let answers = futures::future::join_all(order.iter().map(|&i| self.status(i, limit))).await;
+        let pick = order
+            .iter()
+            .zip(&answers)
+            .find(|(_, a)| **a == Some(true))
+            .or_else(|| order.iter().zip(&answers).find(|(_, a)| a.is_some()))
+            .map(|(i, _)| *i);
+        if let Some(i) = pick {
+            if self.current.swap(i, Ordering::AcqRel) != i {
+                self.moved.send_replace(i);
+            }
+        }
+        let now = self.current();
+        info!(endpoint = %self.url(now), answered = ?answers, "using etcd endpoint");
+    }
+
+    /// Member `i`'s status within `limit`: `Some(true)` when it knows a Raft leader, `Some(false)`
+    /// when it answers without one, `None` when it does not answer.
+    async fn status(&self, i: usize, limit: Duration) -> Option<bool> {
+        let member = &self.members[i];
+        let cached = guard(&member.client).clone();
+        let probe = async {
+            let client = match cached {
+                Some(c) => c,
+                None => {
+                    let c = Client::connect([member.url.as_str()], Some(self.options.clone()))
+                        .await
+                        .ok()?;
+                    *guard(&member.client) = Some(c.clone());
+                    c
+                }
+            };
+            let status = client.maintenance_client().status().await.ok()?;
+            Some(status.leader() != 0)
+        };
+        tokio::time::timeout(limit, probe).await.ok().flatten()
+    }
+
+    /// Makes member `i` current without a failure (the first member that answered at connect).
+    pub(crate) fn settle(&self, i: usize) {
+        self.left.store(usize::MAX, Ordering::Release);
+        if self.current.swap(i, Ordering::AcqRel) != i {
+            self.moved.send_replace(i);
+            info!(endpoint = %self.url(i), "using etcd endpoint");
+        }
+    }
+}
+
+/// Whether an error may be the member's own (down, frozen, cut off, without a leader), so that
+/// another member may do better: everything but a refusal or a malformed answer.
+pub(crate) fn moves(e: &LockError) -> bool {
+    matches!(e, LockError::Unavailable { .. } | LockError::Timeout(_))
+}
+
+fn guard<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,262 @@
+//! The connection to the primary: built in one place ([`open`]) for a fixed server (`url`) or
+//! for the primary Redis Sentinel names, and rebuilt on the new primary after a failover.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use leader_lock::LockError;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::io::tcp::TcpSettings;
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, TlsCertificates, TlsMode};
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::config::{read_ca, RedisConfig};
+
+/// Asks the Sentinels again at most this often while the primary keeps failing.
+const REDISCOVER_EVERY: Duration = Duration::from_millis(250);
+
+/// The primary as of now: its client (for pub/sub), its managed connection and its address.
+#[derive(Clone)]
+pub(crate) struct Current {
+    pub(crate) client: Client,
+    pub(crate) conn: ConnectionManager,
+    pub(crate) endpoint: String,
+}
+
+/// The primary the lock talks to, and how to find it again.
+pub(crate) struct Primary {
+    /// The Sentinels, the master name, and when they were last asked.
+    sentinel: Option<tokio::sync::Mutex<(SentinelClient, String, Option<Instant>)>>,
+    current: Mutex<Current>,
+    timeout: Duration,
+}
+
+/// Where the primary was found at connect, before connecting to it.
+pub(crate) struct Found {
+    sentinel: Option<(SentinelClient, String)>,
+    /// The primary's client.
+    pub(crate) client: Client,
+    /// Its address, for messages.
+    pub(crate) endpoint: String,
+    /// The database the lock uses.
+    pub(crate) db: i64,
+}
+
+/// `redis://host:port/db` (or `rediss://`) for messages.
+pub(crate) fn endpoint(addr: &ConnectionAddr, db: i64) -> String {
+    match addr {
+        ConnectionAddr::Tcp(host, port) => format!("redis://{host}:{port}/{db}"),
+        ConnectionAddr::TcpTls { host, port, .. } => format!("rediss://{host}:{port}/{db}"),
+        other => format!("{other:?}"),
+    }
+}
+
+impl Primary {
+    /// Builds the client for the configured server, or asks the Sentinels for the primary.
+    /// Only the client is built: [`manage`] connects.
+    pub(crate) async fn find(config: &RedisConfig) -> Result<Found, LockError> {
+        let timeout = config.request_timeout;
+        let Some(s) = &config.sentinel else {
+            let info = data_node_info(config)?;
+            let db = info.redis_settings().db();
+            let endpoint = endpoint(info.addr(), db);
+            let client = match &config.ca_file {
+                Some(ca) => Client::build_with_tls(info, certificates(ca)?),
+                None => Client::open(info),
+            }
+            .map_err(|e| LockError::refused_from(format!("redis-url {endpoint}: {e}"), e))?;
+            return Ok(Found {
+                sentinel: None,
+                client,
+                endpoint,
+                db,
+            });
+        };
+        let mut addrs = Vec::new();
+        for a in &s.addresses {
+            let info = a
+                .as_str()
+                .into_connection_info()
+                .map_err(|e| LockError::refused_from(format!("redis-sentinel {a}: {e}"), e))?;
+            addrs.push(info.addr().clone());
+        }
+        let mut b = SentinelClientBuilder::new(addrs, &s.master, SentinelServerType::Master)
+            .map_err(|e| LockError::refused_from(format!("redis-sentinel: {e}"), e))?
+            .set_client_to_redis_tcp_settings(tcp_settings())
+            .set_client_to_sentinel_tcp_settings(tcp_settings());
+        if let Some(u) = &config.username {
+            b = b.set_client_to_redis_username(u);
+        }
+        if let Some(p) = &config.password {
+            b = b.set_client_to_redis_password(p);
+        }
+        if let Some(u) = &s.username {
+            b = b.set_client_to_sentinel_username(u);
+        }
+        if let Some(p) = &s.password {
+            b = b.set_client_to_sentinel_password(p);
+        }
+        if config.is_tls() {
+            b = b
+                .set_client_to_redis_tls_mode(TlsMode::Secure)
+                .set_client_to_sentinel_tls_mode(TlsMode::Secure);
+            if let Some(ca) = &config.ca_file {
+                b = b
+                    .set_client_to_redis_certificates(certificates(ca)?)
+                    .set_client_to_sentinel_certificates(certificates(ca)?);
+            }
+        }
+        let mut sentinel = b
+            .build()
+            .map_err(|e| LockError::refused_from(format!("redis-sentinel: {e}"), e))?;
+        let (client, endpoint) = ask(&mut sentinel, &s.master, timeout).await?;
+        Ok(Found {
+            sentinel: Some((sentinel, s.master.clone())),
+            client,
+            endpoint,
+            db: 0,
+        })
+    }
+
+    /// The primary `found`, connected with `conn`.
+    pub(crate) fn new(found: Found, conn: ConnectionManager, timeout: Duration) -> Self {
+        Primary {
+            sentinel: found
+                .sentinel
+                .map(|(s, master)| tokio::sync::Mutex::new((s, master, None))),
+            current: Mutex::new(Current {
+                client: found.client,
+                conn,
+                endpoint: found.endpoint,
+            }),
+            timeout,
+        }
+    }
+
+    /// The primary as of now.
+    pub(crate) fn current(&self) -> Current {
+        guard(&self.current).clone()
+    }
+
+    fn set(&self, current: Current) {
+        *guard(&self.current) = current;
+    }
+
+    /// After the primary failed or answered as a replica: asks the Sentinels where the primary
+    /// is and, when it moved, connects there. True when the lock now talks to another server.
+    pub(crate) async fn rediscover(&self) -> bool {
+        let Some(sentinel) = &self.sentinel else {
+            return false;
+        };
+        let mut s = sentinel.lock().await;
+        if s.2.is_some_and(|at| at.elapsed() < REDISCOVER_EVERY) {
+            return false;
+        }
+        s.2 = Some(Instant::now());
+        let (sentinel_client, master, _) = &mut *s;
+        let (client, endpoint) = match ask(sentinel_client, master, self.timeout).await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "asking the Sentinels for the primary failed");
+                return false;
+            }
+        };
+        let old = self.current().endpoint;
+        if endpoint == old {
+            return false;
+        }
+        match manage(client.clone(), self.timeout).await {
+            Ok(conn) => {
+                info!(from = %old, to = %endpoint, "the Sentinels name a new primary; moving to it");
+                self.set(Current {
+                    client,
+                    conn,
+                    endpoint,
+                });
+                true
+            }
+            Err(e) => {
+                warn!(primary = %endpoint, error = %e, "cannot connect to the primary the Sentinels name");
+                false
+            }
+        }
+    }
+}
+
+/// Asks the Sentinels for the current primary of `master`, under the request timeout.
+async fn ask(
+    sentinel: &mut SentinelClient,
+    master: &str,
+    timeout: Duration,
+) -> Result<(Client, String), LockError> {
+    match tokio::time::timeout(timeout * 2, sentinel.async_get_client()).await {
+        Ok(Ok(client)) => {
+            let endpoint = endpoint(client.get_connection_info().addr(), 0);
+            Ok((client, endpoint))
+        }
+        Ok(Err(e)) => Err(LockError::unavailable_from(
+            format!("no Sentinel named a reachable primary for {master:?}: {e}"),
+            e,
+        )),
+        Err(_) => Err(LockError::unavailable(format!(
+            "no Sentinel named a primary for {master:?} within {:?}",
+            timeout * 2
+        ))),
+    }
+}
+
+/// The one place a managed connection to a data node is built: its timeouts and retries.
+pub(crate) async fn manage(
+    client: Client,
+    timeout: Duration,
+) -> Result<ConnectionManager, redis::RedisError> {
+    let manager = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(100))
+        .set_max_delay(Duration::from_secs(2));
+    ConnectionManager::new_with_config(client, manager).await
+}
+
+/// The data node's connection info from `url` with the configured credentials.
+fn data_node_info(config: &RedisConfig) -> Result<ConnectionInfo, LockError> {
+    let info = config
+        .url
+        .as_str()
+        .into_connection_info()
+        .map_err(|e| LockError::refused_from(format!("redis-url is invalid: {e}"), e))?;
+    let mut settings = info.redis_settings().clone();
+    if let Some(u) = &config.username {
+        settings = settings.set_username(u);
+    }
+    if let Some(p) = &config.password {
+        settings = settings.set_password(p);
+    }
+    Ok(info
+        .set_redis_settings(settings)
+        .set_tcp_settings(tcp_settings()))
+}
+
+/// The TCP settings of every connection to Redis (commands, subscriptions, the Sentinels, and
+/// the primary they name): `TCP_NODELAY` on.
+///
+/// redis-rs 1.x leaves Nagle's algorithm on (redis-rs issue #2195, changed only in 2.0): a
+/// command written in more than one segment then waits for the server's delayed ACK, about 40 ms,
+/// which showed as a new leader's first write coming late in one takeover in three.
+fn tcp_settings() -> TcpSettings {
+    TcpSettings::default().set_nodelay(true)
+}
+
+fn certificates(ca: &std::path::Path) -> Result<TlsCertificates, LockError> {
+    Ok(TlsCertificates {
+        client_tls: None,
+        root_cert: Some(read_ca(ca)?),
+    })
+}
+
+fn guard<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

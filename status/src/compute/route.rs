@@ -1,0 +1,479 @@
+//! The route engine HTTPRoute, GRPCRoute and TLSRoute share: one `status.parents` entry per
+//! parentRef to one of our Gateways, with `Accepted` and `ResolvedRefs`, and the attachments
+//! the Gateways' listeners count.
+//!
+//! Each kind only says what the engine reads of it ([`Route::view`]): parentRefs, hostnames,
+//! backendRefs (with RequestMirror targets where the kind has them) and which controllers have
+//! entries in its status. The rules below are the same for all three (upstream
+//! `apis/v1/shared_types.go`, `RouteConditionType`/`RouteConditionReason`; conformance
+//! `httproute-*`, `grpcroute-*`, `tlsroute-*`).
+//!
+//! `Accepted` for one parentRef, first match wins:
+//! 1. the Gateway is not accepted → False/NoMatchingParent (of the spec's reasons the closest:
+//!    the Gateway offers nothing to attach to; the message says why);
+//! 2. no listener matches `sectionName`/`port` → False/NoMatchingParent;
+//! 3. no matching listener allows the route's kind and namespace → False/NotAllowedByListeners
+//!    (a listener allows a kind through its `supportedKinds`: HTTPRoute and GRPCRoute on HTTP
+//!    and HTTPS, TLSRoute on TLS Passthrough; conformance `tlsroute-*` attach only there);
+//! 4. no allowing listener's hostname intersects the route's → False/NoMatchingListenerHostname
+//!    (`tlsroute-hostname-intersection`, `grpcroute-listener-hostname-matching`);
+//! 5. True/Accepted, attached to every listener that passed 4.
+//!
+//! A parent is a Gateway or a ListenerSet (parentRef kind `ListenerSet`, upstream v1.5.1
+//! `apis/v1/listenerset_types.go`): a ListenerSet's listeners are reached only through it, never
+//! through its Gateway, and are judged by the same rules (`listenerset.rs`).
+//!
+//! Attachment depends only on the listener's `allowedRoutes`, hostname and the parentRef, not on
+//! the listener's own conditions, as the spec's `attachedRoutes` text requires; every kind counts
+//! in the same `attachedRoutes`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use gateway_api::grpcroutes::GrpcRoute;
+use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParentsParentRef};
+use gateway_api::tlsroutes::TlsRoute;
+use kube::api::ObjectMeta;
+
+use super::gateway::{GatewayView, Gateways};
+use super::hostname;
+use super::index::Index;
+use super::listenerset::ListenerSets;
+use super::reason;
+use super::refs::{self, non_empty, BackendRef, Problem, GATEWAY_GROUP};
+use super::verdict::Verdict;
+use super::World;
+use crate::desired::{Desired, RouteParentStatus};
+use crate::key::{Kind, ObjectKey};
+
+/// `status.parents` holds at most this many entries.
+const MAX_PARENTS: usize = 32;
+
+/// Which problem `ResolvedRefs` reports when backendRefs have several: a kind this controller
+/// cannot route to (only the route's author can fix it, and no grant or Service would help),
+/// then a missing ReferenceGrant (another namespace's owner must act), then a missing Service
+/// or port (often just not created yet). Within a reason, the first in spec order: rules in
+/// order; in a rule, each backendRef followed by its own RequestMirror filters, then the rule's
+/// RequestMirror filters.
+const RESOLVED_REFS_PRECEDENCE: [&str; 3] = [
+    reason::INVALID_KIND,
+    reason::REF_NOT_PERMITTED,
+    reason::BACKEND_NOT_FOUND,
+];
+
+/// A parentRef as every route kind writes it.
+pub(crate) struct ParentRef<'w> {
+    pub group: Option<&'w str>,
+    pub kind: Option<&'w str>,
+    pub name: &'w str,
+    pub namespace: Option<&'w str>,
+    pub port: Option<i32>,
+    pub section_name: Option<&'w str>,
+}
+
+/// What the engine reads of one route, whatever its kind.
+pub(crate) struct RouteView<'w> {
+    /// The parentRefs, in spec order.
+    pub parent_refs: Vec<ParentRef<'w>>,
+    /// `spec.hostnames` (none: any).
+    pub hostnames: &'w [String],
+    /// Every backendRef, RequestMirror targets included, in the order ResolvedRefs reports them.
+    pub backend_refs: Vec<BackendRef<'w>>,
+    /// The `controllerName` of each entry of `status.parents`.
+    pub status_controllers: Vec<&'w str>,
+}
+
+/// A route kind: what the engine reads of it.
+pub(crate) trait Route {
+    /// The kind, as in the object key and a ReferenceGrant's `from`.
+    const KIND: Kind;
+    /// The object's metadata.
+    fn meta(&self) -> &ObjectMeta;
+    /// What the engine reads of it.
+    fn view(&self) -> RouteView<'_>;
+}
+
+/// Adds the desired status of each route related to us, of every kind, to `out`, and counts
+/// attachments into the Gateways and ListenerSets.
+pub(crate) fn compute<'w>(
+    world: &'w World,
+    controller_name: &str,
+    gateways: &mut Gateways<'w>,
+    sets: &mut ListenerSets<'w>,
+    index: &Index<'_>,
+    out: &mut BTreeMap<ObjectKey, Desired>,
+) {
+    let mut parents = Parents { gateways, sets };
+    let p = &mut parents;
+    compute_kind(&world.http_routes, controller_name, p, index, out);
+    compute_kind(&world.grpc_routes, controller_name, p, index, out);
+    compute_kind(&world.tls_routes, controller_name, p, index, out);
+}
+
+/// The parents routes attach to.
+struct Parents<'p, 'w> {
+    gateways: &'p mut Gateways<'w>,
+    sets: &'p mut ListenerSets<'w>,
+}
+
+impl<'w> Parents<'_, 'w> {
+    /// The parent `target` names, if it is one of ours.
+    fn get(&self, (kind, key): Target<'w>) -> Option<&GatewayView<'w>> {
+        match kind {
+            ParentKind::Gateway => self.gateways.get(&key),
+            ParentKind::ListenerSet => self.sets.get(&key),
+        }
+    }
+
+    fn get_mut(&mut self, (kind, key): Target<'w>) -> Option<&mut GatewayView<'w>> {
+        match kind {
+            ParentKind::Gateway => self.gateways.get_mut(&key),
+            ParentKind::ListenerSet => self.sets.get_mut(&key),
+        }
+    }
+}
+
+/// What a parentRef names: a Gateway or a ListenerSet (upstream v1.5.1
+/// `apis/v1/listenerset_types.go`: routes attach to a ListenerSet's listeners through
+/// parentRef kind ListenerSet only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum ParentKind {
+    Gateway,
+    ListenerSet,
+}
+
+/// A parent: its kind and (namespace, name).
+type Target<'w> = (ParentKind, (&'w str, &'w str));
+
+fn compute_kind<'w, R: Route>(
+    routes: &'w [Arc<R>],
+    controller_name: &str,
+    gateways: &mut Parents<'_, 'w>,
+    index: &Index<'_>,
+    out: &mut BTreeMap<ObjectKey, Desired>,
+) {
+    for route in routes {
+        let meta = route.meta();
+        let (Some(namespace), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref())
+        else {
+            continue;
+        };
+        let generation = meta.generation.unwrap_or(0);
+        let view = route.view();
+        let mut attachments: Vec<(Target<'w>, usize)> = vec![];
+        let parents = parents::<R>(
+            &view,
+            namespace,
+            controller_name,
+            generation,
+            gateways,
+            index,
+            &mut attachments,
+        );
+        // A route attached to one listener through two parentRefs counts once there.
+        attachments.sort_unstable();
+        attachments.dedup();
+        for (target, listener) in attachments {
+            if let Some(count) = gateways
+                .get_mut(target)
+                .and_then(|g| g.attached_routes.get_mut(listener))
+            {
+                *count = count.saturating_add(1);
+            }
+        }
+        let has_stale_entries = view.status_controllers.contains(&controller_name);
+        if !parents.is_empty() || has_stale_entries {
+            out.insert(
+                ObjectKey::namespaced(R::KIND, namespace, name),
+                Desired::Route {
+                    generation,
+                    parents,
+                },
+            );
+        }
+    }
+}
+
+/// Our `status.parents` entries for one route, recording its attachments.
+fn parents<'w, R: Route>(
+    view: &RouteView<'w>,
+    namespace: &'w str,
+    controller_name: &str,
+    generation: i64,
+    gateways: &Parents<'_, 'w>,
+    index: &Index<'_>,
+    attachments: &mut Vec<(Target<'w>, usize)>,
+) -> Vec<RouteParentStatus> {
+    let mut seen = HashSet::new();
+    let mut resolved_refs: Option<Verdict> = None;
+    let mut parents = vec![];
+    for parent_ref in &view.parent_refs {
+        if parents.len() == MAX_PARENTS {
+            break;
+        }
+        let Some(target) = parent_target(parent_ref, namespace) else {
+            continue;
+        };
+        let Some(gateway) = gateways.get(target) else {
+            continue;
+        };
+        let section = non_empty(parent_ref.section_name);
+        if !seen.insert((target, section, parent_ref.port)) {
+            continue;
+        }
+        let accepted = match attach(
+            R::KIND,
+            gateway,
+            parent_ref,
+            namespace,
+            view.hostnames,
+            index,
+        ) {
+            Ok(listeners) => {
+                let names: Vec<&str> = listeners
+                    .iter()
+                    .map(|&i| gateway.listeners[i].spec.name.as_str())
+                    .collect();
+                attachments.extend(listeners.into_iter().map(|i| (target, i)));
+                Verdict::yes(
+                    reason::ACCEPTED,
+                    format!("accepted by listeners: {}", names.join(", ")),
+                )
+            }
+            Err(verdict) => verdict,
+        };
+        let resolved = resolved_refs
+            .get_or_insert_with(|| resolve_refs(R::KIND, &view.backend_refs, namespace, index));
+        let owned = |s: Option<&str>| s.map(str::to_string);
+        parents.push(RouteParentStatus {
+            conditions: vec![
+                accepted.condition(reason::ACCEPTED, generation),
+                resolved.condition(reason::RESOLVED_REFS, generation),
+            ],
+            controller_name: controller_name.to_string(),
+            parent_ref: HttpRouteStatusParentsParentRef {
+                group: owned(parent_ref.group),
+                kind: owned(parent_ref.kind),
+                name: parent_ref.name.to_string(),
+                namespace: owned(parent_ref.namespace),
+                port: parent_ref.port,
+                section_name: owned(parent_ref.section_name),
+            },
+        });
+    }
+    parents
+}
+
+/// The Gateway or ListenerSet a parentRef names; `None` for other kinds of parent.
+fn parent_target<'w>(parent_ref: &ParentRef<'w>, route_namespace: &'w str) -> Option<Target<'w>> {
+    if parent_ref.group.unwrap_or(GATEWAY_GROUP) != GATEWAY_GROUP {
+        return None;
+    }
+    let kind = match parent_ref.kind.unwrap_or("Gateway") {
+        "Gateway" => ParentKind::Gateway,
+        "ListenerSet" => ParentKind::ListenerSet,
+        _ => return None,
+    };
+    let namespace = non_empty(parent_ref.namespace).unwrap_or(route_namespace);
+    Some((kind, (namespace, parent_ref.name)))
+}
+
+/// The listeners (indices) of `gateway` that accept a route of `kind` through `parent_ref`, or
+/// the `Accepted` False verdict.
+fn attach(
+    kind: Kind,
+    gateway: &GatewayView<'_>,
+    parent_ref: &ParentRef<'_>,
+    route_namespace: &str,
+    hostnames: &[String],
+    index: &Index<'_>,
+) -> Result<Vec<usize>, Verdict> {
+    if !gateway.accepted.ok {
+        return Err(Verdict::no(
+            reason::NO_MATCHING_PARENT,
+            format!(
+                "Gateway {}/{} is not accepted",
+                gateway.namespace, gateway.name
+            ),
+        ));
+    }
+    let section = non_empty(parent_ref.section_name);
+    let port = parent_ref.port;
+    let selected: Vec<usize> = (0..gateway.listeners.len())
+        .filter(|&i| {
+            let spec = gateway.listeners[i].spec;
+            section.is_none_or(|s| spec.name == s) && port.is_none_or(|p| spec.port == p)
+        })
+        .collect();
+    if selected.is_empty() {
+        let message = match (section, port) {
+            (Some(s), Some(p)) => format!("no listener named {s} on port {p}"),
+            (Some(s), None) => format!("no listener named {s}"),
+            (None, Some(p)) => format!("no listener on port {p}"),
+            (None, None) => "the Gateway has no listeners".to_string(),
+        };
+        return Err(Verdict::no(reason::NO_MATCHING_PARENT, message));
+    }
+    let kind = kind.as_str();
+    let allowing: Vec<usize> = selected
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let l = &gateway.listeners[i];
+            l.admits(kind) && l.allows_namespace(gateway.namespace, route_namespace, index)
+        })
+        .collect();
+    if allowing.is_empty() {
+        let message = if selected.iter().any(|&i| gateway.listeners[i].admits(kind)) {
+            format!("no matching listener allows routes from namespace {route_namespace}")
+        } else {
+            format!("no matching listener allows {kind}s")
+        };
+        return Err(Verdict::no(reason::NOT_ALLOWED_BY_LISTENERS, message));
+    }
+    let matching: Vec<usize> = allowing
+        .into_iter()
+        .filter(|&i| {
+            hostname::listener_admits(gateway.listeners[i].spec.hostname.as_deref(), hostnames)
+        })
+        .collect();
+    if matching.is_empty() {
+        return Err(Verdict::no(
+            reason::NO_MATCHING_LISTENER_HOSTNAME,
+            "no allowing listener's hostname matches the route's hostnames",
+        ));
+    }
+    Ok(matching)
+}
+
+/// The route's `ResolvedRefs`, over every backendRef.
+fn resolve_refs(
+    kind: Kind,
+    backend_refs: &[BackendRef<'_>],
+    namespace: &str,
+    index: &Index<'_>,
+) -> Verdict {
+    let problems: Vec<Problem> = backend_refs
+        .iter()
+        .filter_map(|r| refs::check_backend(index, kind.as_str(), namespace, r).err())
+        .collect();
+    match refs::most_important(&problems, &RESOLVED_REFS_PRECEDENCE) {
+        Some(p) => Verdict::no(p.reason, p.message),
+        None => Verdict::yes(reason::RESOLVED_REFS, "all references resolved"),
+    }
+}
+
+/// Builds a [`ParentRef`] or [`BackendRef`] view from any kind's generated struct: kopium gives
+/// every route kind its own copies of the same upstream types.
+macro_rules! parent_ref {
+    ($p:expr) => {
+        ParentRef {
+            group: $p.group.as_deref(),
+            kind: $p.kind.as_deref(),
+            name: &$p.name,
+            namespace: $p.namespace.as_deref(),
+            port: $p.port,
+            section_name: $p.section_name.as_deref(),
+        }
+    };
+}
+
+macro_rules! backend_ref {
+    ($b:expr) => {
+        BackendRef {
+            group: $b.group.as_deref(),
+            kind: $b.kind.as_deref(),
+            name: &$b.name,
+            namespace: $b.namespace.as_deref(),
+            port: $b.port,
+        }
+    };
+}
+
+/// The `controllerName` of each `status.parents` entry of a route of any kind.
+macro_rules! status_controllers {
+    ($route:expr) => {
+        $route
+            .status
+            .iter()
+            .flat_map(|s| &s.parents)
+            .map(|p| p.controller_name.as_str())
+            .collect()
+    };
+}
+
+/// HTTPRoute and GRPCRoute: optional parentRefs, hostnames and rules, whose backendRefs and
+/// rules may carry RequestMirror filters.
+macro_rules! impl_route_with_mirrors {
+    ($route:ty, $kind:expr) => {
+        impl Route for $route {
+            const KIND: Kind = $kind;
+
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+
+            fn view(&self) -> RouteView<'_> {
+                let mut backend_refs = vec![];
+                for rule in self.spec.rules.iter().flatten() {
+                    for b in rule.backend_refs.iter().flatten() {
+                        backend_refs.push(backend_ref!(b));
+                        let mirrors = b.filters.iter().flatten();
+                        let mirrors = mirrors.filter_map(|f| f.request_mirror.as_ref());
+                        backend_refs.extend(mirrors.map(|m| backend_ref!(m.backend_ref)));
+                    }
+                    let mirrors = rule.filters.iter().flatten();
+                    let mirrors = mirrors.filter_map(|f| f.request_mirror.as_ref());
+                    backend_refs.extend(mirrors.map(|m| backend_ref!(m.backend_ref)));
+                }
+                let parent_refs = self.spec.parent_refs.iter().flatten();
+                RouteView {
+                    parent_refs: parent_refs.map(|p| parent_ref!(p)).collect(),
+                    hostnames: self.spec.hostnames.as_deref().unwrap_or_default(),
+                    backend_refs,
+                    status_controllers: status_controllers!(self),
+                }
+            }
+        }
+    };
+}
+
+impl_route_with_mirrors!(HttpRoute, Kind::HttpRoute);
+impl_route_with_mirrors!(GrpcRoute, Kind::GrpcRoute);
+
+// === impl Route for TlsRoute ===
+
+impl Route for TlsRoute {
+    const KIND: Kind = Kind::TlsRoute;
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn view(&self) -> RouteView<'_> {
+        RouteView {
+            parent_refs: self
+                .spec
+                .parent_refs
+                .iter()
+                .flatten()
+                .map(|p| parent_ref!(p))
+                .collect(),
+            hostnames: &self.spec.hostnames,
+            backend_refs: self
+                .spec
+                .rules
+                .iter()
+                .flat_map(|r| &r.backend_refs)
+                .map(|b| backend_ref!(b))
+                .collect(),
+            status_controllers: status_controllers!(self),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod kinds_tests;

@@ -1,0 +1,345 @@
+//! GRPCRoute and TLSRoute on a real kube-apiserver with the upstream CRDs: each reason of the
+//! shared route engine shows on the new kinds, Gateways count them in `attachedRoutes`, and a
+//! takeover in the middle of changes to them loses none.
+
+mod common;
+
+use common::gateway::*;
+use common::Replica;
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
+use gateway_api::referencegrants::ReferenceGrant;
+use gateway_api::tlsroutes::TlsRoute;
+use k8s_openapi::api::core::v1::Service;
+use kube::{Api, Client};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// A class, a Gateway with an HTTP listener `http` (port 80), a TLS Passthrough listener `tls`
+/// (port 443, `*.example.com`) and a TLS Terminate one `term` (port 8443), and Service `web`.
+async fn scene(ns: &str, controller: &str) -> Client {
+    let s = apiserver().await;
+    s.create_namespace(ns).await.expect("namespace");
+    let client = admin(s);
+    put(
+        &Api::<GatewayClass>::all(client.clone()),
+        &gateway_class(ns, controller),
+    )
+    .await;
+    let gw: Gateway = serde_json::from_value(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "gw", "namespace": ns},
+        "spec": {"gatewayClassName": ns, "listeners": [
+            {"name": "http", "protocol": "HTTP", "port": 80},
+            {"name": "tls", "protocol": "TLS", "port": 443, "hostname": "*.example.com",
+             "tls": {"mode": "Passthrough"}},
+            {"name": "term", "protocol": "TLS", "port": 8443,
+             "tls": {"mode": "Terminate", "certificateRefs": [{"name": "cert"}]}}
+        ]}
+    }))
+    .expect("gateway");
+    put(&Api::<Gateway>::namespaced(client.clone(), ns), &gw).await;
+    put(
+        &Api::<Service>::namespaced(client.clone(), ns),
+        &service(ns, "web", 80),
+    )
+    .await;
+    client
+}
+
+/// Waits until our entry on `name` says `type_`=`status` (`reason`).
+async fn expect<K>(api: &Api<K>, controller: &str, name: &str, t: &str, st: &str, reason: &str)
+where
+    K: kube::Resource
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let c = controller.to_string();
+    let (t2, st2, r2) = (t.to_string(), st.to_string(), reason.to_string());
+    wait_for(api, name, &format!("{t}={st} ({reason})"), move |r| {
+        any_route_says(r, &c, &t2, &st2, &r2)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_and_tls_routes_get_the_spec_reasons() {
+    let ns = "rk-reasons";
+    let controller = "gateway-leader.dev/rk-reasons";
+    let client = scene(ns, controller).await;
+    let other = format!("{ns}-other");
+    apiserver()
+        .await
+        .create_namespace(&other)
+        .await
+        .expect("namespace");
+    let grpc: Api<GrpcRoute> = Api::namespaced(client.clone(), ns);
+    let tls: Api<TlsRoute> = Api::namespaced(client.clone(), ns);
+    let to = |section: &str| json!({"name": "gw", "sectionName": section});
+    put(&grpc, &grpc_route(ns, "ok", "gw", &[(ns, "web", 80)])).await;
+    put(
+        &grpc,
+        &grpc_route(ns, "missing", "gw", &[(ns, "nothing", 80)]),
+    )
+    .await;
+    put(
+        &tls,
+        &tls_route(ns, "ok", to("tls"), "a.example.com", &[(ns, "web", 80)]),
+    )
+    .await;
+    put(
+        &tls,
+        &tls_route(
+            ns,
+            "other-host",
+            to("tls"),
+            "a.example.org",
+            &[(ns, "web", 80)],
+        ),
+    )
+    .await;
+    put(
+        &tls,
+        &tls_route(
+            ns,
+            "on-http",
+            to("http"),
+            "a.example.com",
+            &[(ns, "web", 80)],
+        ),
+    )
+    .await;
+    put(
+        &tls,
+        &tls_route(
+            ns,
+            "cross",
+            to("tls"),
+            "b.example.com",
+            &[(&other, "web", 80)],
+        ),
+    )
+    .await;
+    let mut args = replica_args(apiserver().await.kubeconfig_path(), ns, controller);
+    args.push("--leader-election-disable".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _replica = Replica::start("rk-reasons-a", &args);
+
+    expect(&grpc, controller, "ok", "Accepted", "True", "Accepted").await;
+    expect(
+        &grpc,
+        controller,
+        "ok",
+        "ResolvedRefs",
+        "True",
+        "ResolvedRefs",
+    )
+    .await;
+    expect(
+        &grpc,
+        controller,
+        "missing",
+        "ResolvedRefs",
+        "False",
+        "BackendNotFound",
+    )
+    .await;
+    expect(&tls, controller, "ok", "Accepted", "True", "Accepted").await;
+    expect(
+        &tls,
+        controller,
+        "ok",
+        "ResolvedRefs",
+        "True",
+        "ResolvedRefs",
+    )
+    .await;
+    expect(
+        &tls,
+        controller,
+        "other-host",
+        "Accepted",
+        "False",
+        "NoMatchingListenerHostname",
+    )
+    .await;
+    expect(
+        &tls,
+        controller,
+        "on-http",
+        "Accepted",
+        "False",
+        "NotAllowedByListeners",
+    )
+    .await;
+    expect(
+        &tls,
+        controller,
+        "cross",
+        "ResolvedRefs",
+        "False",
+        "RefNotPermitted",
+    )
+    .await;
+    // A grant for TLSRoutes lets the cross-namespace backend in.
+    let grant: ReferenceGrant = serde_json::from_value(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1beta1", "kind": "ReferenceGrant",
+        "metadata": {"name": "tls", "namespace": other},
+        "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "TLSRoute", "namespace": ns}],
+                 "to": [{"group": "", "kind": "Service"}]}
+    }))
+    .expect("grant");
+    put(
+        &Api::<Service>::namespaced(client.clone(), &other),
+        &service(&other, "web", 80),
+    )
+    .await;
+    put(
+        &Api::<ReferenceGrant>::namespaced(client.clone(), &other),
+        &grant,
+    )
+    .await;
+    expect(
+        &tls,
+        controller,
+        "cross",
+        "ResolvedRefs",
+        "True",
+        "ResolvedRefs",
+    )
+    .await;
+
+    // The Gateway counts each kind on its listeners and lists what each takes; the TLS
+    // Terminate listener takes TLSRoutes too, but its certificate Secret does not exist.
+    let gateways: Api<Gateway> = Api::namespaced(client, ns);
+    wait_for(&gateways, "gw", "routes of every kind counted", |g| {
+        let Some(ls) = g.status.as_ref().and_then(|s| s.listeners.as_deref()) else {
+            return false;
+        };
+        let kinds = |i: usize| -> Vec<String> {
+            ls[i]
+                .supported_kinds
+                .iter()
+                .flatten()
+                .map(|k| k.kind.clone())
+                .collect()
+        };
+        ls.len() == 3
+            // Two GRPCRoutes on `http`; `ok` and `cross` on `tls`.
+            && ls[0].attached_routes == 2
+            && ls[1].attached_routes == 2
+            && kinds(0) == ["HTTPRoute", "GRPCRoute"]
+            && kinds(1) == ["TLSRoute"]
+            && kinds(2) == ["TLSRoute"]
+            && condition(&ls[2].conditions, "ResolvedRefs")
+                .is_some_and(|c| c.status == "False" && c.reason == "InvalidCertificateRef")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_in_the_middle_of_changes_to_grpc_and_tls_routes_loses_none() {
+    let ns = "rk-takeover";
+    let controller = "gateway-leader.dev/rk-takeover";
+    let client = scene(ns, controller).await;
+    let grpc: Api<GrpcRoute> = Api::namespaced(client.clone(), ns);
+    let tls: Api<TlsRoute> = Api::namespaced(client, ns);
+    let parent = json!({"name": "gw", "sectionName": "tls"});
+    put(&grpc, &grpc_route(ns, "g", "gw", &[(ns, "web", 80)])).await;
+    put(
+        &tls,
+        &tls_route(ns, "t", parent.clone(), "a.example.com", &[(ns, "web", 80)]),
+    )
+    .await;
+    let args = replica_args(apiserver().await.kubeconfig_path(), ns, controller);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut a = Replica::start("rk-a", &args);
+    blocking(|| a.wait_for("leadership: leading", PATIENCE));
+    let mut b = Replica::start("rk-b", &args);
+    blocking(|| b.wait_for("leadership: following", PATIENCE));
+    expect(
+        &grpc,
+        controller,
+        "g",
+        "ResolvedRefs",
+        "True",
+        "ResolvedRefs",
+    )
+    .await;
+    expect(
+        &tls,
+        controller,
+        "t",
+        "ResolvedRefs",
+        "True",
+        "ResolvedRefs",
+    )
+    .await;
+
+    // Crash the leader and change both routes while nobody may write (the lease runs 3 s),
+    // then once more while the follower takes over.
+    drop(a);
+    put(&grpc, &grpc_route(ns, "g", "gw", &[(ns, "gone", 80)])).await;
+    put(
+        &tls,
+        &tls_route(ns, "t", parent.clone(), "a.example.org", &[(ns, "web", 80)]),
+    )
+    .await;
+    blocking(|| b.wait_for("leadership: leading", PATIENCE));
+    put(
+        &tls,
+        &tls_route(ns, "t", parent, "a.example.org", &[(ns, "gone", 80)]),
+    )
+    .await;
+    expect(
+        &grpc,
+        controller,
+        "g",
+        "ResolvedRefs",
+        "False",
+        "BackendNotFound",
+    )
+    .await;
+    expect(
+        &tls,
+        controller,
+        "t",
+        "Accepted",
+        "False",
+        "NoMatchingListenerHostname",
+    )
+    .await;
+    expect(
+        &tls,
+        controller,
+        "t",
+        "ResolvedRefs",
+        "False",
+        "BackendNotFound",
+    )
+    .await;
+    for (name, r) in [
+        (
+            "g",
+            status_managers(&grpc.get("g").await.expect("grpc route")),
+        ),
+        (
+            "t",
+            status_managers(&tls.get("t").await.expect("tls route")),
+        ),
+    ] {
+        assert!(
+            r.contains(&manager_of("rk-b")),
+            "{name}: the new leader wrote it: {r:?}"
+        );
+    }
+}
