@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 use common::gateway::*;
 use common::Replica;
 use gateway_api::gatewayclasses::GatewayClass;
-use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
-use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 
 /// One plain HTTP/1.1 GET: (status code, body).
@@ -58,21 +56,7 @@ async fn sample(client: &kube::Client, ns: &str, controller: &str) {
         &gateway_class(ns, controller),
     )
     .await;
-    put(
-        &Api::<Gateway>::namespaced(client.clone(), ns),
-        &gateway(ns, "gw", ns),
-    )
-    .await;
-    put(
-        &Api::<Service>::namespaced(client.clone(), ns),
-        &service(ns, "web", 80),
-    )
-    .await;
-    put(
-        &Api::<HttpRoute>::namespaced(client.clone(), ns),
-        &route(ns, "route", "gw", &[(ns, "web", 80)]),
-    )
-    .await;
+    gateway_and_route(client, ns, 80).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,6 +213,12 @@ async fn missing_crds_are_named_once_hold_readiness_back_and_are_picked_up_when_
     })
     .await;
     tokio::task::block_in_place(|| eventually(addr, "/readyz", |c, _| c == 200));
+    // BackendTLSPolicy, optional too, came with them: picked up like any other.
+    tokio::task::block_in_place(|| {
+        r.wait_match("BackendTLSPolicy picked up", PATIENCE, |l| {
+            l.message() == "CRD installed; watching it now" && l.json["kind"] == "BackendTLSPolicy"
+        })
+    });
 
     // 3. GRPCRoute and ListenerSet are installed later: picked up without a restart.
     testkit::gateway_api::install_some(&client, |name| {
@@ -274,6 +264,7 @@ async fn missing_crds_are_named_once_hold_readiness_back_and_are_picked_up_when_
     assert_eq!(
         named,
         [
+            "BackendTLSPolicy",
             "GRPCRoute",
             "GRPCRoute",
             "Gateway",

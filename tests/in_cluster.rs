@@ -14,7 +14,8 @@ use std::sync::OnceLock;
 use common::deploy::{container, deploy_dir, one, render, strings};
 use common::gateway::*;
 use common::pod::{self, PodFiles};
-use common::{Line, Replica};
+use common::{blocking, Line, Replica};
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
@@ -161,6 +162,23 @@ impl InCluster {
         }))
         .expect("listener set");
         put(&Api::namespaced(admin(server), &c.ns), &set).await;
+        // A BackendTLSPolicy on `web` with its CA ConfigMap, so that its ancestors are written.
+        put(
+            &Api::namespaced(admin(server), &c.ns),
+            &ca_config_map(&c.ns, "ca", &ca_pem()),
+        )
+        .await;
+        put(
+            &Api::namespaced(admin(server), &c.ns),
+            &backend_tls_policy(
+                &c.ns,
+                "policy",
+                "web",
+                None,
+                serde_json::json!([{"group": "", "kind": "ConfigMap", "name": "ca"}]),
+            ),
+        )
+        .await;
         // The ServiceAccount and a token for it, as the kubelet would mount.
         let token = server
             .service_account_token(&c.ns, SA)
@@ -248,6 +266,13 @@ impl InCluster {
                 .is_some_and(|c| c.reason == "NotAllowed")
         })
         .await;
+        let c = self.controller.clone();
+        let policies: Api<BackendTlsPolicy> = Api::namespaced(admin(self.server), &self.ns);
+        wait_for(&policies, "policy", "accepted on gw", move |p| {
+            policy_says(p, &c, "gw", "Accepted", "True", "Accepted")
+                && policy_says(p, &c, "gw", "ResolvedRefs", "True", "ResolvedRefs")
+        })
+        .await;
     }
 }
 
@@ -280,10 +305,6 @@ fn forbidden(line: &Line, verb: &str, resource: &str) -> bool {
         format!("cannot {verb} resource \"{resource}\"")
     };
     t.contains("forbidden") && t.contains(&refusal)
-}
-
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -399,6 +420,7 @@ const CASES: &[Case] = &[
             ("", "tlsroutes"),
             ("", "referencegrants"),
             ("", "listenersets"),
+            ("", "backendtlspolicies"),
         ],
     },
     // Writing statuses.
@@ -412,6 +434,7 @@ const CASES: &[Case] = &[
             ("", "grpcroutes/status"),
             ("", "tlsroutes/status"),
             ("", "listenersets/status"),
+            ("", "backendtlspolicies/status"),
         ],
     },
     // Watching the Services routes point to and the Namespaces listeners select.
@@ -465,6 +488,7 @@ const CASES: &[Case] = &[
             ("list", "tlsroutes"),
             ("list", "referencegrants"),
             ("list", "listenersets"),
+            ("list", "backendtlspolicies"),
         ],
     },
     Case {
@@ -478,6 +502,7 @@ const CASES: &[Case] = &[
             ("watch", "tlsroutes"),
             ("watch", "referencegrants"),
             ("watch", "listenersets"),
+            ("watch", "backendtlspolicies"),
         ],
     },
     // Each verb of a status write: the read of the current status, and the write.
@@ -491,6 +516,7 @@ const CASES: &[Case] = &[
             ("get", "grpcroutes/status"),
             ("get", "tlsroutes/status"),
             ("get", "listenersets/status"),
+            ("get", "backendtlspolicies/status"),
         ],
     },
     Case {
@@ -503,6 +529,7 @@ const CASES: &[Case] = &[
             ("update", "grpcroutes/status"),
             ("update", "tlsroutes/status"),
             ("update", "listenersets/status"),
+            ("update", "backendtlspolicies/status"),
         ],
     },
     Case {
@@ -532,6 +559,23 @@ const CASES: &[Case] = &[
         name: "no-secrets-watch",
         without: Without::ClusterRoleVerb(4, "watch"),
         refused: &[("watch", "secrets")],
+    },
+    // Reading the ConfigMaps that BackendTLSPolicies' caCertificateRefs name: likewise, no
+    // status is computed rather than every policy reported without a valid CA.
+    Case {
+        name: "no-configmaps",
+        without: Without::ClusterRoleRule(5),
+        refused: &[("", "configmaps")],
+    },
+    Case {
+        name: "no-configmaps-list",
+        without: Without::ClusterRoleVerb(5, "list"),
+        refused: &[("list", "configmaps")],
+    },
+    Case {
+        name: "no-configmaps-watch",
+        without: Without::ClusterRoleVerb(5, "watch"),
+        refused: &[("watch", "configmaps")],
     },
 ];
 

@@ -5,19 +5,15 @@
 
 mod common;
 
+use common::blocking;
 use common::gateway::*;
 use common::Replica;
-use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::listenersets::ListenerSet;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use serde_json::{json, Value};
-
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
 
 /// A Gateway `name` with one HTTP listener on port 80 and `allowedListeners.namespaces.from`
 /// (none: the field is left out).
@@ -66,14 +62,7 @@ fn route_to_set(ns: &str, name: &str, set: &str, section: &str) -> HttpRoute {
 
 /// A class for `ns`, Service `web`, and the Gateways, ListenerSets and HTTPRoutes of `ns`.
 async fn scene(ns: &str, controller: &str) -> (Api<Gateway>, Api<ListenerSet>, Api<HttpRoute>) {
-    let s = apiserver().await;
-    s.create_namespace(ns).await.expect("namespace");
-    let client = admin(s);
-    put(
-        &Api::<GatewayClass>::all(client.clone()),
-        &gateway_class(ns, controller),
-    )
-    .await;
+    let client = namespace_with_class(ns, controller).await;
     put(
         &Api::<Service>::namespaced(client.clone(), ns),
         &service(ns, "web", 80),

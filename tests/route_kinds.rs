@@ -4,9 +4,9 @@
 
 mod common;
 
+use common::blocking;
 use common::gateway::*;
 use common::Replica;
-use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::referencegrants::ReferenceGrant;
@@ -16,21 +16,10 @@ use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
 /// A class, a Gateway with an HTTP listener `http` (port 80), a TLS Passthrough listener `tls`
 /// (port 443, `*.example.com`) and a TLS Terminate one `term` (port 8443), and Service `web`.
 async fn scene(ns: &str, controller: &str) -> Client {
-    let s = apiserver().await;
-    s.create_namespace(ns).await.expect("namespace");
-    let client = admin(s);
-    put(
-        &Api::<GatewayClass>::all(client.clone()),
-        &gateway_class(ns, controller),
-    )
-    .await;
+    let client = namespace_with_class(ns, controller).await;
     let gw: Gateway = serde_json::from_value(json!({
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
         "metadata": {"name": "gw", "namespace": ns},

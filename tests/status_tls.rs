@@ -9,6 +9,7 @@ mod common;
 
 use std::sync::OnceLock;
 
+use common::blocking;
 use common::gateway::*;
 use common::Replica;
 use gateway_api::gatewayclasses::GatewayClass;
@@ -17,10 +18,6 @@ use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use serde_json::{json, Value};
-
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
 
 fn from_json<T: serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).expect("a valid object")

@@ -8,6 +8,7 @@ mod common;
 
 use std::time::{Duration, SystemTime};
 
+use common::blocking;
 use common::gateway::*;
 use common::Replica;
 use gateway_api::gatewayclasses::GatewayClass;
@@ -17,11 +18,6 @@ use k8s_openapi::api::core::v1::Service;
 use kube::api::PostParams;
 use kube::Api;
 use serde_json::json;
-
-/// Runs a blocking wait on a replica's log without stalling the runtime.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
 
 fn start(name: &str, args: &[String]) -> Replica {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -57,6 +57,15 @@ pub enum Desired {
         /// of ours not listed here are removed; other controllers' entries are never touched.
         parents: Vec<RouteParentStatus>,
     },
+    /// A BackendTLSPolicy that reaches one of our Gateways, or still carries an entry of ours.
+    Policy {
+        /// `metadata.generation` the entries were computed from.
+        generation: i64,
+        /// Our `status.ancestors` entries (each with our `controllerName`), one per Gateway.
+        /// Entries of ours not listed here are removed; other controllers' entries are never
+        /// touched.
+        ancestors: Vec<PolicyAncestorStatus>,
+    },
 }
 
 impl Desired {
@@ -66,7 +75,8 @@ impl Desired {
             Desired::GatewayClass { generation, .. }
             | Desired::Gateway { generation, .. }
             | Desired::ListenerSet { generation, .. }
-            | Desired::Route { generation, .. } => *generation,
+            | Desired::Route { generation, .. }
+            | Desired::Policy { generation, .. } => *generation,
         }
     }
 }
@@ -75,6 +85,12 @@ impl Desired {
 /// (`RouteParentStatus`, `apis/v1/shared_types.go`); the gateway-api crate generates a copy per
 /// kind, all alike, and the HTTPRoute one stands for all here.
 pub type RouteParentStatus = HttpRouteStatusParents;
+
+/// One `status.ancestors` entry of a policy. Upstream's `PolicyAncestorStatus`
+/// (`apis/v1/policy_types.go`) has the same fields as `RouteParentStatus`: its `ancestorRef` is
+/// a `ParentReference`, its conditions and `controllerName` alike; so one shape, and one merge,
+/// serves both.
+pub type PolicyAncestorStatus = RouteParentStatus;
 
 /// The `lastTransitionTime` of a computed condition before the merge sets the real one.
 pub fn placeholder_time() -> Time {

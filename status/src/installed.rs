@@ -61,11 +61,13 @@ pub enum Crd {
     ReferenceGrant,
     /// ListenerSet (without it, Gateways have only their own listeners).
     ListenerSet,
+    /// BackendTLSPolicy (its `status.ancestors`).
+    BackendTlsPolicy,
 }
 
 impl Crd {
     /// Every kind, required ones first.
-    pub const ALL: [Crd; 7] = [
+    pub const ALL: [Crd; 8] = [
         Crd::GatewayClass,
         Crd::Gateway,
         Crd::HttpRoute,
@@ -73,6 +75,7 @@ impl Crd {
         Crd::TlsRoute,
         Crd::ReferenceGrant,
         Crd::ListenerSet,
+        Crd::BackendTlsPolicy,
     ];
 
     /// The Kubernetes kind.
@@ -85,6 +88,7 @@ impl Crd {
             Crd::TlsRoute => "TLSRoute",
             Crd::ReferenceGrant => "ReferenceGrant",
             Crd::ListenerSet => "ListenerSet",
+            Crd::BackendTlsPolicy => "BackendTLSPolicy",
         }
     }
 
@@ -98,6 +102,7 @@ impl Crd {
             Crd::TlsRoute => "tlsroutes",
             Crd::ReferenceGrant => "referencegrants",
             Crd::ListenerSet => "listenersets",
+            Crd::BackendTlsPolicy => "backendtlspolicies",
         }
     }
 
@@ -336,7 +341,13 @@ mod tests {
         .map(String::from);
         assert_eq!(
             served(&listed),
-            [Crd::GatewayClass, Crd::Gateway, Crd::HttpRoute].into()
+            [
+                Crd::GatewayClass,
+                Crd::Gateway,
+                Crd::HttpRoute,
+                Crd::BackendTlsPolicy
+            ]
+            .into()
         );
     }
 

@@ -18,6 +18,8 @@ pub enum Kind {
     TlsRoute,
     /// ListenerSet (optional CRD).
     ListenerSet,
+    /// `gateway.networking.k8s.io/v1` BackendTLSPolicy (its `status.ancestors`).
+    BackendTlsPolicy,
 }
 
 impl Kind {
@@ -30,6 +32,7 @@ impl Kind {
             Kind::GrpcRoute => "GRPCRoute",
             Kind::TlsRoute => "TLSRoute",
             Kind::ListenerSet => "ListenerSet",
+            Kind::BackendTlsPolicy => "BackendTLSPolicy",
         }
     }
 }

@@ -10,6 +10,7 @@
 //! - [`writer`]: the guarded writer, which sends only under a valid leadership.
 //! - [`metrics`]: what the writer counts, registered where the caller says.
 //! - [`secret`]: Secrets reduced to what the listener certificate check needs.
+//! - [`configmap`]: ConfigMaps reduced to what the BackendTLSPolicy CA check needs.
 //!
 //! [`StatusController::start`] runs all of it under a [`leader_lock::Leadership`]; every write
 //! goes through [`leader_lock::Leadership::run`] with a resourceVersion precondition, so only the
@@ -18,6 +19,7 @@
 
 pub mod cache;
 pub mod compute;
+pub mod configmap;
 pub mod desired;
 pub mod installed;
 pub mod key;
@@ -58,7 +60,8 @@ impl StatusController {
     /// Starts watching, computing and (while `leadership` is valid) writing.
     ///
     /// `client` must be allowed to list and watch the Gateway API objects, Services,
-    /// Namespaces and Secrets (the listeners' certificates; see [`secret`]), and to update the
+    /// Namespaces, Secrets (the listeners' certificates; see [`secret`]) and ConfigMaps (the
+    /// BackendTLSPolicies' CA certificates; see [`configmap`]), and to update the
     /// Gateway API objects' status; the writes are guarded here already, so it need not be a
     /// gated client. `readiness` turns [`Readiness::Ready`] once every required Gateway API kind
     /// is served and its watch has its initial list; until then it says what is missing (a

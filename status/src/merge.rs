@@ -2,9 +2,9 @@
 //!
 //! - Conditions merge by type: ours replace theirs of the same type, other types stay, and
 //!   `lastTransitionTime` is kept when a condition's status did not change.
-//! - In a route's `status.parents` (HTTPRoute, GRPCRoute, TLSRoute alike), only entries whose
-//!   `controllerName` is ours are touched;
-//!   ours that are no longer wanted are removed, the rest keep their place.
+//! - In a route's `status.parents` (HTTPRoute, GRPCRoute, TLSRoute alike) and a
+//!   BackendTLSPolicy's `status.ancestors`, only entries whose `controllerName` is ours are
+//!   touched; ours that are no longer wanted are removed, the rest keep their place.
 //! - A desired status computed from an older generation than the one our conditions already
 //!   observed is stale and not written: `observedGeneration` never goes backwards.
 //! - When the merge changes nothing, there is nothing to send.
@@ -23,9 +23,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use crate::desired::{Desired, RouteParentStatus};
 
 mod listener_set;
+mod policy;
 
 /// The most `status.parents` entries an HTTPRoute may hold (the CRD's `maxItems`).
 pub const MAX_PARENTS: usize = 32;
+/// The most `status.ancestors` entries a BackendTLSPolicy may hold (the CRD's `maxItems`;
+/// `apis/v1/policy_types.go`, `PolicyStatus`: "A maximum of 16 ancestors").
+pub const MAX_ANCESTORS: usize = 16;
 
 /// What the merge decided for one object.
 #[derive(Debug, Clone, PartialEq)]
@@ -318,6 +322,27 @@ fn merge_route<R: RouteStatus>(
     else {
         return Merge::WrongKind;
     };
+    merge_ours(
+        route,
+        *generation,
+        parents,
+        MAX_PARENTS,
+        controller_name,
+        now,
+    )
+}
+
+/// Merges our entries (`parents`) into a list of entries keyed by reference and
+/// `controllerName`, of which at most `max` fit: a route's `status.parents` or a policy's
+/// `status.ancestors` (upstream's `PolicyAncestorStatus` has the `RouteParentStatus` shape).
+fn merge_ours<R: RouteStatus>(
+    route: &R,
+    generation: i64,
+    parents: &[RouteParentStatus],
+    max: usize,
+    controller_name: &str,
+    now: &Time,
+) -> Merge<R> {
     let have = route.parents();
     let ours = |p: &RouteParentStatus| p.controller_name == controller_name;
     let wanted: Vec<Condition> = parents.iter().flat_map(|p| p.conditions.clone()).collect();
@@ -329,11 +354,11 @@ fn merge_route<R: RouteStatus>(
     );
     decide(
         route,
-        *generation,
+        generation,
         observed,
         |next| {
             let others = have.iter().filter(|p| !ours(p)).count();
-            let room = MAX_PARENTS.saturating_sub(others);
+            let room = max.saturating_sub(others);
             let wanted = &parents[..parents.len().min(room)];
             let mut placed = vec![false; wanted.len()];
             let mut merged = Vec::with_capacity(have.len().max(others + wanted.len()));
@@ -390,10 +415,10 @@ mod tests {
     use super::*;
     use crate::desired::condition;
 
-    const US: &str = "example.net/us";
-    const THEM: &str = "example.net/them";
+    pub(super) const US: &str = "example.net/us";
+    pub(super) const THEM: &str = "example.net/them";
 
-    fn t(secs: i64) -> Time {
+    pub(super) fn t(secs: i64) -> Time {
         Time(Timestamp::from_second(secs).expect("in range"))
     }
 
@@ -416,7 +441,7 @@ mod tests {
         GatewayClassStatusSupportedFeatures { name: name.into() }
     }
 
-    fn written<K>(m: Merge<K>) -> K {
+    pub(super) fn written<K>(m: Merge<K>) -> K {
         match m {
             Merge::Write(k) => *k,
             _ => panic!("a write was expected"),
@@ -507,7 +532,12 @@ mod tests {
         assert_eq!(class(None).merge(&want, US, &t(1)), Merge::WrongKind);
     }
 
-    fn parent(controller: &str, gateway: &str, accepted: bool, gen: i64) -> HttpRouteStatusParents {
+    pub(super) fn parent(
+        controller: &str,
+        gateway: &str,
+        accepted: bool,
+        gen: i64,
+    ) -> HttpRouteStatusParents {
         HttpRouteStatusParents {
             conditions: vec![condition(
                 "Accepted",

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
@@ -69,6 +70,12 @@ impl Watched for ListenerSet {
     }
 }
 
+impl Watched for BackendTlsPolicy {
+    fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>> {
+        stores.backend_tls_policies.get(object)
+    }
+}
+
 /// The watched copy of `key`'s object, if the watch holds one.
 pub fn copy<K: Watched>(stores: &Stores, key: &ObjectKey) -> Option<Arc<K>> {
     let mut r = ObjectRef::<K>::new(&key.name);
@@ -111,6 +118,7 @@ fn compare(
         Kind::GrpcRoute => one::<GrpcRoute>(stores, key, want, controller, seen),
         Kind::TlsRoute => one::<TlsRoute>(stores, key, want, controller, seen),
         Kind::ListenerSet => one::<ListenerSet>(stores, key, want, controller, seen),
+        Kind::BackendTlsPolicy => one::<BackendTlsPolicy>(stores, key, want, controller, seen),
     }
 }
 

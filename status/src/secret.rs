@@ -13,11 +13,8 @@
 //! `conformance/tests/gateway-invalid-tls-configuration.yaml` (a `kubernetes.io/tls` Secret
 //! whose `tls.crt` and `tls.key` are not PEM is "malformed").
 
-use std::borrow::Cow;
-
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
-use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -80,14 +77,23 @@ impl TlsSecret {
 
     /// A watch event of Secrets as one of reduced Secrets.
     pub fn map_event(event: watcher::Event<Secret>) -> watcher::Event<TlsSecret> {
-        use watcher::Event;
-        match event {
-            Event::Apply(s) => Event::Apply(Self::from_secret(&s)),
-            Event::Delete(s) => Event::Delete(Self::from_secret(&s)),
-            Event::Init => Event::Init,
-            Event::InitApply(s) => Event::InitApply(Self::from_secret(&s)),
-            Event::InitDone => Event::InitDone,
-        }
+        reduce_event(event, Self::from_secret)
+    }
+}
+
+/// A watch event of objects as one of their reductions (Secrets, ConfigMaps): each object is
+/// reduced as it arrives and dropped.
+pub(crate) fn reduce_event<K, R>(
+    event: watcher::Event<K>,
+    reduce: impl Fn(&K) -> R,
+) -> watcher::Event<R> {
+    use watcher::Event;
+    match event {
+        Event::Apply(o) => Event::Apply(reduce(&o)),
+        Event::Delete(o) => Event::Delete(reduce(&o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(reduce(&o)),
+        Event::InitDone => Event::InitDone,
     }
 }
 
@@ -151,47 +157,59 @@ fn check(secret: &Secret) -> Content {
 
 // === impl Lookup ===
 
-/// Lets a reflector store hold reduced Secrets, keyed like the Secrets they come from.
-impl Lookup for TlsSecret {
-    type DynamicType = ();
+/// Lets a reflector store hold a reduced object (with `namespace`, `name`, `resource_version`
+/// and `uid` fields), keyed like the objects it comes from: `reduced_lookup!(Type, "Kind",
+/// "plural")` for a core v1 kind.
+macro_rules! reduced_lookup {
+    ($reduced:ty, $kind:literal, $plural:literal) => {
+        impl kube::runtime::reflector::Lookup for $reduced {
+            type DynamicType = ();
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Secret".into()
-    }
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
 
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                "".into()
+            }
 
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                "v1".into()
+            }
 
-    fn plural(_: &()) -> Cow<'_, str> {
-        "secrets".into()
-    }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
 
-    fn name(&self) -> Option<Cow<'_, str>> {
-        self.name.as_deref().map(Cow::Borrowed)
-    }
+            fn name(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self.name.as_deref().map(std::borrow::Cow::Borrowed)
+            }
 
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        self.namespace.as_deref().map(Cow::Borrowed)
-    }
+            fn namespace(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self.namespace.as_deref().map(std::borrow::Cow::Borrowed)
+            }
 
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        self.resource_version.as_deref().map(Cow::Borrowed)
-    }
+            fn resource_version(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self.resource_version
+                    .as_deref()
+                    .map(std::borrow::Cow::Borrowed)
+            }
 
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        self.uid.as_deref().map(Cow::Borrowed)
-    }
+            fn uid(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self.uid.as_deref().map(std::borrow::Cow::Borrowed)
+            }
+        }
+    };
 }
+pub(crate) use reduced_lookup;
+
+reduced_lookup!(TlsSecret, "Secret", "secrets");
 
 #[cfg(test)]
 mod tests {
     use std::sync::OnceLock;
 
+    use kube::runtime::reflector::Lookup;
     use serde_json::json;
 
     use super::*;

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, TryStreamExt};
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
@@ -15,7 +16,7 @@ use gateway_api::httproutes::HttpRoute;
 use gateway_api::listenersets::ListenerSet;
 use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -26,6 +27,7 @@ use tokio::task::{AbortHandle, JoinSet};
 use tracing::{debug, warn};
 
 use crate::compute::World;
+use crate::configmap::CaBundle;
 use crate::installed::Crd;
 use crate::secret::TlsSecret;
 
@@ -131,9 +133,11 @@ pub struct Stores {
     pub(crate) tls_routes: Slot<TlsRoute>,
     reference_grants: Slot<ReferenceGrant>,
     pub(crate) listener_sets: Slot<ListenerSet>,
+    pub(crate) backend_tls_policies: Slot<BackendTlsPolicy>,
     services: Running<Service>,
     namespaces: Running<Namespace>,
     secrets: Running<TlsSecret>,
+    config_maps: Running<CaBundle>,
     wake: Wake,
 }
 
@@ -151,6 +155,8 @@ impl Stores {
             listener_sets: self.listener_sets.snapshot(),
             namespaces: self.namespaces.0.state(),
             secrets: self.secrets.0.state(),
+            backend_tls_policies: self.backend_tls_policies.snapshot(),
+            config_maps: self.config_maps.0.state(),
             bundle_version,
         }
     }
@@ -167,6 +173,7 @@ impl Stores {
             Crd::TlsRoute => self.tls_routes.start(Api::all(c()), w, tasks),
             Crd::ReferenceGrant => self.reference_grants.start(Api::all(c()), w, tasks),
             Crd::ListenerSet => self.listener_sets.start(Api::all(c()), w, tasks),
+            Crd::BackendTlsPolicy => self.backend_tls_policies.start(Api::all(c()), w, tasks),
         }
     }
 
@@ -180,6 +187,7 @@ impl Stores {
             Crd::TlsRoute => self.tls_routes.stop(),
             Crd::ReferenceGrant => self.reference_grants.stop(),
             Crd::ListenerSet => self.listener_sets.stop(),
+            Crd::BackendTlsPolicy => self.backend_tls_policies.stop(),
         }
         self.wake.changed.notify_one();
     }
@@ -193,6 +201,7 @@ impl Stores {
             Crd::TlsRoute => self.tls_routes.state(),
             Crd::ReferenceGrant => self.reference_grants.state(),
             Crd::ListenerSet => self.listener_sets.state(),
+            Crd::BackendTlsPolicy => self.backend_tls_policies.state(),
         }
     }
 
@@ -206,6 +215,8 @@ impl Stores {
             && synced(&self.namespaces.1)
             // Without the Secrets, every HTTPS listener would look invalid for a moment.
             && synced(&self.secrets.1)
+            // Likewise every BackendTLSPolicy's CA reference.
+            && synced(&self.config_maps.1)
             && Crd::ALL.into_iter().all(|crd| match self.state(crd) {
                 Some(s) if crd.required() => synced(&s),
                 Some(s) => !optional || settled(&s),
@@ -237,7 +248,8 @@ pub fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<()>) -> 
     };
     let services = core_watch(Api::all(client.clone()), &wake, tasks);
     let namespaces = core_watch(Api::all(client.clone()), &wake, tasks);
-    let secrets = secret_watch(Api::all(client.clone()), &wake, tasks);
+    let secrets = reduced_watch(Api::all(client.clone()), TlsSecret::map_event, &wake, tasks);
+    let config_maps = reduced_watch(Api::all(client.clone()), CaBundle::map_event, &wake, tasks);
     Stores {
         gateway_classes: Slot::new(),
         gateways: Slot::new(),
@@ -246,9 +258,11 @@ pub fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<()>) -> 
         tls_routes: Slot::new(),
         reference_grants: Slot::new(),
         listener_sets: Slot::new(),
+        backend_tls_policies: Slot::new(),
         services,
         namespaces,
         secrets,
+        config_maps,
         wake,
     }
 }
@@ -264,22 +278,31 @@ where
     (store, state)
 }
 
-/// How many Secrets one page of the Secret watch's initial list holds.
+/// How many Secrets (or ConfigMaps) one page of their watch's initial list holds.
 ///
-/// Each Secret arrives whole (up to 1 MiB) and is reduced at once, so a page is the most Secret
+/// Each object arrives whole (up to 1 MiB) and is reduced at once, so a page is the most such
 /// data held at a time: 50 pages of at most 50 MiB, instead of kube-runtime's 500.
 pub const SECRET_PAGE_SIZE: u32 = 50;
 
-/// The Secret watch (a core kind): each Secret is reduced to a [`TlsSecret`] before it enters
-/// the store, so the store never holds a Secret's data.
-fn secret_watch(api: Api<Secret>, wake: &Wake, tasks: &mut JoinSet<()>) -> Running<TlsSecret> {
+/// The watch of a core kind whose objects are reduced before they enter the store (Secrets to
+/// [`TlsSecret`], ConfigMaps to [`CaBundle`]), so the store never holds their data.
+fn reduced_watch<K, R>(
+    api: Api<K>,
+    reduce: fn(watcher::Event<K>) -> watcher::Event<R>,
+    wake: &Wake,
+    tasks: &mut JoinSet<()>,
+) -> Running<R>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    R: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
     let state = Arc::new(WatchState::default());
     let (reader, writer) = reflector::store();
     let config = watcher::Config::default().page_size(SECRET_PAGE_SIZE);
-    let reduced = watcher(api, config).map_ok(TlsSecret::map_event);
+    let reduced = watcher(api, config).map_ok(reduce);
     let stream = reflector::reflector(writer, reduced).backoff(watch_backoff());
     drive(
-        TlsSecret::kind(&()).into_owned(),
+        R::kind(&()).into_owned(),
         stream,
         wake,
         state.clone(),
@@ -292,7 +315,7 @@ fn secret_watch(api: Api<Secret>, wake: &Wake, tasks: &mut JoinSet<()>) -> Runni
 ///
 /// kube-runtime's default (client-go's reflector: up to 30 s) is kind to a struggling apiserver,
 /// but after an apiserver restart of a few seconds it leaves a new leader blind to changes for up
-/// to 15 s more (measured with `gateway-leader-bench run --scenario backend-restart`). Nine watches
+/// to 15 s more (measured with `gateway-leader-bench run --scenario backend-restart`). Twelve watches
 /// per replica retrying every 2 s at worst is still a light load.
 fn watch_backoff() -> watcher::ExponentialBackoff {
     backon::ExponentialBuilder::default()

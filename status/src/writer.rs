@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
@@ -522,6 +523,10 @@ impl Job {
             }
             Kind::ListenerSet => {
                 let api = Api::<ListenerSet>::namespaced(c(), ns);
+                self.guarded(api, key, desired, self.copy(key, first)).await
+            }
+            Kind::BackendTlsPolicy => {
+                let api = Api::<BackendTlsPolicy>::namespaced(c(), ns);
                 self.guarded(api, key, desired, self.copy(key, first)).await
             }
         }

@@ -276,6 +276,40 @@ pub fn admin(s: &KubeApiServer) -> Client {
     s.admin_client()
 }
 
+/// A new namespace `ns` on the shared apiserver with GatewayClass `ns` for `controller`: the
+/// start of every status test's scene, each in a namespace (and with a controller) of its own.
+pub async fn namespace_with_class(ns: &str, controller: &str) -> Client {
+    let s = apiserver().await;
+    s.create_namespace(ns).await.expect("namespace");
+    let client = admin(s);
+    put(
+        &Api::<GatewayClass>::all(client.clone()),
+        &gateway_class(ns, controller),
+    )
+    .await;
+    client
+}
+
+/// Gateway `gw` of class `ns`, Service `web` on `port` and HTTPRoute `route` on `gw` to it,
+/// all in `ns`.
+pub async fn gateway_and_route(client: &Client, ns: &str, port: i32) {
+    put(
+        &Api::<Gateway>::namespaced(client.clone(), ns),
+        &gateway(ns, "gw", ns),
+    )
+    .await;
+    put(
+        &Api::<Service>::namespaced(client.clone(), ns),
+        &service(ns, "web", port),
+    )
+    .await;
+    put(
+        &Api::<HttpRoute>::namespaced(client.clone(), ns),
+        &route(ns, "route", "gw", &[(ns, "web", port)]),
+    )
+    .await;
+}
+
 /// The resourceVersion of `o`.
 pub fn version<K: Resource>(o: &K) -> String {
     o.resource_version().unwrap_or_default()
@@ -289,4 +323,61 @@ pub async fn kubeconfig_args() -> Vec<String> {
         "--kubeconfig".into(),
         s.kubeconfig_path().display().to_string(),
     ]
+}
+
+/// A BackendTLSPolicy in `ns` on Service `service` (and `section`, if any), validated by these
+/// `caCertificateRefs` (a JSON list of `{group, kind, name}`).
+pub fn backend_tls_policy(
+    ns: &str,
+    name: &str,
+    service: &str,
+    section: Option<&str>,
+    ca_refs: serde_json::Value,
+) -> gateway_api::backendtlspolicies::BackendTlsPolicy {
+    let mut target = json!({"group": "", "kind": "Service", "name": service});
+    if let Some(s) = section {
+        target["sectionName"] = json!(s);
+    }
+    from_json(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "BackendTLSPolicy",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"targetRefs": [target],
+                 "validation": {"caCertificateRefs": ca_refs, "hostname": "abc.example.com"}}
+    }))
+}
+
+/// A ConfigMap with this `ca.crt`.
+pub fn ca_config_map(ns: &str, name: &str, ca_crt: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+    from_json(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns},
+        "data": {"ca.crt": ca_crt}
+    }))
+}
+
+/// A self-signed CA certificate, PEM.
+pub fn ca_pem() -> String {
+    rcgen::generate_simple_self_signed(vec!["ca.example.com".into()])
+        .expect("self-signed certificate")
+        .cert
+        .pem()
+}
+
+/// True when our `status.ancestors` entry for Gateway `gateway` on a policy has condition
+/// `type_` with `status` and `reason`.
+pub fn policy_says(
+    p: &gateway_api::backendtlspolicies::BackendTlsPolicy,
+    controller: &str,
+    gateway: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> bool {
+    p.status
+        .iter()
+        .flat_map(|s| &s.ancestors)
+        .filter(|a| a.controller_name == controller && a.ancestor_ref.name == gateway)
+        .filter(|a| a.ancestor_ref.kind.as_deref() == Some("Gateway"))
+        .flat_map(|a| condition(&a.conditions, type_))
+        .any(|c| c.status == status && c.reason == reason)
 }

@@ -14,6 +14,12 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+/// Runs a blocking wait (a replica's log, an HTTP probe) without stalling the async runtime
+/// (the tests run on a multi-threaded runtime).
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
 /// One log line of a replica, parsed.
 #[derive(Debug, Clone)]
 pub struct Line {

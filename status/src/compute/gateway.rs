@@ -44,6 +44,9 @@ pub(crate) struct GatewayView<'w> {
     pub allowed_listeners: Option<&'w GatewayAllowedListeners>,
     /// Accepted ListenerSets attached to the Gateway; counted by the ListenerSet pass.
     pub attached_listener_sets: i32,
+    /// The Gateway this parent is or belongs to, as (namespace, name): a ListenerSet's is its
+    /// parent Gateway (the ancestor a BackendTLSPolicy names, `policy.rs`).
+    pub gateway: (&'w str, &'w str),
 }
 
 impl GatewayView<'_> {
@@ -120,6 +123,7 @@ pub(crate) fn analyse<'w>(
             listeners,
             allowed_listeners: gateway.spec.allowed_listeners.as_ref(),
             attached_listener_sets: 0,
+            gateway: (namespace, name),
         };
         gateways.entry((namespace, name)).or_insert(view);
     }

@@ -7,6 +7,7 @@ use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::Service;
 
 use super::World;
+use crate::configmap::CaBundle;
 use crate::secret::TlsSecret;
 
 /// The labels of a namespace that has none.
@@ -16,6 +17,7 @@ static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 pub(crate) struct Index<'w> {
     services: HashMap<(&'w str, &'w str), &'w Service>,
     secrets: HashMap<(&'w str, &'w str), &'w TlsSecret>,
+    config_maps: HashMap<(&'w str, &'w str), &'w CaBundle>,
     grants: HashMap<&'w str, Vec<&'w ReferenceGrant>>,
     namespaces: HashMap<&'w str, &'w BTreeMap<String, String>>,
 }
@@ -36,6 +38,14 @@ impl<'w> Index<'w> {
                 secrets.entry((ns.as_str(), name.as_str())).or_insert(&**s);
             }
         }
+        let mut config_maps = HashMap::with_capacity(world.config_maps.len());
+        for c in &world.config_maps {
+            if let (Some(ns), Some(name)) = (&c.namespace, &c.name) {
+                config_maps
+                    .entry((ns.as_str(), name.as_str()))
+                    .or_insert(&**c);
+            }
+        }
         let mut grants: HashMap<&str, Vec<&ReferenceGrant>> = HashMap::new();
         for g in &world.reference_grants {
             if let Some(ns) = &g.metadata.namespace {
@@ -53,6 +63,7 @@ impl<'w> Index<'w> {
         Index {
             services,
             secrets,
+            config_maps,
             grants,
             namespaces,
         }
@@ -66,6 +77,11 @@ impl<'w> Index<'w> {
     /// The Secret `namespace/name`, reduced, if it exists.
     pub(crate) fn secret(&self, namespace: &str, name: &str) -> Option<&'w TlsSecret> {
         self.secrets.get(&(namespace, name)).copied()
+    }
+
+    /// The ConfigMap `namespace/name`, reduced, if it exists.
+    pub(crate) fn config_map(&self, namespace: &str, name: &str) -> Option<&'w CaBundle> {
+        self.config_maps.get(&(namespace, name)).copied()
     }
 
     /// The ReferenceGrants in `namespace`.

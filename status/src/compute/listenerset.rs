@@ -161,6 +161,7 @@ pub(crate) fn analyse<'a>(
             listeners,
             allowed_listeners: None,
             attached_listener_sets: 0,
+            gateway: parent,
         };
         sets.entry((p.namespace, p.name)).or_insert(view);
     }

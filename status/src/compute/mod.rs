@@ -11,7 +11,8 @@
 //! as 0. Nothing here panics on any input.
 //!
 //! HTTPRoutes, GRPCRoutes and TLSRoutes go through one route engine (`route.rs`); each kind
-//! only describes what the engine reads of it.
+//! only describes what the engine reads of it. The engine also tells which of our Gateways
+//! reach which Services, and BackendTLSPolicies take their ancestors from that (`policy.rs`).
 //!
 //! ListenerSets (`listenerset.rs`) come between the Gateways and the routes: their listeners
 //! are judged after the Gateway's, and routes attach to them through parentRefs of kind
@@ -29,6 +30,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
@@ -38,6 +40,7 @@ use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 
+use crate::configmap::CaBundle;
 use crate::desired::Desired;
 use crate::key::ObjectKey;
 use crate::secret::TlsSecret;
@@ -48,6 +51,7 @@ mod hostname;
 mod index;
 mod listener;
 mod listenerset;
+mod policy;
 mod reason;
 mod refs;
 mod route;
@@ -80,6 +84,10 @@ pub struct World {
     pub namespaces: Vec<Arc<Namespace>>,
     /// All Secrets, reduced to what listeners' certificateRefs need.
     pub secrets: Vec<Arc<TlsSecret>>,
+    /// All BackendTLSPolicies (none while their CRD is not installed).
+    pub backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
+    /// All ConfigMaps, reduced to what BackendTLSPolicies' caCertificateRefs need.
+    pub config_maps: Vec<Arc<CaBundle>>,
     /// The `gateway.networking.k8s.io/bundle-version` annotation of the installed GatewayClass
     /// CRD, when it could be read.
     pub bundle_version: Option<String>,
@@ -93,7 +101,7 @@ pub fn compute(world: &World, controller_name: &str) -> BTreeMap<ObjectKey, Desi
     let prepared = listenerset::prepare(world);
     let mut gateways = gateway::analyse(world, &classes, &index);
     let mut sets = listenerset::analyse(&prepared, &mut gateways, &index);
-    route::compute(
+    let reach = route::compute(
         world,
         controller_name,
         &mut gateways,
@@ -101,6 +109,7 @@ pub fn compute(world: &World, controller_name: &str) -> BTreeMap<ObjectKey, Desi
         &index,
         &mut out,
     );
+    policy::compute(world, controller_name, &reach, &index, &mut out);
     gateway::emit(gateways, &mut out);
     listenerset::emit(sets, &mut out);
     out

@@ -63,6 +63,12 @@ pub(crate) const BACKEND_NOT_FOUND: &str = "BackendNotFound";
 pub(crate) const NOT_ALLOWED: &str = "NotAllowed";
 /// ListenerSet: its Gateway is not accepted (`ListenerSetReasonParentNotAccepted`).
 pub(crate) const PARENT_NOT_ACCEPTED: &str = "ParentNotAccepted";
+/// BackendTLSPolicy: `Accepted` False because every caCertificateRef is invalid
+/// (`apis/v1/backendtlspolicy_types.go`, `BackendTLSPolicyReasonNoValidCACertificate`).
+pub(crate) const NO_VALID_CA_CERTIFICATE: &str = "NoValidCACertificate";
+/// BackendTLSPolicy: a caCertificateRef names a ConfigMap that does not exist or whose `ca.crt`
+/// is missing or malformed (`BackendTLSPolicyReasonInvalidCACertificateRef`).
+pub(crate) const INVALID_CA_CERTIFICATE_REF: &str = "InvalidCACertificateRef";
 
 #[cfg(test)]
 mod tests {

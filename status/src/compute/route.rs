@@ -27,7 +27,7 @@
 //! the listener's own conditions, as the spec's `attachedRoutes` text requires; every kind counts
 //! in the same `attachedRoutes`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use gateway_api::grpcroutes::GrpcRoute;
@@ -93,8 +93,13 @@ pub(crate) trait Route {
     fn view(&self) -> RouteView<'_>;
 }
 
-/// Adds the desired status of each route related to us, of every kind, to `out`, and counts
-/// attachments into the Gateways and ListenerSets.
+/// Which of our Gateways each Service is reached from: Service (namespace, name) to the
+/// Gateways (namespace, name) that accepted a route (of any kind) with a backendRef to it.
+/// BackendTLSPolicies' ancestors follow from it (`policy.rs`).
+pub(crate) type Reach<'w> = BTreeMap<(&'w str, &'w str), BTreeSet<(&'w str, &'w str)>>;
+
+/// Adds the desired status of each route related to us, of every kind, to `out`, counts
+/// attachments into the Gateways and ListenerSets, and returns which Gateways reach which Services.
 pub(crate) fn compute<'w>(
     world: &'w World,
     controller_name: &str,
@@ -102,12 +107,14 @@ pub(crate) fn compute<'w>(
     sets: &mut ListenerSets<'w>,
     index: &Index<'_>,
     out: &mut BTreeMap<ObjectKey, Desired>,
-) {
+) -> Reach<'w> {
+    let mut reach = Reach::new();
     let mut parents = Parents { gateways, sets };
-    let p = &mut parents;
-    compute_kind(&world.http_routes, controller_name, p, index, out);
-    compute_kind(&world.grpc_routes, controller_name, p, index, out);
-    compute_kind(&world.tls_routes, controller_name, p, index, out);
+    let (p, r) = (&mut parents, &mut reach);
+    compute_kind(&world.http_routes, controller_name, p, index, out, r);
+    compute_kind(&world.grpc_routes, controller_name, p, index, out, r);
+    compute_kind(&world.tls_routes, controller_name, p, index, out, r);
+    reach
 }
 
 /// The parents routes attach to.
@@ -151,6 +158,7 @@ fn compute_kind<'w, R: Route>(
     gateways: &mut Parents<'_, 'w>,
     index: &Index<'_>,
     out: &mut BTreeMap<ObjectKey, Desired>,
+    reach: &mut Reach<'w>,
 ) {
     for route in routes {
         let meta = route.meta();
@@ -173,6 +181,12 @@ fn compute_kind<'w, R: Route>(
         // A route attached to one listener through two parentRefs counts once there.
         attachments.sort_unstable();
         attachments.dedup();
+        // A route attached through a ListenerSet reaches its Services from the parent Gateway.
+        let reached: Vec<_> = attachments
+            .iter()
+            .filter_map(|(target, _)| gateways.get(*target).map(|g| g.gateway))
+            .collect();
+        record_reach::<R>(&view, namespace, &reached, index, reach);
         for (target, listener) in attachments {
             if let Some(count) = gateways
                 .get_mut(target)
@@ -191,6 +205,45 @@ fn compute_kind<'w, R: Route>(
                 },
             );
         }
+    }
+}
+
+/// Records that the Gateways which accepted the route (those it attached to) reach each core
+/// Service its backendRefs name and may name (same namespace, or a ReferenceGrant allows it).
+fn record_reach<'w, R: Route>(
+    view: &RouteView<'w>,
+    namespace: &'w str,
+    gateways: &[(&'w str, &'w str)],
+    index: &Index<'_>,
+    reach: &mut Reach<'w>,
+) {
+    if gateways.is_empty() {
+        return;
+    }
+    let from = refs::Referrer {
+        group: GATEWAY_GROUP,
+        kind: R::KIND.as_str(),
+        namespace,
+    };
+    let services = view
+        .backend_refs
+        .iter()
+        .filter(|r| r.group.unwrap_or("").is_empty() && r.kind.unwrap_or("Service") == "Service");
+    for r in services {
+        let service = (non_empty(r.namespace).unwrap_or(namespace), r.name);
+        let to = refs::Referent {
+            group: "",
+            kind: "Service",
+            namespace: service.0,
+            name: service.1,
+        };
+        if !refs::permitted(index, &from, &to) {
+            continue;
+        }
+        reach
+            .entry(service)
+            .or_default()
+            .extend(gateways.iter().copied());
     }
 }
 
