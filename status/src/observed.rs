@@ -34,46 +34,25 @@ pub trait Watched: StatusObject + Resource<DynamicType = ()> + Clone + 'static {
     fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>>;
 }
 
-impl Watched for GatewayClass {
-    fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>> {
-        stores.gateway_classes.get(object)
-    }
+/// Each kind's copies are in its slot of [`Stores`].
+macro_rules! watched {
+    ($($kind:ty => $slot:ident),+ $(,)?) => {$(
+        impl Watched for $kind {
+            fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>> {
+                stores.$slot.get(object)
+            }
+        }
+    )+};
 }
 
-impl Watched for Gateway {
-    fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>> {
-        stores.gateways.get(object)
-    }
-}
-
-impl Watched for HttpRoute {
-    fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>> {
-        stores.http_routes.get(object)
-    }
-}
-
-impl Watched for GrpcRoute {
-    fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>> {
-        stores.grpc_routes.get(object)
-    }
-}
-
-impl Watched for TlsRoute {
-    fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>> {
-        stores.tls_routes.get(object)
-    }
-}
-
-impl Watched for ListenerSet {
-    fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>> {
-        stores.listener_sets.get(object)
-    }
-}
-
-impl Watched for BackendTlsPolicy {
-    fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>> {
-        stores.backend_tls_policies.get(object)
-    }
+watched! {
+    GatewayClass => gateway_classes,
+    Gateway => gateways,
+    HttpRoute => http_routes,
+    GrpcRoute => grpc_routes,
+    TlsRoute => tls_routes,
+    ListenerSet => listener_sets,
+    BackendTlsPolicy => backend_tls_policies,
 }
 
 /// The watched copy of `key`'s object, if the watch holds one.
