@@ -152,8 +152,11 @@ async fn reach(inner: &Inner) -> Result<(), Option<etcd_client::Error>> {
     };
     let mut kv = client.kv_client();
     match tokio::time::timeout(inner.timeout, kv.get(inner.key.clone(), None)).await {
-        Ok(Ok(_)) => {
+        Ok(Ok(r)) => {
             inner.members.keep(i, client);
+            if let Some(h) = r.header() {
+                inner.members.learn(i, h.member_id());
+            }
             Ok(())
         }
         Ok(Err(e)) => Err(Some(e)),

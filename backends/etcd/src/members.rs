@@ -12,13 +12,14 @@
 //! (`lock.rs`), the lease keep-alive stream reopens there (`keepalive.rs`), and a watch opened on
 //! the member left behind ends so the elector reopens it on the new one (`watch.rs`).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
 use leader_lock::LockError;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::error::map_error;
@@ -27,7 +28,18 @@ use crate::error::map_error;
 struct Member {
     url: String,
     client: Mutex<Option<Client>>,
+    /// Its etcd member ID once an answer named it (0: not yet), to recognise it as the Raft
+    /// leader other members still name after it died.
+    id: AtomicU64,
 }
+
+/// How often the members are asked again while they all still name a killed member as their
+/// Raft leader: a request sent there would hang for a whole request timeout.
+const ELECTION_POLL: Duration = Duration::from_millis(50);
+
+/// How many request timeouts a choice waits for an election at most: an attempt's whole budget
+/// (`lock.rs`), past which a hanging write costs no more than giving up.
+const ELECTION_TRIES: u32 = 4;
 
 /// The members and which one is current.
 pub(crate) struct Members {
@@ -39,6 +51,9 @@ pub(crate) struct Members {
     moved: watch::Sender<usize>,
     /// The member that failed last, while the next one is not chosen yet (`usize::MAX`: none).
     left: AtomicUsize,
+    /// Whether the member that failed last refused (it is down) rather than timed out (it may
+    /// be frozen, or cut off from us but not from the cluster).
+    left_down: AtomicBool,
     /// One choice at a time.
     choosing: tokio::sync::Mutex<()>,
 }
@@ -52,6 +67,7 @@ impl Members {
                 .map(|url| Member {
                     url: url.clone(),
                     client: Mutex::new(None),
+                    id: AtomicU64::new(0),
                 })
                 .collect(),
             options,
@@ -59,6 +75,7 @@ impl Members {
             current: AtomicUsize::new(0),
             moved: watch::channel(0).0,
             left: AtomicUsize::new(usize::MAX),
+            left_down: AtomicBool::new(false),
             choosing: tokio::sync::Mutex::new(()),
         }
     }
@@ -148,6 +165,8 @@ impl Members {
             .is_ok()
         {
             guard(&self.members[i].client).take();
+            self.left_down
+                .store(!matches!(e, LockError::Timeout(_)), Ordering::Release);
             self.left.store(i, Ordering::Release);
             self.moved.send_replace(next);
             warn!(from = %self.members[i].url, error = %e, "etcd member failed a request; leaving it for another endpoint");
@@ -159,6 +178,18 @@ impl Members {
     /// leader becomes current; else the first that answers; else the next in turn. A frozen or
     /// cut-off member does not answer, a killed one fails at once, so neither is chosen while a
     /// healthy one answers, and coming back round to it does not cost another timeout.
+    ///
+    /// When the member left behind is down (it refused) and was the Raft leader, the others
+    /// still name it until they elect another one (etcd's election timeout and more), and a
+    /// write sent to them meanwhile is forwarded to the dead leader and hangs for a whole
+    /// request timeout even if the election ends a moment later: with 5 s / 3 s / 1 s that
+    /// tail made the leading replica step down about once in 13 kills. So while every member
+    /// that answers names the dead member or no leader, they are asked again every
+    /// [`ELECTION_POLL`] (for at most an attempt's budget; the elector ends the attempt sooner
+    /// when the leadership's validity runs out), and the write goes out as soon as one knows
+    /// the new leader. A member that timed out is never taken for dead: it may be cut off from
+    /// us only, still leading the others; nor is one that refused a request and then answers
+    /// its status (a passing "unavailable" from a live leader).
     async fn choose(&self) {
         let _one = self.choosing.lock().await;
         let left = self.left.swap(usize::MAX, Ordering::AcqRel);
@@ -167,12 +198,36 @@ impl Members {
         }
         let n = self.members.len();
         let limit = (self.timeout / 2).max(Duration::from_millis(100));
+        let dead = if self.left_down.load(Ordering::Acquire) {
+            self.members[left].id.load(Ordering::Acquire)
+        } else {
+            0
+        };
+        let waited = Instant::now();
         let order: Vec<usize> = (1..n).map(|k| (left + k) % n).collect();
-        let answers = futures::future::join_all(order.iter().map(|&i| self.status(i, limit))).await;
+        let (answers, dead) = loop {
+            // The member left behind is asked too: one that answers is alive (it failed with a
+            // passing "unavailable", say) and is not waited out even if the others name it.
+            let (answers, left_alive) = tokio::join!(
+                futures::future::join_all(order.iter().map(|&i| self.status(i, limit))),
+                async { dead != 0 && self.status(left, limit).await.is_some() }
+            );
+            let dead = if left_alive { 0 } else { dead };
+            let leader_known = answers
+                .iter()
+                .any(|a| a.is_some_and(|leader| leader != 0 && leader != dead));
+            let electing = dead != 0
+                && answers.iter().any(Option::is_some)
+                && answers.iter().flatten().all(|&l| l == 0 || l == dead);
+            if leader_known || !electing || waited.elapsed() >= self.timeout * ELECTION_TRIES {
+                break (answers, dead);
+            }
+            tokio::time::sleep(ELECTION_POLL).await;
+        };
         let pick = order
             .iter()
             .zip(&answers)
-            .find(|(_, a)| **a == Some(true))
+            .find(|(_, a)| a.is_some_and(|l| l != 0 && l != dead))
             .or_else(|| order.iter().zip(&answers).find(|(_, a)| a.is_some()))
             .map(|(i, _)| *i);
         if let Some(i) = pick {
@@ -181,12 +236,19 @@ impl Members {
             }
         }
         let now = self.current();
-        info!(endpoint = %self.url(now), answered = ?answers, "using etcd endpoint");
+        info!(endpoint = %self.url(now), answered = ?answers, waited = ?waited.elapsed(), "using etcd endpoint");
     }
 
-    /// Member `i`'s status within `limit`: `Some(true)` when it knows a Raft leader, `Some(false)`
-    /// when it answers without one, `None` when it does not answer.
-    async fn status(&self, i: usize, limit: Duration) -> Option<bool> {
+    /// Remembers member `i`'s etcd member ID, from the header of one of its answers.
+    pub(crate) fn learn(&self, i: usize, id: u64) {
+        if let Some(m) = self.members.get(i) {
+            m.id.store(id, Ordering::Release);
+        }
+    }
+
+    /// Member `i`'s status within `limit`: the Raft leader it knows (0: none), or `None` when it
+    /// does not answer.
+    async fn status(&self, i: usize, limit: Duration) -> Option<u64> {
         let member = &self.members[i];
         let cached = guard(&member.client).clone();
         let probe = async {
@@ -201,7 +263,10 @@ impl Members {
                 }
             };
             let status = client.maintenance_client().status().await.ok()?;
-            Some(status.leader() != 0)
+            if let Some(h) = status.header() {
+                member.id.store(h.member_id(), Ordering::Release);
+            }
+            Some(status.leader())
         };
         tokio::time::timeout(limit, probe).await.ok().flatten()
     }
