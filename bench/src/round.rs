@@ -74,6 +74,7 @@ pub async fn run(
         Scenario::BackendRestart => server.restart(cluster).await?,
         Scenario::Partition => lane.partition(old.slot, true)?,
         Scenario::Chaos => return Err(anyhow!("chaos is drawn per round, not run as such")),
+        Scenario::Scale => return Err(anyhow!("scale runs on its own (bench/src/scale.rs)")),
     };
     let back = clock::mono_ms();
     // A change that only the next leadership should write. A stopped, killed or frozen leader
@@ -84,7 +85,7 @@ pub async fn run(
     let old_can_write = match scenario {
         Scenario::Graceful | Scenario::Crash | Scenario::Pause => false,
         Scenario::Partition => server.backend() != Backend::Kubernetes,
-        Scenario::Vanish | Scenario::BackendRestart | Scenario::Chaos => true,
+        Scenario::Vanish | Scenario::BackendRestart | Scenario::Chaos | Scenario::Scale => true,
     };
     let end_patience = plan.timing.lease_duration + Duration::from_secs(10);
     if old_can_write {
@@ -225,7 +226,7 @@ async fn finish(
             lane.spawn(slot)?;
         }
         // Nothing was stopped: the same replicas go on.
-        Scenario::Vanish | Scenario::BackendRestart | Scenario::Chaos => {}
+        Scenario::Vanish | Scenario::BackendRestart | Scenario::Chaos | Scenario::Scale => {}
         Scenario::Pause | Scenario::Partition => {
             let held_for = plan.timing.lease_duration + Duration::from_millis(500);
             let left = at + held_for.as_secs_f64() * 1e3 - clock::mono_ms();

@@ -25,6 +25,10 @@ pub enum Scenario {
     /// Each round one of the others, dealt from a shuffled deck (every one once in six rounds):
     /// the long run that hunts for split brain.
     Chaos,
+    /// Two replicas over `--routes` HTTPRoutes: memory, a graceful takeover's requests and
+    /// check time, the first write of a route changed at the takeover, and a burst of changes
+    /// (runs alone; `bench/src/scale.rs`).
+    Scale,
 }
 
 impl Scenario {
@@ -40,7 +44,7 @@ impl Scenario {
 
     /// Every name `--scenario` accepts, `all` aside.
     pub const NAMES: &'static str =
-        "graceful, crash, pause, vanish, backend-restart, partition, chaos";
+        "graceful, crash, pause, vanish, backend-restart, partition, chaos, scale";
 
     /// The name on the command line and in the output.
     pub fn name(self) -> &'static str {
@@ -52,6 +56,7 @@ impl Scenario {
             Scenario::BackendRestart => "backend-restart",
             Scenario::Partition => "partition",
             Scenario::Chaos => "chaos",
+            Scenario::Scale => "scale",
         }
     }
 
@@ -59,7 +64,7 @@ impl Scenario {
     pub fn parse(s: &str) -> Option<Scenario> {
         Self::ALL
             .into_iter()
-            .chain([Scenario::Chaos])
+            .chain([Scenario::Chaos, Scenario::Scale])
             .find(|x| x.name() == s)
     }
 
