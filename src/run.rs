@@ -263,7 +263,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             leadership.clone(),
         )
     });
-    let status = StatusController::start(client, leadership, writer, synced_tx);
+    let mut status = StatusController::start(client, leadership, writer, synced_tx);
     let sig = signals.recv().await;
     let deadline = Instant::now() + SHUTDOWN_BUDGET;
     info!(
@@ -272,12 +272,14 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         "shutting down: no new writes, draining, then releasing"
     );
     // The writer stops scheduling while the elector refuses new permits, waits for the writes
-    // in flight (each bounded by its validity deadline), and only then releases the lock.
-    let ((), stopped) = tokio::join!(status.stop(), elector.shutdown());
+    // in flight (each bounded by its validity deadline), and only then releases the lock. The
+    // rest (watches, computation) is torn down after the release: a follower is waiting.
+    let ((), stopped) = tokio::join!(status.stop_writing(), elector.shutdown());
     match stopped {
         Ok(released) => info!(released, "elector stopped"),
         Err(e) => warn!(error = %e, "elector stopped without a clean release"),
     }
+    status.stop().await;
     let _ = logger.await;
     if let Some(ev) = events {
         // The "stopped leading" Event (each post is bounded on its own), within the budget.

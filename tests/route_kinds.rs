@@ -1,6 +1,7 @@
 //! GRPCRoute and TLSRoute on a real kube-apiserver with the upstream CRDs: each reason of the
 //! shared route engine shows on the new kinds, Gateways count them in `attachedRoutes`, and a
-//! takeover in the middle of changes to them loses none.
+//! takeover in the middle of changes to them loses none (and a status someone else overwrote is
+//! seen on the watch and written back).
 
 mod common;
 
@@ -12,6 +13,7 @@ use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::Service;
+use kube::api::PostParams;
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -331,4 +333,22 @@ async fn a_takeover_in_the_middle_of_changes_to_grpc_and_tls_routes_loses_none()
             "{name}: the new leader wrote it: {r:?}"
         );
     }
+
+    // Our entry removed by another writer: nothing the statuses are computed from changed, so
+    // only the watched copy shows it (docs/architecture.md, "Leadership changes and shutdown").
+    let mut g = grpc.get_status("g").await.expect("grpc route");
+    g.status = Some(serde_json::from_value(json!({"parents": []})).expect("empty status"));
+    g.metadata.managed_fields = None;
+    grpc.replace_status("g", &PostParams::default(), &g)
+        .await
+        .expect("cleared");
+    expect(
+        &grpc,
+        controller,
+        "g",
+        "ResolvedRefs",
+        "False",
+        "BackendNotFound",
+    )
+    .await;
 }

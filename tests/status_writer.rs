@@ -376,6 +376,32 @@ async fn another_controllers_parent_entries_are_never_touched() {
     assert_eq!(parents[1].parent_ref.name, "gw");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_someone_else_overwrote_is_written_back_from_the_watch() {
+    let scene = Scene::new("drift").await;
+    let args = scene.args();
+    let _replicas = start_led_by(&["dr-a"], &args);
+    scene.wait_settled().await;
+    // Our entry removed by another writer: nothing the statuses are computed from changed, so
+    // only the watched copy shows it.
+    let mut r = scene.routes.get_status("route").await.expect("route");
+    r.status = Some(gateway_api::httproutes::HttpRouteStatus { parents: vec![] });
+    r.metadata.managed_fields = None;
+    let cleared = scene
+        .routes
+        .replace_status("route", &PostParams::default(), &r)
+        .await
+        .expect("cleared");
+    scene.wait_settled().await;
+    let back = scene.routes.get("route").await.expect("route");
+    assert_ne!(
+        version(&back),
+        version(&cleared),
+        "the leader wrote the route again"
+    );
+    assert!(status_managers(&back).contains(&manager_of("dr-a")));
+}
+
 fn from_json_condition() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
     serde_json::from_value(json!({
         "type": "Accepted", "status": "True", "reason": "Accepted", "message": "",

@@ -21,6 +21,8 @@ pub const WAKEUPS: [&str; 2] = ["watch", "poll"];
 
 /// The most rounds per backend and scenario.
 pub const MAX_ROUNDS: usize = 100_000;
+/// The most HTTPRoutes the `scale` scenario creates.
+pub const MAX_ROUTES: usize = 100_000;
 
 /// Flags of `gateway-leader-bench run`.
 #[derive(Debug, Args)]
@@ -81,6 +83,9 @@ pub struct BenchArgs {
     /// The `gateway-leader` binary the replicas run [default: the one beside this executable].
     #[arg(long, value_name = "FILE")]
     pub binary: Option<PathBuf>,
+    /// HTTPRoutes of the `scale` scenario (the burst changes up to 1,000 of them).
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub routes: usize,
 }
 
 /// What to run, checked.
@@ -110,6 +115,8 @@ pub struct Plan {
     pub kubeconfig: Option<PathBuf>,
     /// Existing lock servers.
     pub endpoints: Endpoints,
+    /// HTTPRoutes of the `scale` scenario.
+    pub routes: usize,
 }
 
 /// Expands repeatable values with `all`, keeping the order of first mention and no duplicate.
@@ -253,6 +260,15 @@ impl BenchArgs {
                     .into(),
             );
         }
+        if scenarios.contains(&Scenario::Scale) && scenarios.len() > 1 {
+            return Err("--scenario scale: runs alone; give it without other scenarios".into());
+        }
+        if !(1..=MAX_ROUTES).contains(&self.routes) {
+            return Err(format!(
+                "--routes {}: accepted: 1 to {MAX_ROUTES}",
+                self.routes
+            ));
+        }
         if !(2..=MAX_REPLICAS).contains(&self.replicas) {
             return Err(format!(
                 "--replicas {}: accepted: 2 to {MAX_REPLICAS} (a failover needs a follower)",
@@ -305,6 +321,7 @@ impl BenchArgs {
                 etcd: self.etcd_endpoints.clone(),
                 redis: self.redis_url.clone(),
             },
+            routes: self.routes,
         })
     }
 }

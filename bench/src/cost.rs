@@ -60,7 +60,7 @@ pub fn rss_mib(pid: u32) -> Option<f64> {
 
 /// Sums the samples of `metric` (optionally only those whose labels contain `label`) in
 /// Prometheus text.
-fn sum_metric(text: &str, metric: &str, label: Option<&str>) -> f64 {
+pub(crate) fn sum_metric(text: &str, metric: &str, label: Option<&str>) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter(|l| {

@@ -24,6 +24,7 @@ pub mod plot;
 pub mod replica;
 pub mod report;
 pub mod round;
+pub mod scale;
 pub mod scenario;
 pub mod stats;
 
@@ -84,6 +85,9 @@ pub fn main(args: BenchArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if plan.scenarios == [Scenario::Scale] {
+        return scale::main(&rt, &plan, &exe);
+    }
     let report = match rt.block_on(run_until_signal(&plan, &exe)) {
         Ok(r) => r,
         Err(e) => {
@@ -168,14 +172,7 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
             let ns = format!("bench-{label}");
             let controller = format!("gateway-leader.dev/bench-{label}");
             let route = cluster.lane(&ns, &controller).await?;
-            let mut common = vec![
-                "--leader-election-lock-name".to_string(),
-                format!("{ns}-lock"),
-                "--controller-name".into(),
-                controller,
-            ];
-            common.extend(plan.timing_args.iter().cloned());
-            common.extend(["--wakeup".to_string(), wakeup.to_string()]);
+            let common = lane_args(plan, &ns, controller, wakeup);
             let logs: PathBuf = plan.out.join("logs").join(&label);
             pb.set_message(format!("{label}: starting {} replicas", plan.replicas));
             let lock = format!("{ns}-lock");
@@ -319,10 +316,24 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
     })
 }
 
+/// The `run` flags every replica of a lane shares: its lock (named after the lane's namespace
+/// `ns`), its controller name, the plan's timing and the wake-up mode.
+pub(crate) fn lane_args(plan: &Plan, ns: &str, controller: String, wakeup: &str) -> Vec<String> {
+    let mut common = vec![
+        "--leader-election-lock-name".to_string(),
+        format!("{ns}-lock"),
+        "--controller-name".into(),
+        controller,
+    ];
+    common.extend(plan.timing_args.iter().cloned());
+    common.extend(["--wakeup".to_string(), wakeup.to_string()]);
+    common
+}
+
 /// Each slot's flags for a lane: `common`, plus where the slot reaches the lock's server and
 /// the apiserver. With partitions planned each slot gets its own proxies to the lock's server
 /// (for the Kubernetes lock, to the apiserver, through a kubeconfig of its own).
-async fn slot_args(
+pub(crate) async fn slot_args(
     plan: &Plan,
     server: &LockServer,
     cluster: &Cluster,

@@ -97,6 +97,7 @@ pub async fn run(
         }
         Scenario::Partition => lane.partition(old.slot, true)?,
         Scenario::Chaos => return Err(anyhow!("chaos is drawn per round, not run as such")),
+        Scenario::Scale => return Err(anyhow!("scale runs on its own (bench/src/scale.rs)")),
         s => return Err(anyhow!("{s} is run by the member rounds")),
     };
     // The lock's server is back (or, after a Sentinel failover, the replica was promoted): a
@@ -260,7 +261,8 @@ async fn finish(
         | Scenario::MemberCut
         | Scenario::MemberRestart
         | Scenario::RollingRestart
-        | Scenario::SentinelFailover => {}
+        | Scenario::SentinelFailover
+        | Scenario::Scale => {}
         Scenario::Pause | Scenario::Partition => {
             let held_for = plan.timing.lease_duration + Duration::from_millis(500);
             let left = at + held_for.as_secs_f64() * 1e3 - clock::mono_ms();

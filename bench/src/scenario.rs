@@ -40,6 +40,10 @@ pub enum Scenario {
     /// `redis-sentinel` only: the Redis primary SIGKILLed and the replica promoted by the
     /// Sentinels (the killed node started again afterwards, to become the next replica).
     SentinelFailover,
+    /// Two replicas over `--routes` HTTPRoutes: memory, a graceful takeover's requests and
+    /// check time, the first write of a route changed at the takeover, and a burst of changes
+    /// (runs alone; `bench/src/scale.rs`).
+    Scale,
 }
 
 impl Scenario {
@@ -65,7 +69,7 @@ impl Scenario {
 
     /// Every name `--scenario` accepts, `all` aside.
     pub const NAMES: &'static str = "graceful, crash, pause, vanish, backend-restart, partition, \
-         chaos, member-kill, member-freeze, member-cut, member-restart, rolling-restart, \
+         chaos, scale, member-kill, member-freeze, member-cut, member-restart, rolling-restart, \
          sentinel-failover";
 
     /// The name on the command line and in the output.
@@ -84,6 +88,7 @@ impl Scenario {
             Scenario::MemberRestart => "member-restart",
             Scenario::RollingRestart => "rolling-restart",
             Scenario::SentinelFailover => "sentinel-failover",
+            Scenario::Scale => "scale",
         }
     }
 
@@ -91,7 +96,7 @@ impl Scenario {
     pub fn parse(s: &str) -> Option<Scenario> {
         Self::ALL
             .into_iter()
-            .chain([Scenario::Chaos])
+            .chain([Scenario::Chaos, Scenario::Scale])
             .chain(Self::MEMBER)
             .chain([Scenario::SentinelFailover])
             .find(|x| x.name() == s)
@@ -122,7 +127,7 @@ mod tests {
     fn every_name_parses_back_and_is_listed() {
         for s in Scenario::ALL
             .into_iter()
-            .chain([Scenario::Chaos])
+            .chain([Scenario::Chaos, Scenario::Scale])
             .chain(Scenario::MEMBER)
             .chain([Scenario::SentinelFailover])
         {

@@ -3,6 +3,10 @@
 //! Every replica keeps it current, leader or not, so that a new leader has every status at hand
 //! and writes them at once. A newer computation replaces an older one; an object whose desired
 //! status changed is marked dirty until the writer has written (or found) it.
+//!
+//! Dirty objects come in two tiers: changes (a new desired status, a watched copy that drifted, a
+//! write to try again) go before the re-check of everything a new leadership starts with, so a
+//! change seen after a takeover never waits behind that sweep.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -22,7 +26,18 @@ pub struct StatusCache {
 #[derive(Debug, Default)]
 struct State {
     desired: BTreeMap<ObjectKey, Desired>,
+    /// Changes: written first.
     dirty: BTreeSet<ObjectKey>,
+    /// A new leadership's re-check of every cached status; never also in `dirty`.
+    recheck: BTreeSet<ObjectKey>,
+}
+
+impl State {
+    /// Marks `key` as changed; true when it was not dirty yet.
+    fn mark(&mut self, key: &ObjectKey) -> bool {
+        self.recheck.remove(key);
+        self.dirty.insert(key.clone())
+    }
 }
 
 impl StatusCache {
@@ -42,11 +57,12 @@ impl StatusCache {
         let mut st = self.state();
         let mut marked = 0;
         for (key, want) in &next {
-            if st.desired.get(key) != Some(want) && st.dirty.insert(key.clone()) {
+            if st.desired.get(key) != Some(want) && st.mark(key) {
                 marked += 1;
             }
         }
         st.dirty.retain(|k| next.contains_key(k));
+        st.recheck.retain(|k| next.contains_key(k));
         st.desired = next;
         drop(st);
         if marked > 0 {
@@ -55,11 +71,30 @@ impl StatusCache {
         marked
     }
 
-    /// Marks every cached status dirty (a new leadership re-checks them all); returns them.
+    /// Marks `keys` as changed (their watched copies drifted from the desired status), those
+    /// that are still wanted; returns how many became dirty.
+    pub fn mark_dirty(&self, keys: &[ObjectKey]) -> usize {
+        let mut st = self.state();
+        let mut marked = 0;
+        for key in keys {
+            if st.desired.contains_key(key) && st.mark(key) {
+                marked += 1;
+            }
+        }
+        drop(st);
+        if marked > 0 {
+            self.changed.notify_one();
+        }
+        marked
+    }
+
+    /// Marks every cached status for a re-check (a new leadership checks them all), behind the
+    /// changes already dirty and any that come later; returns every cached key.
     pub fn mark_all_dirty(&self) -> HashSet<ObjectKey> {
         let mut st = self.state();
         let keys: HashSet<ObjectKey> = st.desired.keys().cloned().collect();
-        st.dirty.extend(keys.iter().cloned());
+        let State { dirty, recheck, .. } = &mut *st;
+        recheck.extend(keys.iter().filter(|k| !dirty.contains(*k)).cloned());
         drop(st);
         self.changed.notify_one();
         keys
@@ -69,26 +104,29 @@ impl StatusCache {
     pub fn requeue(&self, key: &ObjectKey) {
         let mut st = self.state();
         if st.desired.contains_key(key) {
-            st.dirty.insert(key.clone());
+            st.mark(key);
             drop(st);
             self.changed.notify_one();
         }
     }
 
-    /// Takes up to `limit` dirty objects, skipping those in `busy` (being written now; they
-    /// stay dirty for after). Taken ones are no longer dirty.
+    /// Takes up to `limit` dirty objects, changes before the re-check, skipping those in `busy`
+    /// (being written now; they stay dirty for after). Taken ones are no longer dirty.
     pub fn take_dirty(&self, limit: usize, busy: &HashSet<ObjectKey>) -> Vec<(ObjectKey, Desired)> {
         let mut st = self.state();
         let keys: Vec<ObjectKey> = st
             .dirty
             .iter()
+            .chain(st.recheck.iter())
             .filter(|k| !busy.contains(*k))
             .take(limit)
             .cloned()
             .collect();
         keys.into_iter()
             .filter_map(|k| {
-                st.dirty.remove(&k);
+                if !st.dirty.remove(&k) {
+                    st.recheck.remove(&k);
+                }
                 let want = st.desired.get(&k)?.clone();
                 Some((k, want))
             })
@@ -110,9 +148,10 @@ impl StatusCache {
         self.len() == 0
     }
 
-    /// How many objects wait to be written.
+    /// How many objects wait to be written or re-checked.
     pub fn dirty_len(&self) -> usize {
-        self.state().dirty.len()
+        let st = self.state();
+        st.dirty.len() + st.recheck.len()
     }
 
     /// Waits until something became dirty since the last wake-up.
@@ -192,6 +231,32 @@ mod tests {
         assert_eq!(c.dirty_len(), 0);
         assert_eq!(c.mark_all_dirty().len(), 2);
         assert_eq!(c.take_dirty(1, &HashSet::new()).len(), 1, "the limit holds");
+    }
+
+    #[test]
+    fn changes_go_before_the_recheck_of_a_new_leadership() {
+        let c = StatusCache::new();
+        c.replace_all(computed(&[("a", want(1, true)), ("b", want(1, true))]));
+        c.take_dirty(10, &HashSet::new());
+        c.mark_all_dirty();
+        c.replace_all(computed(&[("a", want(1, true)), ("b", want(2, true))]));
+        assert_eq!(c.dirty_len(), 2, "b is dirty once, as a change");
+        let first = c.take_dirty(1, &HashSet::new());
+        assert_eq!(first, vec![(key("b"), want(2, true))]);
+        assert_eq!(
+            c.mark_dirty(&[key("a"), key("gone")]),
+            1,
+            "a drifted; gone is not cached"
+        );
+        assert_eq!(
+            c.take_dirty(10, &HashSet::new()),
+            vec![(key("a"), want(1, true))]
+        );
+        assert_eq!(
+            c.dirty_len(),
+            0,
+            "a was taken once, not again from the re-check"
+        );
     }
 
     #[tokio::test]

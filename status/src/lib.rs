@@ -5,6 +5,7 @@
 //! - [`watch`]: one reflector per kind the computation reads.
 //! - [`compute`]: each kind's desired status from the watched objects (pure).
 //! - [`cache`]: the latest desired status per object and which still need writing.
+//! - [`observed`]: the watched copies a write starts from, and drift from the desired status.
 //! - [`merge`]: the Gateway API's rules for folding our part into an object's status.
 //! - [`writer`]: the guarded writer, which sends only under a valid leadership.
 //! - [`metrics`]: what the writer counts, registered where the caller says.
@@ -24,6 +25,7 @@ pub mod installed;
 pub mod key;
 pub mod merge;
 pub mod metrics;
+pub mod observed;
 pub mod secret;
 pub mod watch;
 
@@ -51,7 +53,7 @@ pub struct StatusController {
     cache: Arc<StatusCache>,
     cancel: CancellationToken,
     background: JoinSet<()>,
-    writer: JoinHandle<()>,
+    writer: Option<JoinHandle<()>>,
 }
 
 impl StatusController {
@@ -89,8 +91,11 @@ impl StatusController {
     /// let config = WriterConfig::default().with_controller_name("example.net/gateway-controller");
     /// let (readiness, _ready) = tokio::sync::watch::channel(Default::default());
     /// let status = StatusController::start(kube, elector.leadership(), config, readiness);
-    /// // ... until a shutdown signal; then stop writing before releasing the lock:
-    /// let ((), released) = tokio::join!(status.stop(), elector.shutdown());
+    /// // ... until a shutdown signal: stop writing while the elector drains and releases the
+    /// // lock, then tear the watches down.
+    /// let mut status = status;
+    /// let ((), released) = tokio::join!(status.stop_writing(), elector.shutdown());
+    /// status.stop().await;
     /// released?;
     /// # Ok(())
     /// # }
@@ -116,15 +121,16 @@ impl StatusController {
         ));
         background.spawn(compute_loop(
             client.clone(),
-            stores,
+            stores.clone(),
             Wakes { changed, looked },
             cache.clone(),
             config.controller_name.clone(),
             ready,
             cancel.child_token(),
         ));
-        let writer = StatusWriter::new(client, cache.clone(), leadership, config);
-        let writer = tokio::spawn(writer.run(cancel.child_token()));
+        let writer =
+            StatusWriter::new(client, cache.clone(), leadership, config).with_watched(stores);
+        let writer = Some(tokio::spawn(writer.run(cancel.child_token())));
         StatusController {
             cache,
             cancel,
@@ -138,10 +144,21 @@ impl StatusController {
         &self.cache
     }
 
-    /// Stops: no new writes; writes in flight finish within the writer's shutdown grace.
-    pub async fn stop(mut self) {
+    /// Stops writing: no new writes; writes in flight finish within the writer's shutdown
+    /// grace. The watches and the computation go on until [`stop`](Self::stop), so a caller can
+    /// release its lock between the two and leave the teardown for after (docs/architecture.md,
+    /// "Leadership changes and shutdown").
+    pub async fn stop_writing(&mut self) {
         self.cancel.cancel();
-        let _ = self.writer.await;
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.await;
+        }
+    }
+
+    /// Stops: no new writes; writes in flight finish within the writer's shutdown grace; then
+    /// the watches and the computation end.
+    pub async fn stop(mut self) {
+        self.stop_writing().await;
         self.background.shutdown().await;
     }
 }
@@ -174,9 +191,13 @@ async fn compute_loop(
         "watches synced; computing statuses"
     );
     let mut first = true;
+    let mut drift = observed::Drift::default();
     loop {
         let desired = compute::compute(&stores.world(bundle_version.clone()), &controller_name);
-        let marked = cache.replace_all(desired);
+        // A watched copy that no longer shows its desired status (written by someone else, or
+        // seen late) is a change to write, like a new desired status.
+        let drifted = drift.check(&stores, &desired, &controller_name);
+        let marked = cache.replace_all(desired) + cache.mark_dirty(&drifted);
         if first {
             info!(objects = cache.len(), "first statuses computed");
             first = false;

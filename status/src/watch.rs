@@ -18,7 +18,7 @@ use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::runtime::reflector::{self, Lookup, Store};
+use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
@@ -35,6 +35,9 @@ use crate::secret::TlsSecret;
 pub const BUNDLE_VERSION_ANNOTATION: &str = "gateway.networking.k8s.io/bundle-version";
 /// The CRD whose bundle version decides `SupportedVersion`.
 pub const GATEWAY_CLASS_CRD: &str = "gatewayclasses.gateway.networking.k8s.io";
+
+/// The annotation in which `kubectl apply` keeps the whole object it applied.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// One watch's progress, as the reflector task reports it to the supervisor
 /// ([`crate::installed`]).
@@ -60,7 +63,7 @@ struct Wake {
 type Running<K> = (Store<K>, Arc<WatchState>);
 
 /// The store of a kind that is watched only while its CRD is installed; empty otherwise.
-struct Slot<K: Resource + 'static>(Arc<Mutex<Option<Running<K>>>>)
+pub(crate) struct Slot<K: Resource + 'static>(Arc<Mutex<Option<Running<K>>>>)
 where
     K::DynamicType: Eq + Hash + Clone;
 
@@ -108,6 +111,12 @@ where
         }
     }
 
+    /// The watched copy of one object, if the kind is watched and the store holds it (also
+    /// before the first list is complete: a write from it carries its `resourceVersion`).
+    pub(crate) fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
+        self.lock().as_ref().and_then(|(store, _)| store.get(key))
+    }
+
     /// The watch's state, if it runs.
     fn state(&self) -> Option<Arc<WatchState>> {
         self.lock().as_ref().map(|(_, s)| s.clone())
@@ -117,14 +126,14 @@ where
 /// The reflectors' stores: a consistent-enough view of everything the computation reads.
 #[derive(Clone)]
 pub struct Stores {
-    gateway_classes: Slot<GatewayClass>,
-    gateways: Slot<Gateway>,
-    http_routes: Slot<HttpRoute>,
-    grpc_routes: Slot<GrpcRoute>,
-    tls_routes: Slot<TlsRoute>,
+    pub(crate) gateway_classes: Slot<GatewayClass>,
+    pub(crate) gateways: Slot<Gateway>,
+    pub(crate) http_routes: Slot<HttpRoute>,
+    pub(crate) grpc_routes: Slot<GrpcRoute>,
+    pub(crate) tls_routes: Slot<TlsRoute>,
     reference_grants: Slot<ReferenceGrant>,
-    listener_sets: Slot<ListenerSet>,
-    backend_tls_policies: Slot<BackendTlsPolicy>,
+    pub(crate) listener_sets: Slot<ListenerSet>,
+    pub(crate) backend_tls_policies: Slot<BackendTlsPolicy>,
     services: Running<Service>,
     namespaces: Running<Namespace>,
     secrets: Running<TlsSecret>,
@@ -330,8 +339,19 @@ where
 {
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+    // The stores keep what the computation and the writer read: `managedFields` (often the
+    // largest part of an object that many managers write) and kubectl's copy of the last applied
+    // object are dropped before an object is stored (docs/architecture.md, "Memory").
+    let stream = watcher(api, watcher::Config::default())
+        .modify(|obj| {
+            let meta = obj.meta_mut();
+            meta.managed_fields = None;
+            if let Some(a) = meta.annotations.as_mut() {
+                a.remove(LAST_APPLIED);
+            }
+        })
         .backoff(watch_backoff());
+    let stream = reflector::reflector(writer, stream);
     let handle = drive(kind, stream, wake, state, tasks);
     (reader, handle)
 }

@@ -12,6 +12,7 @@
 
 use std::collections::HashSet;
 use std::fmt::Debug;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +41,8 @@ use crate::desired::Desired;
 use crate::key::{Kind, ObjectKey};
 use crate::merge::{Merge, StatusObject};
 use crate::metrics::{KindLabel, StatusMetrics};
+use crate::observed::{self, Watched};
+use crate::watch::Stores;
 
 /// The Gateway API `controllerName` the status writer serves unless told otherwise.
 pub const DEFAULT_CONTROLLER_NAME: &str = "gateway-leader.dev/gateway-controller";
@@ -219,6 +222,7 @@ pub struct StatusWriter {
     cache: Arc<StatusCache>,
     leadership: Leadership,
     config: Arc<WriterConfig>,
+    watched: Option<Stores>,
 }
 
 impl StatusWriter {
@@ -234,7 +238,17 @@ impl StatusWriter {
             cache,
             leadership,
             config: Arc::new(config),
+            watched: None,
         }
+    }
+
+    /// Writes from the watched copies in `stores`: a write merges into the copy the watch holds
+    /// and sends it with that copy's `resourceVersion`, re-reading only on a conflict, and a
+    /// status that is already right costs no request. Without it every write reads first.
+    #[must_use]
+    pub fn with_watched(mut self, stores: Stores) -> Self {
+        self.watched = Some(stores);
+        self
     }
 
     /// Runs until `cancel`; then lets writes in flight finish within the shutdown grace.
@@ -270,6 +284,7 @@ impl StatusWriter {
                         client: self.client.clone(),
                         leadership: self.leadership.clone(),
                         config: self.config.clone(),
+                        watched: self.watched.clone(),
                     };
                     tasks.spawn(async move {
                         let r = job.write(&key, &desired).await;
@@ -441,7 +456,7 @@ impl Sweep {
         if self.checking && self.left.is_empty() {
             info!(%term, %identity, written = self.written, unchanged = self.unchanged,
                 other = self.other, took_ms = began.elapsed().as_secs_f64() * 1e3,
-                "every cached status checked");
+                mono_ms = leader_lock::clock::mono_ms(), "every cached status checked");
             self.checking = false;
         }
     }
@@ -452,56 +467,75 @@ struct Job {
     client: Client,
     leadership: Leadership,
     config: Arc<WriterConfig>,
+    watched: Option<Stores>,
 }
 
 impl Job {
-    /// Writes one status, retrying conflicts and server errors with backoff (backon).
+    /// Writes one status, retrying conflicts and server errors with backoff (backon). The first
+    /// try starts from the watched copy when there is one; a retry reads the object again.
     async fn write(&self, key: &ObjectKey, desired: &Desired) -> Result<Written, WriteError> {
         let backoff = ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(20))
             .with_max_delay(Duration::from_secs(1))
             .with_max_times(6)
             .with_jitter();
-        (|| async { self.write_once(key, desired).await })
-            .retry(backoff)
-            .when(WriteError::is_transient)
-            .notify(|e, after| debug!(object = %key, error = %e, ?after, "status write failed; retrying"))
-            .await
+        let tries = AtomicUsize::new(0);
+        (|| async {
+            let first = tries.fetch_add(1, Ordering::Relaxed) == 0;
+            self.write_once(key, desired, first).await
+        })
+        .retry(backoff)
+        .when(WriteError::is_transient)
+        .notify(
+            |e, after| debug!(object = %key, error = %e, ?after, "status write failed; retrying"),
+        )
+        .await
     }
 
-    async fn write_once(&self, key: &ObjectKey, desired: &Desired) -> Result<Written, WriteError> {
+    async fn write_once(
+        &self,
+        key: &ObjectKey,
+        desired: &Desired,
+        first: bool,
+    ) -> Result<Written, WriteError> {
         let ns = key.namespace.as_deref().unwrap_or_default();
         let c = || self.client.clone();
         match key.kind {
             Kind::GatewayClass => {
-                self.guarded(Api::<GatewayClass>::all(c()), key, desired)
-                    .await
+                let api = Api::<GatewayClass>::all(c());
+                self.guarded(api, key, desired, self.copy(key, first)).await
             }
             Kind::Gateway => {
-                self.guarded(Api::<Gateway>::namespaced(c(), ns), key, desired)
-                    .await
+                let api = Api::<Gateway>::namespaced(c(), ns);
+                self.guarded(api, key, desired, self.copy(key, first)).await
             }
             Kind::HttpRoute => {
-                self.guarded(Api::<HttpRoute>::namespaced(c(), ns), key, desired)
-                    .await
+                let api = Api::<HttpRoute>::namespaced(c(), ns);
+                self.guarded(api, key, desired, self.copy(key, first)).await
             }
             Kind::GrpcRoute => {
-                self.guarded(Api::<GrpcRoute>::namespaced(c(), ns), key, desired)
-                    .await
+                let api = Api::<GrpcRoute>::namespaced(c(), ns);
+                self.guarded(api, key, desired, self.copy(key, first)).await
             }
             Kind::TlsRoute => {
-                self.guarded(Api::<TlsRoute>::namespaced(c(), ns), key, desired)
-                    .await
+                let api = Api::<TlsRoute>::namespaced(c(), ns);
+                self.guarded(api, key, desired, self.copy(key, first)).await
             }
             Kind::ListenerSet => {
-                self.guarded(Api::<ListenerSet>::namespaced(c(), ns), key, desired)
-                    .await
+                let api = Api::<ListenerSet>::namespaced(c(), ns);
+                self.guarded(api, key, desired, self.copy(key, first)).await
             }
             Kind::BackendTlsPolicy => {
                 let api = Api::<BackendTlsPolicy>::namespaced(c(), ns);
-                self.guarded(api, key, desired).await
+                self.guarded(api, key, desired, self.copy(key, first)).await
             }
         }
+    }
+
+    /// The watched copy to start from: on the first try only, when the watch holds one.
+    fn copy<K: Watched>(&self, key: &ObjectKey, first: bool) -> Option<Arc<K>> {
+        let stores = self.watched.as_ref().filter(|_| first)?;
+        observed::copy(stores, key)
     }
 
     /// Read, merge, and (only if something changes) write back under a valid leadership.
@@ -510,6 +544,7 @@ impl Job {
         api: Api<K>,
         key: &ObjectKey,
         desired: &Desired,
+        copy: Option<Arc<K>>,
     ) -> Result<Written, WriteError>
     where
         K: StatusObject + Resource + Serialize + DeserializeOwned + Debug + Clone,
@@ -517,10 +552,14 @@ impl Job {
         let config = &self.config;
         self.leadership
             .run(|permit| async move {
-                let current = match api.get_status(&key.name).await {
-                    Ok(o) => o,
-                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Written::Gone),
-                    Err(e) => return Err(WriteError::Kube(e)),
+                let current = match copy {
+                    // The watched copy, with its resourceVersion: a stale one gets a conflict.
+                    Some(c) => c,
+                    None => match api.get_status(&key.name).await {
+                        Ok(o) => Arc::new(o),
+                        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Written::Gone),
+                        Err(e) => return Err(WriteError::Kube(e)),
+                    },
                 };
                 let now = Time(Timestamp::now());
                 let mut next = match current.merge(desired, &config.controller_name, &now) {

@@ -2,10 +2,79 @@
 
 use std::path::{Path, PathBuf};
 
+use http::{Request, Response};
+use hyper_timeout::TimeoutConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use kube::client::retry::RetryPolicy;
+use kube::client::{Body, ClientBuilder, ConfigExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use leader_lock::LockError;
+use tower::retry::RetryLayer;
+use tower::util::BoxService;
+use tower::{BoxError, ServiceBuilder, ServiceExt};
 use tracing::info;
+
+/// The service under every client [`client_builder`] makes: kube's layers over a hyper client.
+pub type ClientService = BoxService<Request<Body>, Response<hyper::body::Incoming>, BoxError>;
+
+/// The stack of every kube client we build: kube's own layers (base URI, retry of 429/503/504,
+/// authentication, extra headers such as the user agent) over a rustls connection pool whose TCP
+/// connections have `TCP_NODELAY` set, with `config`'s connect, read and write timeouts.
+///
+/// `Client::try_from(config)` builds the same stack but leaves Nagle's algorithm on (kube-rs
+/// issue #2056): a small request written in two segments then waits for the apiserver's delayed
+/// ACK, about 40 ms, which showed as the first status write of a new leader coming 46–56 ms after
+/// it led in one takeover in three (`docs/benchmarks.md`). Add layers with
+/// [`ClientBuilder::with_layer`], then [`ClientBuilder::build`].
+///
+/// # Errors
+/// A proxy in `config` (`proxy-url` in the kubeconfig): this build has no proxy support and
+/// says so rather than connecting around it. The TLS or authentication settings cannot be used.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = kube::Config::infer().await?;
+/// let client = leader_lock_kubernetes::client_builder(config)?.build();
+/// # let _ = client;
+/// # Ok(())
+/// # }
+/// ```
+pub fn client_builder(config: Config) -> Result<ClientBuilder<ClientService>, kube::Error> {
+    install_crypto_provider();
+    if let Some(proxy) = &config.proxy_url {
+        // What `Client::try_from` answers in a build without kube's `http-proxy`/`socks5`.
+        return Err(kube::Error::ProxyProtocolDisabled {
+            proxy_url: proxy.clone(),
+            protocol_feature: "kube/http-proxy",
+        });
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let https = config.rustls_https_connector_with_connector(http)?;
+    let mut connector = TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    let pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(
+            config
+                .default_retry
+                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+        )
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(pool)
+        .boxed();
+    Ok(ClientBuilder::new(service, config.default_namespace))
+}
 
 /// Installs rustls' ring provider for the process unless one is set: with more than one provider
 /// compiled in (a workspace build), rustls cannot pick and the first TLS client would panic.
@@ -128,12 +197,14 @@ pub async fn client(
     config.headers.push((http::header::USER_AGENT, agent));
     let namespace = config.default_namespace.clone();
     let url = config.cluster_url.to_string();
-    let client = Client::try_from(config).map_err(|e| {
-        LockError::refused_from(
-            format!("cannot build a client for {url} (from {source}): {e}"),
-            e,
-        )
-    })?;
+    let client = client_builder(config)
+        .map(ClientBuilder::build)
+        .map_err(|e| {
+            LockError::refused_from(
+                format!("cannot build a client for {url} (from {source}): {e}"),
+                e,
+            )
+        })?;
     info!(apiserver = %url, from = %source, %namespace, "kubernetes client ready");
     Ok((client, namespace))
 }

@@ -1,12 +1,11 @@
 //! The write gate on a kube client, for a controller's own writes.
 
-use kube::client::ClientBuilder;
 use kube::{Client, Config};
 use leader_lock::{Leadership, WriteGateLayer};
 
-use crate::client::install_crypto_provider;
+use crate::client::client_builder;
 
-/// A client for a controller's writes: kube's default stack (auth, retry, TLS) behind a
+/// A client for a controller's writes: [`client_builder`]'s stack (auth, retry, TLS, `TCP_NODELAY`) behind a
 /// [`WriteGateLayer`], so every mutating request goes out only under a valid `leadership`, is
 /// refused unsent otherwise ([`GateError::NotLeader`](leader_lock::GateError::NotLeader)) and is
 /// cancelled at the validity deadline ([`GateError::Deadline`](leader_lock::GateError::Deadline)).
@@ -23,7 +22,7 @@ use crate::client::install_crypto_provider;
 /// The second example shows a stack with a second check after authentication.
 ///
 /// # Errors
-/// As `ClientBuilder::try_from(config)`: the TLS or auth settings could not be used.
+/// As [`client_builder`]: a proxy is set, or the TLS or auth settings could not be used.
 ///
 /// # Examples
 ///
@@ -68,13 +67,17 @@ use crate::client::install_crypto_provider;
 ///
 /// ```no_run
 /// # async fn run(leadership: leader_lock::Leadership) -> Result<(), Box<dyn std::error::Error>> {
-/// use hyper_util::{client::legacy::Client as HyperClient, rt::TokioExecutor};
+/// use hyper_util::client::legacy::{connect::HttpConnector, Client as HyperClient};
+/// use hyper_util::rt::TokioExecutor;
 /// use kube::client::ConfigExt;
 /// use leader_lock::WriteGateLayer;
 /// use tower::{BoxError, ServiceBuilder};
 ///
 /// let config = kube::Config::infer().await?;
-/// let https = config.rustls_https_connector()?;
+/// let mut http = HttpConnector::new();
+/// http.enforce_http(false);
+/// http.set_nodelay(true);
+/// let https = config.rustls_https_connector_with_connector(http)?;
 /// let gate = WriteGateLayer::new(leadership);
 /// let service = ServiceBuilder::new()
 ///     .layer(gate.clone())
@@ -89,8 +92,7 @@ use crate::client::install_crypto_provider;
 /// # }
 /// ```
 pub fn gated_client(config: Config, leadership: Leadership) -> Result<Client, kube::Error> {
-    install_crypto_provider();
-    Ok(ClientBuilder::try_from(config)?
+    Ok(client_builder(config)?
         .with_layer(&WriteGateLayer::new(leadership))
         .build())
 }

@@ -7,7 +7,8 @@
 //! duration); the holder's wall-clock `renewTime` is never trusted. A watch on the one Lease lets
 //! followers take a released lease at once.
 //!
-//! - [`client`] builds a kube client (kubeconfig or in-cluster) for the lock;
+//! - [`client`] builds a kube client (kubeconfig or in-cluster) for the lock, on
+//!   [`client_builder`]'s stack (`TCP_NODELAY` on every connection);
 //! - [`LeaseLock`] is the lock; hand it to `leader_lock::Elector::spawn`;
 //! - [`gated_client`] builds the controller's own client, whose writes go out only while this
 //!   replica leads (never give it to the lock);
@@ -51,7 +52,7 @@ mod gate;
 mod lease;
 mod spec;
 
-pub use client::{client, install_crypto_provider};
+pub use client::{client, client_builder, install_crypto_provider, ClientService};
 pub use events::{spawn_leader_events, EVENT_POST_TIMEOUT};
 pub use gate::gated_client;
 pub use lease::{LeaseLock, DEFAULT_FIELD_MANAGER, DEFAULT_MAX_LEASE_DURATION};

@@ -552,7 +552,7 @@ impl LeaderLock for RedisLock {
             Ok(Err(e)) => debug!(channel = %keyspace, error = %e, "no keyspace notifications"),
             Err(_) => return Err(LockError::Timeout(t)),
         }
-        let messages = pubsub.into_on_message();
+        let (sink, messages) = pubsub.split();
         // Read the record once subscribed: from this read on, every change reaches us as a
         // message, so what we know stays complete while the subscription lasts.
         let since = Instant::now();
@@ -574,6 +574,7 @@ impl LeaderLock for RedisLock {
         let (tx, rx) = mpsc::channel(64);
         let task = WatchTask {
             conn: current.conn.clone(),
+            sink,
             scripts: self.scripts.clone(),
             keys: self.keys.clone(),
             endpoint: current.endpoint.clone(),
