@@ -27,13 +27,17 @@ pub const MAX_ROUTES: usize = 100_000;
 /// Flags of `gateway-leader-bench run`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Lock backend to measure: kubernetes, etcd, redis or all; repeatable [default: all].
+    /// Lock backend to measure: kubernetes, etcd, redis or all (those three); or a production
+    /// topology on its own: etcd-cluster (3 etcd members) or redis-sentinel (a primary, a
+    /// replica, 3 Sentinels); repeatable [default: all].
     #[arg(long, value_name = "BACKEND")]
     pub lock_backend: Vec<String>,
     /// Scenario: graceful (SIGTERM), crash (SIGKILL), pause (SIGSTOP past the lease, then
     /// SIGCONT), vanish (the lock record deleted by hand), backend-restart (the lock's server
     /// killed and started again), partition (the leader cut off from the lock's server past the
-    /// lease), all of these, or chaos (each round one of them at random); repeatable
+    /// lease), all of these, or chaos (each round one of them at random); on etcd-cluster also
+    /// member-kill, member-freeze, member-cut, member-restart, rolling-restart (an etcd member's
+    /// fault under a running leader); on redis-sentinel sentinel-failover; repeatable
     /// [default: all].
     #[arg(long, value_name = "SCENARIO")]
     pub scenario: Vec<String>,
@@ -202,6 +206,60 @@ impl BenchArgs {
                 }
             }
         }
+        // The member faults need the bench's own etcd cluster, and only that lane can run them.
+        if let Some(m) = scenarios.iter().find(|s| s.is_member_fault()) {
+            if backends != [Backend::EtcdCluster] {
+                return Err(format!(
+                    "--scenario {m}: faults an etcd member; give --lock-backend etcd-cluster \
+                     (and no other backend)"
+                ));
+            }
+        }
+        if scenarios.contains(&Scenario::SentinelFailover) && backends != [Backend::RedisSentinel] {
+            return Err(
+                "--scenario sentinel-failover: fails the Redis primary over; give \
+                 --lock-backend redis-sentinel (and no other backend)"
+                    .into(),
+            );
+        }
+        if backends.contains(&Backend::RedisSentinel) {
+            if self.redis_url.is_some() {
+                return Err(
+                    "--lock-backend redis-sentinel: the bench starts its own primary, replica and \
+                     Sentinels; drop --redis-url"
+                        .into(),
+                );
+            }
+            if let Some(s) = scenarios.iter().find(|s| {
+                !matches!(
+                    s,
+                    Scenario::SentinelFailover | Scenario::Graceful | Scenario::Crash
+                )
+            }) {
+                return Err(format!(
+                    "--scenario {s}: not on redis-sentinel; accepted there: sentinel-failover, \
+                     graceful, crash"
+                ));
+            }
+        }
+        if backends.contains(&Backend::EtcdCluster) {
+            if let Some(s) = scenarios
+                .iter()
+                .find(|s| matches!(s, Scenario::BackendRestart | Scenario::Chaos))
+            {
+                return Err(format!(
+                    "--scenario {s}: not on etcd-cluster (its members restart one at a time: \
+                     member-restart, rolling-restart)"
+                ));
+            }
+        }
+        if backends.contains(&Backend::EtcdCluster) && self.etcd_endpoints.is_some() {
+            return Err(
+                "--lock-backend etcd-cluster: the bench starts its own 3-member cluster; \
+                 drop --etcd-endpoints"
+                    .into(),
+            );
+        }
         if scenarios.contains(&Scenario::Scale) && scenarios.len() > 1 {
             return Err("--scenario scale: runs alone; give it without other scenarios".into());
         }
@@ -294,7 +352,7 @@ impl BenchArgs {
     pub fn check_replica_settings(&self, plan: &Plan, binary: &Path) -> Result<(), String> {
         for b in &plan.backends {
             let mut cmd = Command::new(binary);
-            cmd.args(["run", "--print-config", "--lock-backend", b.name()])
+            cmd.args(["run", "--print-config", "--lock-backend", b.lock_backend()])
                 .args(&plan.timing_args)
                 .args(["--leader-election-identity", "bench"])
                 .args(["--leader-election-namespace", "bench"]);
@@ -420,5 +478,63 @@ mod tests {
         );
         assert!(plan(&["--scenario", "all"]).expect("valid").needs_proxy());
         assert!(!plan(&["--scenario", "crash"]).expect("valid").needs_proxy());
+    }
+
+    #[test]
+    fn member_faults_need_the_etcd_cluster_lane_alone() {
+        let e = plan(&["--scenario", "member-kill"]).unwrap_err();
+        assert!(e.contains("--lock-backend etcd-cluster"), "{e}");
+        let e = plan(&["--scenario", "member-cut", "--lock-backend", "etcd"]).unwrap_err();
+        assert!(e.contains("--scenario member-cut"), "{e}");
+        let p = plan(&[
+            "--lock-backend",
+            "etcd-cluster",
+            "--scenario",
+            "member-freeze",
+            "--scenario",
+            "rolling-restart",
+            "--scenario",
+            "crash",
+        ])
+        .expect("valid");
+        assert_eq!(p.backends, vec![Backend::EtcdCluster]);
+        assert_eq!(p.scenarios.len(), 3);
+        let e = plan(&[
+            "--lock-backend",
+            "etcd-cluster",
+            "--scenario",
+            "crash",
+            "--etcd-endpoints",
+            "http://127.0.0.1:1",
+        ])
+        .unwrap_err();
+        assert!(e.contains("drop --etcd-endpoints"), "{e}");
+        let e = plan(&["--lock-backend", "etcd-cluster"]).unwrap_err();
+        assert!(
+            e.contains("--scenario backend-restart: not on etcd-cluster"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_sentinel_failover_needs_the_sentinel_lane_alone() {
+        let e = plan(&["--scenario", "sentinel-failover"]).unwrap_err();
+        assert!(e.contains("--lock-backend redis-sentinel"), "{e}");
+        let e = plan(&["--lock-backend", "redis-sentinel", "--scenario", "pause"]).unwrap_err();
+        assert!(e.contains("--scenario pause: not on redis-sentinel"), "{e}");
+        let p = plan(&[
+            "--lock-backend",
+            "redis-sentinel",
+            "--scenario",
+            "sentinel-failover",
+            "--scenario",
+            "crash",
+        ])
+        .expect("valid");
+        assert_eq!(p.backends, vec![Backend::RedisSentinel]);
+        assert_eq!(
+            p.scenarios,
+            vec![Scenario::SentinelFailover, Scenario::Crash]
+        );
     }
 }

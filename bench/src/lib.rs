@@ -7,7 +7,7 @@
 //!
 //! One concept per file: [`args`] (flags and their check), [`scenario`], [`lockserver`] (the
 //! lock's server), [`cluster`] (the apiserver and the route), [`replica`] (one process),
-//! [`events`] (its log lines), [`lane`] (the replicas of one lock), [`round`] (one failover),
+//! [`events`] (its log lines), [`lane`] (the replicas of one lock), [`round`] (one failover), [`member`] (one etcd member fault),
 //! [`cost`] (steady state), [`plot`], [`stats`], [`checker`], [`report`].
 
 pub mod args;
@@ -19,6 +19,7 @@ pub mod events;
 pub mod lane;
 pub mod local;
 pub mod lockserver;
+pub mod member;
 pub mod plot;
 pub mod replica;
 pub mod report;

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 
@@ -13,7 +14,9 @@ use crate::backend::Backend;
 use crate::cluster::Cluster;
 use leader_lock::clock;
 use testkit::etcd::EtcdServer;
+use testkit::etcd_cluster::EtcdCluster;
 use testkit::redis::RedisServer;
+use testkit::redis_sentinel::{SentinelTopology, MASTER};
 
 /// Existing servers to use instead of starting throwaway ones.
 #[derive(Debug, Clone, Default)]
@@ -34,6 +37,9 @@ pub enum LockServer {
         endpoints: String,
         /// The throwaway server, if any.
         local: Option<EtcdServer>,
+        /// The bench's 3-member cluster (`etcd-cluster`), whose members' proxies are the
+        /// endpoints; the member faults act on it.
+        members: Option<EtcdCluster>,
     },
     /// Redis: the URL the replicas use, and the local server if the bench started it.
     Redis {
@@ -41,10 +47,21 @@ pub enum LockServer {
         url: String,
         /// The throwaway server, if any.
         local: Option<RedisServer>,
+        /// The bench's primary, replica and Sentinels (`redis-sentinel`): the replicas find
+        /// the primary through the Sentinels, and `url` is the primary when it started.
+        sentinel: Option<SentinelTopology>,
     },
 }
 
 impl LockServer {
+    /// The bench's 3-member etcd cluster, on an `etcd-cluster` lane.
+    pub fn members_mut(&mut self) -> Option<&mut EtcdCluster> {
+        match self {
+            LockServer::Etcd { members, .. } => members.as_mut(),
+            _ => None,
+        }
+    }
+
     /// Starts (or points at) the server of `backend`.
     pub async fn start(backend: Backend, given: &Endpoints) -> Result<LockServer> {
         Ok(match backend {
@@ -53,6 +70,7 @@ impl LockServer {
                 Some(e) => LockServer::Etcd {
                     endpoints: e.clone(),
                     local: None,
+                    members: None,
                 },
                 None => {
                     let s = EtcdServer::start()
@@ -61,13 +79,25 @@ impl LockServer {
                     LockServer::Etcd {
                         endpoints: s.endpoint(),
                         local: Some(s),
+                        members: None,
                     }
                 }
             },
+            Backend::EtcdCluster => {
+                let c = EtcdCluster::start()
+                    .await
+                    .context("starting a local 3-member etcd cluster")?;
+                LockServer::Etcd {
+                    endpoints: c.endpoints().join(","),
+                    local: None,
+                    members: Some(c),
+                }
+            }
             Backend::Redis => match &given.redis {
                 Some(u) => LockServer::Redis {
                     url: u.clone(),
                     local: None,
+                    sentinel: None,
                 },
                 None => {
                     let s = RedisServer::start()
@@ -76,9 +106,20 @@ impl LockServer {
                     LockServer::Redis {
                         url: s.url(),
                         local: Some(s),
+                        sentinel: None,
                     }
                 }
             },
+            Backend::RedisSentinel => {
+                let mut t = SentinelTopology::start()
+                    .await
+                    .context("starting a local Redis primary, replica and 3 Sentinels")?;
+                LockServer::Redis {
+                    url: t.node(0).url(),
+                    local: None,
+                    sentinel: Some(t),
+                }
+            }
         })
     }
 
@@ -86,7 +127,13 @@ impl LockServer {
     pub fn backend(&self) -> Backend {
         match self {
             LockServer::Kubernetes => Backend::Kubernetes,
+            LockServer::Etcd {
+                members: Some(_), ..
+            } => Backend::EtcdCluster,
             LockServer::Etcd { .. } => Backend::Etcd,
+            LockServer::Redis {
+                sentinel: Some(_), ..
+            } => Backend::RedisSentinel,
             LockServer::Redis { .. } => Backend::Redis,
         }
     }
@@ -95,7 +142,10 @@ impl LockServer {
     /// `via` replaces the etcd endpoints or the Redis address with proxies, in the order of
     /// [`upstreams`](Self::upstreams) (a Kubernetes lane is proxied through its kubeconfig).
     pub fn replica_args(&self, ns: &str, via: &[SocketAddr]) -> Vec<String> {
-        let mut a = vec!["--lock-backend".to_string(), self.backend().to_string()];
+        let mut a = vec![
+            "--lock-backend".to_string(),
+            self.backend().lock_backend().to_string(),
+        ];
         match self {
             LockServer::Kubernetes => {
                 a.extend(["--leader-election-namespace".into(), ns.into()]);
@@ -110,6 +160,16 @@ impl LockServer {
                         .join(",")
                 };
                 a.extend(["--etcd-endpoints".into(), eps]);
+            }
+            LockServer::Redis {
+                sentinel: Some(t), ..
+            } => {
+                a.extend([
+                    "--redis-sentinel".into(),
+                    t.sentinel_urls().join(","),
+                    "--redis-sentinel-master".into(),
+                    MASTER.into(),
+                ]);
             }
             LockServer::Redis { url, .. } => {
                 let url = match via.first() {
@@ -151,7 +211,12 @@ impl LockServer {
                 .context("restarting the apiserver")?,
             LockServer::Etcd { local, .. } => local
                 .as_mut()
-                .ok_or_else(|| anyhow!("backend-restart needs the bench's own etcd"))?
+                .ok_or_else(|| {
+                    anyhow!(
+                        "backend-restart needs the bench's own single etcd \
+                         (on etcd-cluster, use member-restart or rolling-restart)"
+                    )
+                })?
                 .restart()
                 .await
                 .context("restarting etcd")?,
@@ -164,6 +229,68 @@ impl LockServer {
         }
         Ok(at)
     }
+}
+
+impl LockServer {
+    /// `redis-sentinel`: kills the primary the Sentinels name (SIGKILL) and waits until they
+    /// promote the replica (once that replica is in sync); then starts the killed node again,
+    /// for the Sentinels to make it the next replica. Returns the instant of the kill and of the promotion seen
+    /// (`CLOCK_MONOTONIC` ms).
+    pub async fn fail_over(&mut self) -> Result<(f64, f64)> {
+        const PATIENCE: Duration = Duration::from_secs(60);
+        let LockServer::Redis {
+            sentinel: Some(t), ..
+        } = self
+        else {
+            return Err(anyhow!(
+                "sentinel-failover needs --lock-backend redis-sentinel"
+            ));
+        };
+        let primary = t
+            .primary_port()
+            .await
+            .ok_or_else(|| anyhow!("no Sentinel names a primary"))?;
+        let i = (0..2)
+            .find(|i| t.node(*i).port() == primary)
+            .ok_or_else(|| anyhow!("the Sentinels name port {primary}, not one of ours"))?;
+        // A failover needs a replica in sync to promote: after the last round's, the old primary
+        // started again must first be made one by the Sentinels and sync (before the kill, so
+        // that the wait is not in the figures).
+        let url = t.node(1 - i).url();
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while !replica_in_sync(&url).await {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(anyhow!(
+                    "the Redis replica was not in sync with the primary within {PATIENCE:?}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let at = clock::mono_ms();
+        t.node(i).kill();
+        t.wait_failover(primary, PATIENCE).await?;
+        let promoted = clock::mono_ms();
+        t.node(i)
+            .restart()
+            .await
+            .context("starting the old primary again")?;
+        Ok((at, promoted))
+    }
+}
+
+/// Whether the Redis node at `url` is a replica whose link to its primary is up.
+async fn replica_in_sync(url: &str) -> bool {
+    let Ok(client) = redis::Client::open(url) else {
+        return false;
+    };
+    let Ok(mut con) = client.get_multiplexed_async_connection().await else {
+        return false;
+    };
+    let info: redis::RedisResult<String> = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut con)
+        .await;
+    info.is_ok_and(|i| i.contains("role:slave") && i.contains("master_link_status:up"))
 }
 
 /// `scheme://[userinfo@]host:port[/rest]` → the socket address of `host:port`.
@@ -231,16 +358,37 @@ impl fmt::Display for LockServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LockServer::Kubernetes => f.write_str("kubernetes (the bench's apiserver)"),
-            LockServer::Etcd { endpoints, local } => write!(
+            LockServer::Etcd {
+                endpoints,
+                local,
+                members,
+            } => write!(
                 f,
                 "etcd at {endpoints}{}",
-                if local.is_some() { " (local)" } else { "" }
+                if members.is_some() {
+                    " (local 3-member cluster)"
+                } else if local.is_some() {
+                    " (local)"
+                } else {
+                    ""
+                }
             ),
-            LockServer::Redis { url, local } => write!(
-                f,
-                "redis at {url}{}",
-                if local.is_some() { " (local)" } else { "" }
-            ),
+            LockServer::Redis {
+                url,
+                local,
+                sentinel,
+            } => match sentinel {
+                Some(t) => write!(
+                    f,
+                    "redis through the Sentinels at {} (local primary, replica, 3 Sentinels)",
+                    t.sentinel_urls().join(",")
+                ),
+                None => write!(
+                    f,
+                    "redis at {url}{}",
+                    if local.is_some() { " (local)" } else { "" }
+                ),
+            },
         }
     }
 }

@@ -52,6 +52,13 @@ impl ScenarioResult {
         self.samples.iter().filter(|s| s.old_leader_wrote).count()
     }
 
+    /// Under a member fault: the rounds in which the leading replica stepped down, out of those
+    /// that say; `None` for the scenarios that stop the leader themselves.
+    pub fn step_downs(&self) -> Option<(usize, usize)> {
+        let said: Vec<bool> = self.samples.iter().filter_map(|s| s.stepped_down).collect();
+        (!said.is_empty()).then(|| (said.iter().filter(|s| **s).count(), said.len()))
+    }
+
     /// Rounds that did not finish.
     pub fn errors(&self) -> usize {
         self.samples.iter().filter(|s| s.error.is_some()).count()
@@ -200,6 +207,14 @@ impl Report {
             }
             for r in [watch, poll].into_iter().flatten() {
                 let (wrote, errors) = (r.old_leader_wrote(), r.errors());
+                if let Some((down, of)) = r.step_downs() {
+                    let _ = writeln!(
+                        out,
+                        "  ({}: the leading replica stepped down in {down} of {of} round(s); \
+                         \"signal\" is the fault)",
+                        r.wakeup
+                    );
+                }
                 if wrote > 0 {
                     let _ = writeln!(
                         out,

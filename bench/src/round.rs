@@ -33,25 +33,39 @@ pub struct Sample {
     pub terms: (u64, u64),
     /// What went wrong, if the round did not finish.
     pub error: Option<String>,
+    /// Under a member fault or a Sentinel failover (the leading replica kept running): whether
+    /// it stepped down, or another replica led under a newer term, between the fault and the
+    /// round's end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stepped_down: Option<bool>,
 }
 
 impl Sample {
     /// A round that could not run at all.
     pub fn failed(round: usize, scenario: Scenario, error: String) -> Sample {
         Sample {
+            error: Some(error),
+            ..Sample::begun(round, scenario, (0, 0))
+        }
+    }
+
+    /// A round under way, nothing measured yet.
+    pub fn begun(round: usize, scenario: Scenario, terms: (u64, u64)) -> Sample {
+        Sample {
             round,
             scenario,
             to_leader_ms: None,
             to_write_ms: None,
             old_leader_wrote: false,
-            terms: (0, 0),
-            error: Some(error),
+            terms,
+            error: None,
+            stepped_down: None,
         }
     }
 }
 
 /// How long a new leader may take for its first write after it leads.
-const WRITE_PATIENCE: Duration = Duration::from_secs(30);
+pub(crate) const WRITE_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Runs one round of `scenario` on `lane`.
 pub async fn run(
@@ -61,7 +75,11 @@ pub async fn run(
     round: usize,
     (server, cluster): (&mut LockServer, &mut Cluster),
 ) -> Result<Sample> {
+    if scenario.is_member_fault() {
+        return crate::member::run(lane, plan, scenario, round, server).await;
+    }
     let old = lane.settle(plan.leader_patience()).await?;
+    let mut promoted_at = None;
     let at = match scenario {
         Scenario::Graceful => lane.signal(old.slot, Signal::SIGTERM)?,
         Scenario::Crash => lane.signal(old.slot, Signal::SIGKILL)?,
@@ -72,11 +90,23 @@ pub async fn run(
             at
         }
         Scenario::BackendRestart => server.restart(cluster).await?,
+        Scenario::SentinelFailover => {
+            let (at, promoted) = server.fail_over().await?;
+            promoted_at = Some(promoted);
+            at
+        }
         Scenario::Partition => lane.partition(old.slot, true)?,
         Scenario::Chaos => return Err(anyhow!("chaos is drawn per round, not run as such")),
         Scenario::Scale => return Err(anyhow!("scale runs on its own (bench/src/scale.rs)")),
+        s => return Err(anyhow!("{s} is run by the member rounds")),
     };
-    let back = clock::mono_ms();
+    // The lock's server is back (or, after a Sentinel failover, the replica was promoted): a
+    // renewal of the old leadership from here on means it lived through it.
+    let back = promoted_at.unwrap_or_else(clock::mono_ms);
+    let survivable = matches!(
+        scenario,
+        Scenario::BackendRestart | Scenario::SentinelFailover
+    );
     // A change that only the next leadership should write. A stopped, killed or frozen leader
     // cannot write it, so it comes right after the signal. A leader that lost its lock but
     // still reaches the apiserver (a vanished record, a restarted or unreachable lock server)
@@ -85,7 +115,7 @@ pub async fn run(
     let old_can_write = match scenario {
         Scenario::Graceful | Scenario::Crash | Scenario::Pause => false,
         Scenario::Partition => server.backend() != Backend::Kubernetes,
-        Scenario::Vanish | Scenario::BackendRestart | Scenario::Chaos | Scenario::Scale => true,
+        _ => true,
     };
     let end_patience = plan.timing.lease_duration + Duration::from_secs(10);
     if old_can_write {
@@ -96,9 +126,7 @@ pub async fn run(
                     What::Leading { term, .. } => term > old.term,
                     // The old leadership renewed after the restart: it lives on.
                     What::Renewed { term, .. } => {
-                        scenario == Scenario::BackendRestart
-                            && term == old.term
-                            && e.mono_ms >= back
+                        survivable && term == old.term && e.mono_ms >= back
                     }
                     _ => false,
                 }
@@ -106,19 +134,14 @@ pub async fn run(
         .await;
     }
     lane.route.flip().await?;
-    let mut sample = Sample {
-        round,
-        scenario,
-        to_leader_ms: None,
-        to_write_ms: None,
-        old_leader_wrote: false,
-        terms: (old.term, 0),
-        error: None,
-    };
+    let mut sample = Sample::begun(round, scenario, (old.term, 0));
     // After a vanish or a restart of the server the old leader may well lead again, under a
     // new term; after a restart with the data kept (etcd, the apiserver's etcd) its leadership
     // may even live on, renewed once the server is back.
-    let anyone = matches!(scenario, Scenario::Vanish | Scenario::BackendRestart);
+    let anyone = matches!(
+        scenario,
+        Scenario::Vanish | Scenario::BackendRestart | Scenario::SentinelFailover
+    );
     let led = lane
         .wait(plan.leader_patience(), |e| {
             e.mono_ms >= at
@@ -127,7 +150,7 @@ pub async fn run(
                         (anyone || e.replica != old.index) && term > old.term
                     }
                     What::Renewed { term, .. } => {
-                        scenario == Scenario::BackendRestart
+                        survivable
                             && e.replica == old.index
                             && term == old.term
                             && e.mono_ms >= back
@@ -188,6 +211,9 @@ pub async fn run(
     }
     finish(lane, plan, scenario, old.slot, at).await?;
     sample.old_leader_wrote = old_wrote(lane);
+    if scenario == Scenario::SentinelFailover {
+        sample.stepped_down = Some(crate::member::stepped_down(lane, old.index, old.term, at));
+    }
     match done {
         Some(e) if matches!(e.what, What::Written { .. }) && !sample.old_leader_wrote => {
             sample.to_write_ms = Some(e.mono_ms - at)
@@ -226,7 +252,17 @@ async fn finish(
             lane.spawn(slot)?;
         }
         // Nothing was stopped: the same replicas go on.
-        Scenario::Vanish | Scenario::BackendRestart | Scenario::Chaos | Scenario::Scale => {}
+        // (A member fault never gets here: its round is crate::member's.)
+        Scenario::Vanish
+        | Scenario::BackendRestart
+        | Scenario::Chaos
+        | Scenario::MemberKill
+        | Scenario::MemberFreeze
+        | Scenario::MemberCut
+        | Scenario::MemberRestart
+        | Scenario::RollingRestart
+        | Scenario::SentinelFailover
+        | Scenario::Scale => {}
         Scenario::Pause | Scenario::Partition => {
             let held_for = plan.timing.lease_duration + Duration::from_millis(500);
             let left = at + held_for.as_secs_f64() * 1e3 - clock::mono_ms();

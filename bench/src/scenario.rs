@@ -25,6 +25,21 @@ pub enum Scenario {
     /// Each round one of the others, dealt from a shuffled deck (every one once in six rounds):
     /// the long run that hunts for split brain.
     Chaos,
+    /// The etcd member that is the Raft leader SIGKILLed under a leading replica (started again
+    /// once the others elected a new Raft leader). `etcd-cluster` only, as are the next four.
+    MemberKill,
+    /// One member (the next one each round) frozen with SIGSTOP for half a lease, then thawed.
+    MemberFreeze,
+    /// One member's client traffic black-holed (its proxy cut) for a lease and a half, then
+    /// healed; it stays in the quorum.
+    MemberCut,
+    /// One member killed and started again on its data, waited for until it rejoins.
+    MemberRestart,
+    /// Every member restarted in turn, each waited for before the next.
+    RollingRestart,
+    /// `redis-sentinel` only: the Redis primary SIGKILLed and the replica promoted by the
+    /// Sentinels (the killed node started again afterwards, to become the next replica).
+    SentinelFailover,
     /// Two replicas over `--routes` HTTPRoutes: memory, a graceful takeover's requests and
     /// check time, the first write of a route changed at the takeover, and a burst of changes
     /// (runs alone; `bench/src/scale.rs`).
@@ -42,9 +57,20 @@ impl Scenario {
         Scenario::Partition,
     ];
 
+    /// The faults of one etcd member under a leader that keeps running: not in `all` (they
+    /// need `--lock-backend etcd-cluster`), each named on its own.
+    pub const MEMBER: [Scenario; 5] = [
+        Scenario::MemberKill,
+        Scenario::MemberFreeze,
+        Scenario::MemberCut,
+        Scenario::MemberRestart,
+        Scenario::RollingRestart,
+    ];
+
     /// Every name `--scenario` accepts, `all` aside.
-    pub const NAMES: &'static str =
-        "graceful, crash, pause, vanish, backend-restart, partition, chaos, scale";
+    pub const NAMES: &'static str = "graceful, crash, pause, vanish, backend-restart, partition, \
+         chaos, scale, member-kill, member-freeze, member-cut, member-restart, rolling-restart, \
+         sentinel-failover";
 
     /// The name on the command line and in the output.
     pub fn name(self) -> &'static str {
@@ -56,6 +82,12 @@ impl Scenario {
             Scenario::BackendRestart => "backend-restart",
             Scenario::Partition => "partition",
             Scenario::Chaos => "chaos",
+            Scenario::MemberKill => "member-kill",
+            Scenario::MemberFreeze => "member-freeze",
+            Scenario::MemberCut => "member-cut",
+            Scenario::MemberRestart => "member-restart",
+            Scenario::RollingRestart => "rolling-restart",
+            Scenario::SentinelFailover => "sentinel-failover",
             Scenario::Scale => "scale",
         }
     }
@@ -65,7 +97,14 @@ impl Scenario {
         Self::ALL
             .into_iter()
             .chain([Scenario::Chaos, Scenario::Scale])
+            .chain(Self::MEMBER)
+            .chain([Scenario::SentinelFailover])
             .find(|x| x.name() == s)
+    }
+
+    /// Whether it faults an etcd member rather than the leading replica.
+    pub fn is_member_fault(self) -> bool {
+        Self::MEMBER.contains(&self)
     }
 
     /// Whether a replica needs its own proxy to the lock's server for this scenario.
@@ -77,5 +116,25 @@ impl Scenario {
 impl fmt::Display for Scenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_parses_back_and_is_listed() {
+        for s in Scenario::ALL
+            .into_iter()
+            .chain([Scenario::Chaos, Scenario::Scale])
+            .chain(Scenario::MEMBER)
+            .chain([Scenario::SentinelFailover])
+        {
+            assert_eq!(Scenario::parse(s.name()), Some(s));
+            assert!(Scenario::NAMES.contains(s.name()), "{s}");
+        }
+        assert!(Scenario::MEMBER.iter().all(|s| s.is_member_fault()));
+        assert!(!Scenario::ALL.iter().any(|s| s.is_member_fault()));
     }
 }

@@ -65,6 +65,28 @@ fn bad_input_exits_2_naming_the_flag_before_anything_starts() {
             &["--redis-url", "redis://user:secret@127.0.0.1"][..],
             "redis",
         ),
+        // The production topologies' scenarios run on their own lane only.
+        (
+            &["--scenario", "member-kill"][..],
+            "--scenario member-kill: faults an etcd member; give --lock-backend etcd-cluster",
+        ),
+        (
+            &[
+                "--lock-backend",
+                "etcd-cluster",
+                "--scenario",
+                "backend-restart",
+            ][..],
+            "--scenario backend-restart: not on etcd-cluster",
+        ),
+        (
+            &["--scenario", "sentinel-failover", "--lock-backend", "redis"][..],
+            "--scenario sentinel-failover: fails the Redis primary over",
+        ),
+        (
+            &["--lock-backend", "redis-sentinel", "--scenario", "vanish"][..],
+            "--scenario vanish: not on redis-sentinel",
+        ),
     ] {
         let (code, stderr) = bench(args, &out);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
