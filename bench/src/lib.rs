@@ -19,7 +19,6 @@ pub mod events;
 pub mod lane;
 pub mod local;
 pub mod lockserver;
-pub mod member;
 pub mod plot;
 pub mod replica;
 pub mod report;

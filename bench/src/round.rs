@@ -7,6 +7,8 @@ use anyhow::{anyhow, Result};
 use nix::sys::signal::Signal;
 use serde::Serialize;
 
+pub mod member;
+
 use crate::args::Plan;
 use crate::backend::Backend;
 use crate::cluster::{Cluster, ROUTE};
@@ -76,7 +78,7 @@ pub async fn run(
     (server, cluster): (&mut LockServer, &mut Cluster),
 ) -> Result<Sample> {
     if scenario.is_member_fault() {
-        return crate::member::run(lane, plan, scenario, round, server).await;
+        return member::run(lane, plan, scenario, round, server).await;
     }
     let old = lane.settle(plan.leader_patience()).await?;
     let mut promoted_at = None;
@@ -212,7 +214,7 @@ pub async fn run(
     finish(lane, plan, scenario, old.slot, at).await?;
     sample.old_leader_wrote = old_wrote(lane);
     if scenario == Scenario::SentinelFailover {
-        sample.stepped_down = Some(crate::member::stepped_down(lane, old.index, old.term, at));
+        sample.stepped_down = Some(member::stepped_down(lane, old.index, old.term, at));
     }
     match done {
         Some(e) if matches!(e.what, What::Written { .. }) && !sample.old_leader_wrote => {
@@ -252,7 +254,7 @@ async fn finish(
             lane.spawn(slot)?;
         }
         // Nothing was stopped: the same replicas go on.
-        // (A member fault never gets here: its round is crate::member's.)
+        // (A member fault never gets here: its round is `member`'s.)
         Scenario::Vanish
         | Scenario::BackendRestart
         | Scenario::Chaos
