@@ -175,7 +175,7 @@ pub fn lease_namespace(s: &Settings, client_default: &str) -> String {
 fn lease_lock(s: &Settings, client: &kube::Client, namespace: &str) -> LeaseLock {
     LeaseLock::new(client.clone(), namespace, &s.lock_name)
         .with_request_timeout(request_timeout(s))
-        .with_field_manager(crate::run::PROGRAM)
+        .with_field_manager(crate::PROGRAM)
 }
 
 /// Connects to the configured backend; the Kubernetes lock uses `kube`, the client the status

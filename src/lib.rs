@@ -1,6 +1,10 @@
 //! gateway-leader: leader election for Gateway API controllers, so that only one replica writes
 //! statuses. See the README for the settings and `docs/` for each backend.
 
+/// The program's name where Kubernetes shows who wrote: the Lease's field manager, the source
+/// component of the leader-election Events, the prefix of the status writes' field manager.
+pub const PROGRAM: &str = "gateway-leader";
+
 pub mod backend;
 pub mod cli;
 pub mod config;

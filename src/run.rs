@@ -98,9 +98,7 @@ fn log_changes(leadership: &Leadership) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// The program's name where Kubernetes shows who wrote: the Lease's field manager, the source
-/// component of the leader-election Events, the prefix of the status writes' field manager.
-pub const PROGRAM: &str = "gateway-leader";
+pub use crate::PROGRAM;
 
 /// The longest field manager name the apiserver accepts.
 const FIELD_MANAGER_MAX: usize = 128;

@@ -1,7 +1,7 @@
 //! ConfigMaps as the BackendTLSPolicy CA check needs them, and nothing more.
 //!
 //! The ConfigMap watch maps every ConfigMap to a [`CaBundle`] before it enters the reflector's
-//! store (see [`crate::watch`]): its name, namespace and resourceVersion, and whether its
+//! store (see the `watch` module): its name, namespace and resourceVersion, and whether its
 //! `ca.crt` holds PEM certificates. ConfigMaps can be large (up to 1 MiB each) and most have
 //! nothing to do with TLS, so the store costs a few hundred bytes per ConfigMap whatever they
 //! hold.

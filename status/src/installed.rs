@@ -23,7 +23,6 @@
 //! would also hold each CRD's schema (hundreds of KiB each) in memory.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +31,8 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
+// `Crd` lives beside `Kind`, so that the watches can name it without depending on discovery.
+pub use crate::key::Crd;
 use crate::watch::Stores;
 
 /// The API group and version whose resources discovery lists.
@@ -42,86 +43,6 @@ pub const MAX_RECHECK: Duration = Duration::from_secs(10);
 const FIRST_RECHECK: Duration = Duration::from_secs(1);
 /// How the missing CRDs are installed: the standard channel of the release the types follow.
 pub const INSTALL_HINT: &str = "kubectl apply --server-side -f https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.5.1/standard-install.yaml";
-
-/// A Gateway API kind that is watched only while its CRD is installed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[non_exhaustive]
-pub enum Crd {
-    /// GatewayClass (required).
-    GatewayClass,
-    /// Gateway (required).
-    Gateway,
-    /// HTTPRoute (required).
-    HttpRoute,
-    /// GRPCRoute.
-    GrpcRoute,
-    /// TLSRoute.
-    TlsRoute,
-    /// ReferenceGrant (without it, every cross-namespace reference is refused).
-    ReferenceGrant,
-    /// ListenerSet (without it, Gateways have only their own listeners).
-    ListenerSet,
-    /// BackendTLSPolicy (its `status.ancestors`).
-    BackendTlsPolicy,
-}
-
-impl Crd {
-    /// Every kind, required ones first.
-    pub const ALL: [Crd; 8] = [
-        Crd::GatewayClass,
-        Crd::Gateway,
-        Crd::HttpRoute,
-        Crd::GrpcRoute,
-        Crd::TlsRoute,
-        Crd::ReferenceGrant,
-        Crd::ListenerSet,
-        Crd::BackendTlsPolicy,
-    ];
-
-    /// The Kubernetes kind.
-    pub fn kind(self) -> &'static str {
-        match self {
-            Crd::GatewayClass => "GatewayClass",
-            Crd::Gateway => "Gateway",
-            Crd::HttpRoute => "HTTPRoute",
-            Crd::GrpcRoute => "GRPCRoute",
-            Crd::TlsRoute => "TLSRoute",
-            Crd::ReferenceGrant => "ReferenceGrant",
-            Crd::ListenerSet => "ListenerSet",
-            Crd::BackendTlsPolicy => "BackendTLSPolicy",
-        }
-    }
-
-    /// The resource (plural) name, as discovery lists it.
-    pub fn plural(self) -> &'static str {
-        match self {
-            Crd::GatewayClass => "gatewayclasses",
-            Crd::Gateway => "gateways",
-            Crd::HttpRoute => "httproutes",
-            Crd::GrpcRoute => "grpcroutes",
-            Crd::TlsRoute => "tlsroutes",
-            Crd::ReferenceGrant => "referencegrants",
-            Crd::ListenerSet => "listenersets",
-            Crd::BackendTlsPolicy => "backendtlspolicies",
-        }
-    }
-
-    /// The CRD's name.
-    pub fn crd_name(self) -> String {
-        format!("{}.gateway.networking.k8s.io", self.plural())
-    }
-
-    /// Whether the status writer is of any use without it: readiness waits for these.
-    pub fn required(self) -> bool {
-        matches!(self, Crd::GatewayClass | Crd::Gateway | Crd::HttpRoute)
-    }
-}
-
-impl fmt::Display for Crd {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.kind())
-    }
-}
 
 /// Whether the status writer can do its job: the `/readyz` answer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -82,3 +82,83 @@ impl fmt::Display for ObjectKey {
         }
     }
 }
+
+/// A Gateway API kind that is watched only while its CRD is installed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Crd {
+    /// GatewayClass (required).
+    GatewayClass,
+    /// Gateway (required).
+    Gateway,
+    /// HTTPRoute (required).
+    HttpRoute,
+    /// GRPCRoute.
+    GrpcRoute,
+    /// TLSRoute.
+    TlsRoute,
+    /// ReferenceGrant (without it, every cross-namespace reference is refused).
+    ReferenceGrant,
+    /// ListenerSet (without it, Gateways have only their own listeners).
+    ListenerSet,
+    /// BackendTLSPolicy (its `status.ancestors`).
+    BackendTlsPolicy,
+}
+
+impl Crd {
+    /// Every kind, required ones first.
+    pub const ALL: [Crd; 8] = [
+        Crd::GatewayClass,
+        Crd::Gateway,
+        Crd::HttpRoute,
+        Crd::GrpcRoute,
+        Crd::TlsRoute,
+        Crd::ReferenceGrant,
+        Crd::ListenerSet,
+        Crd::BackendTlsPolicy,
+    ];
+
+    /// The Kubernetes kind.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Crd::GatewayClass => "GatewayClass",
+            Crd::Gateway => "Gateway",
+            Crd::HttpRoute => "HTTPRoute",
+            Crd::GrpcRoute => "GRPCRoute",
+            Crd::TlsRoute => "TLSRoute",
+            Crd::ReferenceGrant => "ReferenceGrant",
+            Crd::ListenerSet => "ListenerSet",
+            Crd::BackendTlsPolicy => "BackendTLSPolicy",
+        }
+    }
+
+    /// The resource (plural) name, as discovery lists it.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Crd::GatewayClass => "gatewayclasses",
+            Crd::Gateway => "gateways",
+            Crd::HttpRoute => "httproutes",
+            Crd::GrpcRoute => "grpcroutes",
+            Crd::TlsRoute => "tlsroutes",
+            Crd::ReferenceGrant => "referencegrants",
+            Crd::ListenerSet => "listenersets",
+            Crd::BackendTlsPolicy => "backendtlspolicies",
+        }
+    }
+
+    /// The CRD's name.
+    pub fn crd_name(self) -> String {
+        format!("{}.gateway.networking.k8s.io", self.plural())
+    }
+
+    /// Whether the status writer is of any use without it: readiness waits for these.
+    pub fn required(self) -> bool {
+        matches!(self, Crd::GatewayClass | Crd::Gateway | Crd::HttpRoute)
+    }
+}
+
+impl fmt::Display for Crd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind())
+    }
+}

@@ -1,7 +1,7 @@
 //! Secrets as the listener certificate check needs them, and nothing more.
 //!
 //! The Secret watch maps every Secret to a [`TlsSecret`] before it enters the reflector's store
-//! (see [`crate::watch`]): its name, namespace and resourceVersion, and the outcome of the
+//! (see the `watch` module): its name, namespace and resourceVersion, and the outcome of the
 //! certificate check on its `type`, `tls.crt` and `tls.key`. Neither the key material nor any
 //! other field is kept, so the store costs a few hundred bytes per Secret whatever the Secrets
 //! hold, and no private key stays in this process's memory beyond the event that carried it.

@@ -1,5 +1,5 @@
 //! Watching what the statuses are computed from: one kube-runtime reflector per kind; the
-//! Gateway API kinds only while their CRDs are installed (see [`crate::installed`]).
+//! Gateway API kinds only while their CRDs are installed (see the `installed` module).
 
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -28,7 +28,7 @@ use tracing::{debug, warn};
 
 use crate::compute::World;
 use crate::configmap::CaBundle;
-use crate::installed::Crd;
+use crate::key::Crd;
 use crate::secret::TlsSecret;
 
 /// The annotation on Gateway API CRDs that names their bundle version.
@@ -40,7 +40,7 @@ pub const GATEWAY_CLASS_CRD: &str = "gatewayclasses.gateway.networking.k8s.io";
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// One watch's progress, as the reflector task reports it to the supervisor
-/// ([`crate::installed`]).
+/// (the `installed` module).
 #[derive(Debug, Default)]
 pub(crate) struct WatchState {
     /// The first list arrived: the store holds the whole kind.
@@ -239,7 +239,7 @@ impl Stores {
 }
 
 /// The core kinds' watches (always served), and empty slots for the Gateway API kinds, which
-/// [`crate::installed::supervise`] fills as discovery finds them. `changed` is notified on
+/// the `installed` module's `supervise` fills as discovery finds them. `changed` is notified on
 /// every change seen.
 pub fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<()>) -> Stores {
     let wake = Wake {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetResponse};
 
-use crate::members::{moves, Members};
+use crate::members::{member_fault, moves, Members};
 use leader_lock::LockError;
 use tokio::sync::Mutex;
 
@@ -102,29 +102,5 @@ impl Inner {
             KeepAliveError::Client(e) => self.error(&format!("keep-alive of lease {lease}"), e),
             KeepAliveError::Connect(e) => e,
         }
-    }
-}
-
-/// Whether another member might answer where this one failed: transport failures and the
-/// server's "unavailable", "deadline exceeded", "no leader"-like codes; not an answer about the
-/// request itself (a missing lease, a refused user, a bad argument).
-pub(crate) fn member_fault(e: &etcd_client::Error) -> bool {
-    use tonic::Code;
-    match e {
-        etcd_client::Error::GRpcStatus(s) => matches!(
-            s.code(),
-            Code::Unavailable
-                | Code::DeadlineExceeded
-                | Code::Unknown
-                | Code::Internal
-                | Code::Cancelled
-                | Code::Aborted
-                | Code::ResourceExhausted
-        ),
-        etcd_client::Error::InvalidArgs(_)
-        | etcd_client::Error::InvalidUri(_)
-        | etcd_client::Error::InvalidMetadataValue(_)
-        | etcd_client::Error::Utf8Error(_) => false,
-        _ => true,
     }
 }

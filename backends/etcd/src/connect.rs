@@ -7,12 +7,13 @@ use etcd_client::{Client, ConnectOptions};
 use leader_lock::LockError;
 use tokio::sync::Mutex;
 
-use crate::client::{member_fault, Inner, State};
+use crate::client::{Inner, State};
 use crate::config::{self, EtcdConfig};
 use crate::error::map_error;
 use crate::knowledge::Knowledge;
 use crate::lease::keep_spare;
 use crate::lock::EtcdLock;
+use crate::members::member_fault;
 use crate::members::Members;
 use crate::tls::tls_options;
 

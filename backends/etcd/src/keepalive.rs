@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
 
-use crate::client::member_fault;
-use crate::members::Members;
+use crate::members::{member_fault, Members};
 
 /// The outcome of one keep-alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

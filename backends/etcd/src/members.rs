@@ -290,3 +290,27 @@ pub(crate) fn moves(e: &LockError) -> bool {
 fn guard<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// Whether another member might answer where this one failed: transport failures and the
+/// server's "unavailable", "deadline exceeded", "no leader"-like codes; not an answer about the
+/// request itself (a missing lease, a refused user, a bad argument).
+pub(crate) fn member_fault(e: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    match e {
+        etcd_client::Error::GRpcStatus(s) => matches!(
+            s.code(),
+            Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Unknown
+                | Code::Internal
+                | Code::Cancelled
+                | Code::Aborted
+                | Code::ResourceExhausted
+        ),
+        etcd_client::Error::InvalidArgs(_)
+        | etcd_client::Error::InvalidUri(_)
+        | etcd_client::Error::InvalidMetadataValue(_)
+        | etcd_client::Error::Utf8Error(_) => false,
+        _ => true,
+    }
+}
