@@ -82,44 +82,16 @@ async fn grpc_and_tls_routes_get_the_spec_reasons() {
         &grpc_route(ns, "missing", "gw", &[(ns, "nothing", 80)]),
     )
     .await;
-    put(
-        &tls,
-        &tls_route(ns, "ok", to("tls"), "a.example.com", &[(ns, "web", 80)]),
-    )
-    .await;
-    put(
-        &tls,
-        &tls_route(
-            ns,
-            "other-host",
-            to("tls"),
-            "a.example.org",
-            &[(ns, "web", 80)],
-        ),
-    )
-    .await;
-    put(
-        &tls,
-        &tls_route(
-            ns,
-            "on-http",
-            to("http"),
-            "a.example.com",
-            &[(ns, "web", 80)],
-        ),
-    )
-    .await;
-    put(
-        &tls,
-        &tls_route(
-            ns,
-            "cross",
-            to("tls"),
-            "b.example.com",
-            &[(&other, "web", 80)],
-        ),
-    )
-    .await;
+    // (name, listener, hostname, backend namespace): one TLSRoute per reason.
+    for (name, section, host, backend_ns) in [
+        ("ok", "tls", "a.example.com", ns),
+        ("other-host", "tls", "a.example.org", ns),
+        ("on-http", "http", "a.example.com", ns),
+        ("cross", "tls", "b.example.com", other.as_str()),
+    ] {
+        let route = tls_route(ns, name, to(section), host, &[(backend_ns, "web", 80)]);
+        put(&tls, &route).await;
+    }
     let mut args = replica_args(apiserver().await.kubeconfig_path(), ns, controller);
     args.push("--leader-election-disable".into());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
