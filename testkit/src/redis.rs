@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
 use crate::process::{free_port, require_binary, tail, ServerProcess};
 
@@ -21,6 +22,48 @@ pub struct RedisTls {
     pub key_pem: String,
     /// The CA certificate (PEM) that signed `cert_pem`.
     pub ca_pem: String,
+}
+
+impl RedisTls {
+    /// A fresh CA and a leaf certificate for 127.0.0.1 (IP SAN) signed by it: what every
+    /// throwaway TLS server here serves, so that a client verifies it with the CA alone.
+    ///
+    /// # Errors
+    /// When a key or certificate cannot be generated.
+    pub fn generate() -> Result<RedisTls> {
+        let ca_key = KeyPair::generate().context("generating the CA key")?;
+        let mut ca = CertificateParams::new(Vec::<String>::new())?;
+        ca.distinguished_name
+            .push(DnType::CommonName, "gateway-leader test CA");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key)?;
+        let issuer = Issuer::new(ca, ca_key);
+        // rustls refuses a CA certificate as the server's own: the serving cert is a plain leaf.
+        let leaf_key = KeyPair::generate().context("generating the server key")?;
+        let mut leaf = CertificateParams::new(vec!["127.0.0.1".to_string()])?;
+        leaf.distinguished_name
+            .push(DnType::CommonName, "127.0.0.1");
+        leaf.is_ca = IsCa::NoCa;
+        let leaf_cert = leaf.signed_by(&leaf_key, &issuer)?;
+        Ok(RedisTls {
+            cert_pem: leaf_cert.pem(),
+            key_pem: leaf_key.serialize_pem(),
+            ca_pem: ca_cert.pem(),
+        })
+    }
+
+    /// Writes the server certificate, its key and the CA into `dir` as `server.crt`,
+    /// `server.key` and `ca.crt`, the files a server's TLS directives name.
+    pub(crate) fn write(&self, dir: &std::path::Path) -> Result<()> {
+        for (file, pem) in [
+            ("server.crt", &self.cert_pem),
+            ("server.key", &self.key_pem),
+            ("ca.crt", &self.ca_pem),
+        ] {
+            std::fs::write(dir.join(file), pem).with_context(|| format!("writing {file}"))?;
+        }
+        Ok(())
+    }
 }
 
 /// How to start a [`RedisServer`]; `RedisServer::builder()` gives the defaults (plain, no auth).
@@ -92,14 +135,7 @@ impl RedisServer {
         let binary = require_binary("redis-server", &["/usr/bin", "/usr/sbin"], INSTALL_HINT)?;
         let dir = ServerProcess::temp_dir("redis")?;
         if let Some(tls) = &options.tls {
-            for (file, pem) in [
-                ("server.crt", &tls.cert_pem),
-                ("server.key", &tls.key_pem),
-                ("ca.crt", &tls.ca_pem),
-            ] {
-                std::fs::write(dir.path().join(file), pem)
-                    .with_context(|| format!("writing {file}"))?;
-            }
+            tls.write(dir.path())?;
         }
         let port = free_port()?;
         let cmd = Self::command(&binary, dir.path(), port, &options);
@@ -124,16 +160,7 @@ impl RedisServer {
         let mut cmd = Command::new(binary);
         cmd.arg("--bind").arg("127.0.0.1");
         match &options.tls {
-            Some(_) => {
-                cmd.args(["--port", "0", "--tls-port", &port.to_string()])
-                    .arg("--tls-cert-file")
-                    .arg(dir.join("server.crt"))
-                    .arg("--tls-key-file")
-                    .arg(dir.join("server.key"))
-                    .arg("--tls-ca-cert-file")
-                    .arg(dir.join("ca.crt"))
-                    .args(["--tls-auth-clients", "no"]);
-            }
+            Some(_) => tls_only(&mut cmd, dir, port),
             None => {
                 cmd.args(["--port", &port.to_string()]);
             }
@@ -230,6 +257,19 @@ impl RedisServer {
     pub fn resume(&self) -> Result<()> {
         self.process.resume()
     }
+}
+
+/// Serves TLS only on `port` (`--port 0`), with the files [`RedisTls::write`] put in `dir`;
+/// clients are not asked for certificates. A Sentinel takes the same directives.
+pub(crate) fn tls_only(cmd: &mut Command, dir: &std::path::Path, port: u16) {
+    cmd.args(["--port", "0", "--tls-port", &port.to_string()])
+        .arg("--tls-cert-file")
+        .arg(dir.join("server.crt"))
+        .arg("--tls-key-file")
+        .arg(dir.join("server.key"))
+        .arg("--tls-ca-cert-file")
+        .arg(dir.join("ca.crt"))
+        .args(["--tls-auth-clients", "no"]);
 }
 
 /// Connects to the port; on a plain server also checks that it answers PING (or asks for auth).

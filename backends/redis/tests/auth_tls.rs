@@ -8,46 +8,7 @@ use std::time::Duration;
 use leader_lock::conformance::{patience, wait_leader};
 use leader_lock::{ConfigError, Elector, ElectorConfig, Identity, LockError};
 use leader_lock_redis::{RedisConfig, RedisLock};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use testkit::redis::{RedisServer, RedisTls};
-
-struct Pki {
-    tls: RedisTls,
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn ca_file(&self) -> std::path::PathBuf {
-        self.dir.path().join("ca.pem")
-    }
-}
-
-/// A CA and a leaf (not a CA) for 127.0.0.1, signed by it.
-fn pki() -> Pki {
-    let ca_key = KeyPair::generate().expect("ca key");
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca params");
-    ca.distinguished_name
-        .push(DnType::CommonName, "gateway-leader test CA");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca.self_signed(&ca_key).expect("ca cert");
-    let issuer = Issuer::new(ca, ca_key);
-    let leaf_key = KeyPair::generate().expect("leaf key");
-    let mut leaf = CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("leaf params");
-    leaf.distinguished_name
-        .push(DnType::CommonName, "127.0.0.1");
-    leaf.is_ca = IsCa::NoCa;
-    let leaf_cert = leaf.signed_by(&leaf_key, &issuer).expect("leaf cert");
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("ca.pem"), ca_cert.pem()).expect("write ca");
-    Pki {
-        tls: RedisTls {
-            cert_pem: leaf_cert.pem(),
-            key_pem: leaf_key.serialize_pem(),
-            ca_pem: ca_cert.pem(),
-        },
-        dir,
-    }
-}
+use testkit::redis::RedisServer;
 
 async fn leads(config: RedisConfig, name: &str) {
     let timing = common::timing();
@@ -68,7 +29,7 @@ async fn leads(config: RedisConfig, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_custom_ca_and_passwords() {
     common::init_tracing();
-    let pki = pki();
+    let pki = common::Pki::new();
     let server = RedisServer::builder()
         .tls(pki.tls.clone())
         .requirepass("default-secret")

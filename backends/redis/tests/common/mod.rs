@@ -7,7 +7,7 @@ use std::time::Duration;
 use leader_lock::conformance::{Harness, HarnessError, Protect, Tamper};
 use leader_lock::{LeaderLock, Timing};
 use leader_lock_redis::{RedisConfig, RedisLock};
-use testkit::redis::RedisServer;
+use testkit::redis::{RedisServer, RedisTls};
 
 /// Short timing for tests: lease 2 s, renew deadline 1.5 s, retry 300 ms.
 pub fn timing() -> Timing {
@@ -24,6 +24,26 @@ pub fn config(url: &str, timing: &Timing) -> RedisConfig {
     RedisConfig {
         request_timeout: timing.renew_deadline / 2,
         ..RedisConfig::new(url)
+    }
+}
+
+/// Certificates for throwaway TLS servers (a CA and a leaf for 127.0.0.1), and the CA in a
+/// file for a client's `ca_file`.
+pub struct Pki {
+    pub tls: RedisTls,
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    pub fn new() -> Pki {
+        let tls = RedisTls::generate().expect("test certificates");
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("ca.pem"), &tls.ca_pem).expect("write the CA");
+        Pki { tls, dir }
+    }
+
+    pub fn ca_file(&self) -> std::path::PathBuf {
+        self.dir.path().join("ca.pem")
     }
 }
 
