@@ -94,6 +94,8 @@ const URL: &str = "redis-url";
 const CA_FILE: &str = "redis-ca-file";
 const SENTINEL: &str = "redis-sentinel";
 const SENTINEL_MASTER: &str = "redis-sentinel-master";
+const USERNAME: &str = "redis-username";
+const SENTINEL_USERNAME: &str = "redis-sentinel-username";
 
 /// The default key prefix.
 pub const DEFAULT_KEY_PREFIX: &str = "gateway-leader";
@@ -194,6 +196,12 @@ fn check_sentinel(s: &SentinelConfig) -> Result<(), ConfigError> {
             "redis-sentinel: mixes redis:// and rediss://; use one scheme for every Sentinel",
         ));
     }
+    // redis-rs sends no AUTH for a user without a password: it would connect as `default`.
+    if s.username.is_some() && s.password.is_none() {
+        return Err(ConfigError::UserWithoutPassword {
+            setting: SENTINEL_USERNAME,
+        });
+    }
     let name_ok = !s.master.is_empty()
         && s.master.len() <= 128
         && s.master
@@ -251,18 +259,23 @@ fn check_url(config: &RedisConfig) -> Result<(), ConfigError> {
 }
 
 fn check_rest(config: &RedisConfig) -> Result<(), ConfigError> {
-    let shown = match &config.sentinel {
-        Some(s) => s.addresses.join(","),
-        None => redact_url(&config.url).to_string(),
+    // The setting that decides TLS: the Sentinels' addresses when they name the primary.
+    let (tls_setting, shown) = match &config.sentinel {
+        Some(s) => (SENTINEL, s.addresses.join(",")),
+        None => (URL, redact_url(&config.url).to_string()),
     };
     leader_lock::input::check_name(&config.key_prefix, KEY_PREFIX_CHARS, MAX_KEY_PREFIX_BYTES)
         .map_err(|e| ConfigError::invalid("redis-key-prefix", format!("redis-key-prefix: {e}")))?;
+    if config.username.is_some() && config.password.is_none() {
+        return Err(ConfigError::UserWithoutPassword { setting: USERNAME });
+    }
     if let Some(ca) = &config.ca_file {
         if !config.is_tls() {
             return Err(ConfigError::invalid(
                 CA_FILE,
                 format!(
-                    "redis-ca-file is set but redis-url `{shown}` does not use TLS; use rediss://"
+                    "redis-ca-file is set but {tls_setting} `{shown}` does not use TLS; use \
+                     rediss://"
                 ),
             ));
         }
@@ -393,6 +406,40 @@ mod tests {
             .expect("a certificate");
         std::fs::write(&ca, real.cert.pem()).expect("write");
         assert_eq!(check_config(&c), Ok(()));
+    }
+
+    #[test]
+    fn a_user_without_a_password_is_refused_on_either_side() {
+        let mut c = RedisConfig::new("redis://127.0.0.1:6379");
+        c.username = Some("gl".into());
+        let no_password = |setting| Err(ConfigError::UserWithoutPassword { setting });
+        assert_eq!(check_config(&c), no_password("redis-username"));
+        c.password = Some("pw".into());
+        assert_eq!(check_config(&c), Ok(()));
+        c.sentinel = Some(SentinelConfig {
+            addresses: vec!["redis://127.0.0.1:26379".into()],
+            master: "mymaster".into(),
+            username: Some("watcher".into()),
+            password: None,
+        });
+        assert_eq!(check_config(&c), no_password("redis-sentinel-username"));
+        if let Some(s) = c.sentinel.as_mut() {
+            s.password = Some("sentinel-pw".into());
+        }
+        assert_eq!(check_config(&c), Ok(()));
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("sentinel-pw") && !shown.contains("\"pw\""),
+            "{shown}"
+        );
+        // TLS is the Sentinels' scheme's: a CA with plain Sentinels names them.
+        c.ca_file = Some("/nonexistent/ca.pem".into());
+        let (setting, e) = invalid(check_config(&c).unwrap_err());
+        assert_eq!(setting, "redis-ca-file");
+        assert!(
+            e.contains("redis-sentinel `redis://127.0.0.1:26379`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -8,11 +8,14 @@ use leader_lock::LockError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, TlsCertificates, TlsMode};
+use redis::{
+    Client, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError,
+    TlsCertificates, TlsMode,
+};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::config::{read_ca, RedisConfig};
+use crate::config::{read_ca, RedisConfig, SentinelConfig};
 
 /// Asks the Sentinels again at most this often while the primary keeps failing.
 const REDISCOVER_EVERY: Duration = Duration::from_millis(250);
@@ -111,7 +114,22 @@ impl Primary {
         let mut sentinel = b
             .build()
             .map_err(|e| LockError::refused_from(format!("redis-sentinel: {e}"), e))?;
-        let (client, endpoint) = ask(&mut sentinel, &s.master, timeout).await?;
+        let (client, endpoint) = match ask(&mut sentinel, timeout).await {
+            Ok(found) => found,
+            // Refusals are for good: say which side refused, rather than retry as if the
+            // Sentinels were down.
+            Err(Asked::Failed(e)) if is_auth(&e) => return Err(refusal(config, s, e).await),
+            Err(Asked::Failed(e)) if is_untrusted(&e) => {
+                return Err(LockError::refused_from(
+                    format!(
+                        "a Sentinel or the primary they name has a TLS certificate that is not \
+                         trusted ({e}); set redis-ca-file to the CA that signed it"
+                    ),
+                    e,
+                ))
+            }
+            Err(other) => return Err(other.into_lock_error(&s.master)),
+        };
         Ok(Found {
             sentinel: Some((sentinel, s.master.clone())),
             client,
@@ -156,9 +174,10 @@ impl Primary {
         }
         s.2 = Some(Instant::now());
         let (sentinel_client, master, _) = &mut *s;
-        let (client, endpoint) = match ask(sentinel_client, master, self.timeout).await {
+        let (client, endpoint) = match ask(sentinel_client, self.timeout).await {
             Ok(c) => c,
             Err(e) => {
+                let e = e.into_lock_error(master);
                 warn!(error = %e, "asking the Sentinels for the primary failed");
                 return false;
             }
@@ -185,26 +204,131 @@ impl Primary {
     }
 }
 
-/// Asks the Sentinels for the current primary of `master`, under the request timeout.
-async fn ask(
-    sentinel: &mut SentinelClient,
-    master: &str,
-    timeout: Duration,
-) -> Result<(Client, String), LockError> {
+/// Why the Sentinels named no primary.
+enum Asked {
+    /// A Sentinel, or the primary one named, answered with this error.
+    Failed(RedisError),
+    /// No answer within this long.
+    TimedOut(Duration),
+}
+
+impl Asked {
+    /// The lock error when nothing refused us for good: worth retrying.
+    fn into_lock_error(self, master: &str) -> LockError {
+        match self {
+            Asked::Failed(e) => LockError::unavailable_from(
+                format!("no Sentinel named a reachable primary for {master:?}: {e}"),
+                e,
+            ),
+            Asked::TimedOut(after) => LockError::unavailable(format!(
+                "no Sentinel named a primary for {master:?} within {after:?}"
+            )),
+        }
+    }
+}
+
+/// Asks the Sentinels for the current primary of their master, under the request timeout.
+async fn ask(sentinel: &mut SentinelClient, timeout: Duration) -> Result<(Client, String), Asked> {
     match tokio::time::timeout(timeout * 2, sentinel.async_get_client()).await {
         Ok(Ok(client)) => {
             let endpoint = endpoint(client.get_connection_info().addr(), 0);
             Ok((client, endpoint))
         }
-        Ok(Err(e)) => Err(LockError::unavailable_from(
-            format!("no Sentinel named a reachable primary for {master:?}: {e}"),
-            e,
-        )),
-        Err(_) => Err(LockError::unavailable(format!(
-            "no Sentinel named a primary for {master:?} within {:?}",
-            timeout * 2
-        ))),
+        Ok(Err(e)) => Err(Asked::Failed(e)),
+        Err(_) => Err(Asked::TimedOut(timeout * 2)),
     }
+}
+
+/// A server refused the credentials, or asked for some (`NOAUTH`).
+pub(crate) fn is_auth(e: &RedisError) -> bool {
+    matches!(e.kind(), ErrorKind::AuthenticationFailed)
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
+}
+
+/// The server's TLS certificate was not trusted.
+pub(crate) fn is_untrusted(e: &RedisError) -> bool {
+    let text = e.to_string();
+    text.contains("certificate") || text.contains("UnknownIssuer")
+}
+
+/// After asking the Sentinels failed on credentials (`e`), which side refused them: redis-rs
+/// gives one error for the Sentinels and the primary alike. Asks each Sentinel ourselves, with
+/// the Sentinel credentials, where the primary is: a Sentinel that answers had the right ones,
+/// so the primary refused the data node credentials.
+async fn refusal(config: &RedisConfig, s: &SentinelConfig, e: RedisError) -> LockError {
+    let timeout = config.request_timeout;
+    for address in &s.addresses {
+        let asked = tokio::time::timeout(timeout, primary_address(config, s, address)).await;
+        match asked {
+            Ok(Ok(Some((host, port)))) => {
+                // As `endpoint` shows a data node.
+                let scheme = if config.is_tls() { "rediss" } else { "redis" };
+                return LockError::refused_from(
+                    format!(
+                        "the primary the Sentinels name for {:?}, {scheme}://{host}:{port}/0, \
+                         rejected the credentials ({e}); check redis-username and \
+                         redis-password (the data nodes' user, not the Sentinels')",
+                        s.master
+                    ),
+                    e,
+                );
+            }
+            Ok(Err(refused)) if is_auth(&refused) => {
+                let shown = crate::config::redact_url(address);
+                return LockError::refused_from(
+                    format!(
+                        "the Sentinel at {shown} rejected the credentials ({refused}); check \
+                         redis-sentinel-username and redis-sentinel-password (the Sentinels' \
+                         user, not the data nodes')"
+                    ),
+                    refused,
+                );
+            }
+            // Unreachable, or no such master: the next Sentinel may tell.
+            _ => {}
+        }
+    }
+    LockError::refused_from(
+        format!(
+            "the Sentinels or the primary they name rejected the credentials ({e}); check \
+             redis-sentinel-username and redis-sentinel-password for the Sentinels, \
+             redis-username and redis-password for the data nodes"
+        ),
+        e,
+    )
+}
+
+/// `SENTINEL GET-MASTER-ADDR-BY-NAME` on the Sentinel at `address`, logged in as the Sentinel
+/// user, over TLS as configured: as the Sentinel client would connect.
+async fn primary_address(
+    config: &RedisConfig,
+    s: &SentinelConfig,
+    address: &str,
+) -> Result<Option<(String, u16)>, RedisError> {
+    let info = login(
+        address.into_connection_info()?,
+        s.username.as_deref(),
+        s.password.as_deref(),
+    );
+    let client = match &config.ca_file {
+        Some(ca) => {
+            let certs = certificates(ca).map_err(|e| {
+                RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    "redis-ca-file",
+                    e.to_string(),
+                ))
+            })?;
+            Client::build_with_tls(info, certs)?
+        }
+        None => Client::open(info)?,
+    };
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(&s.master)
+        .query_async(&mut conn)
+        .await
 }
 
 /// The one place a managed connection to a data node is built: its timeouts and retries.
@@ -228,16 +352,24 @@ fn data_node_info(config: &RedisConfig) -> Result<ConnectionInfo, LockError> {
         .as_str()
         .into_connection_info()
         .map_err(|e| LockError::refused_from(format!("redis-url is invalid: {e}"), e))?;
+    Ok(login(
+        info,
+        config.username.as_deref(),
+        config.password.as_deref(),
+    ))
+}
+
+/// `info` with a user and password to log in with, and our TCP settings.
+fn login(info: ConnectionInfo, username: Option<&str>, password: Option<&str>) -> ConnectionInfo {
     let mut settings = info.redis_settings().clone();
-    if let Some(u) = &config.username {
+    if let Some(u) = username {
         settings = settings.set_username(u);
     }
-    if let Some(p) = &config.password {
+    if let Some(p) = password {
         settings = settings.set_password(p);
     }
-    Ok(info
-        .set_redis_settings(settings)
-        .set_tcp_settings(tcp_settings()))
+    info.set_redis_settings(settings)
+        .set_tcp_settings(tcp_settings())
 }
 
 /// The TCP settings of every connection to Redis (commands, subscriptions, the Sentinels, and

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::config::{check_config, check_timing, RedisConfig};
-use crate::connection::{manage, Primary};
+use crate::connection::{is_auth, is_untrusted, manage, Primary};
 use crate::keys::Keys;
 use crate::knowledge::{Knowledge, Plan};
 use crate::scripts::{self, Scripts};
@@ -58,9 +58,7 @@ fn install_crypto_provider() {
 /// the error itself is kept as the source.
 fn classify(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
     let code = e.code().unwrap_or_default();
-    let auth = matches!(e.kind(), ErrorKind::AuthenticationFailed)
-        || matches!(code, "WRONGPASS" | "NOAUTH");
-    if auth {
+    if is_auth(e) {
         let message = format!(
             "redis at {endpoint} rejected the credentials ({e}); check the username and the \
              password"
@@ -88,7 +86,7 @@ fn classify(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
     if code == "GLBADTERM" || code == "WRONGTYPE" {
         return LockError::malformed_from(format!("redis at {endpoint}: {e}"), e.clone());
     }
-    if text.contains("certificate") || text.contains("UnknownIssuer") {
+    if is_untrusted(e) {
         let message = format!(
             "redis at {endpoint}: the server's TLS certificate is not trusted ({e}); set \
              redis-ca-file to the CA that signed it"
