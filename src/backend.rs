@@ -83,6 +83,31 @@ fn redis_config(s: &Settings) -> RedisConfig {
     c
 }
 
+/// The Sentinels' master name and credentials mean nothing without Sentinels: given alone they
+/// are a mistake (a forgotten `--redis-sentinel` would connect to `--redis-url` instead), not
+/// something to ignore.
+#[cfg(feature = "redis")]
+fn sentinel_settings_need_sentinels(r: &crate::config::RedisSettings) -> Result<(), ConfigError> {
+    if r.sentinels.as_ref().is_some_and(|a| !a.is_empty()) {
+        return Ok(());
+    }
+    let given = [
+        ("redis_sentinel_master", r.sentinel_master.is_some()),
+        ("redis_sentinel_username", r.sentinel_username.is_some()),
+        ("redis_sentinel_password", r.sentinel_password.is_some()),
+    ];
+    match given.iter().find(|(_, set)| *set) {
+        Some((key, _)) => Err(ConfigError::invalid(
+            key,
+            format!(
+                "set without {}; it applies only to the Sentinels",
+                flag("redis_sentinel")
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The backend's own checks (granularity, URLs, files), without touching the network.
 pub fn validate(s: &Settings) -> Result<(), ConfigError> {
     if s.disabled {
@@ -94,7 +119,10 @@ pub fn validate(s: &Settings) -> Result<(), ConfigError> {
         #[cfg(feature = "etcd")]
         Backend::Etcd => etcd_config(s).validate(&s.timing),
         #[cfg(feature = "redis")]
-        Backend::Redis => redis_config(s).validate(&s.timing),
+        Backend::Redis => {
+            sentinel_settings_need_sentinels(&s.redis)?;
+            redis_config(s).validate(&s.timing)
+        }
         #[allow(unreachable_patterns)]
         other => return Err(not_built(other)),
     };
@@ -117,8 +145,18 @@ fn backend_refusal(backend: Backend, e: &leader_lock::ConfigError) -> ConfigErro
     }) else {
         return ConfigError::input(format!("{backend} backend settings"), message);
     };
-    // The settings of a backend share its name as their prefix: etcd_username, redis_password.
-    let prefix = key.split('_').next().unwrap_or(key);
+    // The credentials a setting goes with: its own (redis_sentinel: redis_sentinel_username),
+    // else its backend's, whose name the settings share as their prefix (etcd_username,
+    // redis_password).
+    let own = key.strip_suffix("_username").unwrap_or(key);
+    let prefix = if SETTINGS
+        .iter()
+        .any(|spec| spec.key == format!("{own}_password_file"))
+    {
+        own
+    } else {
+        key.split('_').next().unwrap_or(key)
+    };
     // Only the credentials refusals name them: built there, not for every refusal.
     let password = || {
         format!(
@@ -227,9 +265,14 @@ mod tests {
     use crate::config::{Env, Layers};
 
     fn settings(flags: &[(&'static str, &str)]) -> Settings {
+        settings_with_env(flags, &[])
+    }
+
+    /// The settings of `flags` and the environment variables `env`.
+    fn settings_with_env(flags: &[(&'static str, &str)], env: &[(&str, &str)]) -> Settings {
         let flags: Vec<(&'static str, String)> =
             flags.iter().map(|(k, v)| (*k, v.to_string())).collect();
-        let env = Env::from_os(std::iter::empty()).expect("env");
+        let env = Env::from_os(env.iter().map(|(k, v)| (k.into(), v.into()))).expect("env");
         Layers::load(None, env, &flags)
             .and_then(|l| l.settings(|| "host-1".to_string()))
             .expect("valid settings")
@@ -300,6 +343,84 @@ mod tests {
         validate(&s).expect("a valid Sentinel setup");
         let c = redis_config(&s).sentinel.expect("Sentinel mode");
         assert_eq!(c.master, "mymaster");
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn redis_sentinel_credentials_are_refused_in_the_sentinels_own_words() {
+        let sentinel = [
+            ("lock_backend", "redis"),
+            ("redis_sentinel", "rediss://127.0.0.1:26379"),
+            ("redis_sentinel_master", "mymaster"),
+        ];
+        // A Sentinel user without its password: the Sentinels' password settings, not Redis'.
+        let mut s = settings(&sentinel);
+        s.redis.sentinel_username = Some("watcher".into());
+        let e = validate(&s).expect_err("a user needs a password");
+        assert_eq!(e.setting(), Some("redis_sentinel_username"), "{e}");
+        assert!(
+            e.to_string().ends_with(
+                "set without a password (--redis-sentinel-password-file or \
+                 GATEWAY_LEADER_REDIS_SENTINEL_PASSWORD)"
+            ),
+            "{e}"
+        );
+        let mut s = settings_with_env(
+            &[&sentinel[..], &[("redis_sentinel_username", "watcher")]].concat(),
+            &[("GATEWAY_LEADER_REDIS_SENTINEL_PASSWORD", "pw")],
+        );
+        validate(&s).expect("a Sentinel user with its password");
+        // The same for the data nodes' user, in Sentinel mode too.
+        s.redis.username = Some("gl".into());
+        let e = validate(&s).expect_err("a user needs a password");
+        assert_eq!(e.setting(), Some("redis_username"), "{e}");
+        assert!(
+            e.to_string()
+                .ends_with("(--redis-password-file or GATEWAY_LEADER_REDIS_PASSWORD)"),
+            "{e}"
+        );
+        // Credentials in a Sentinel address are the Sentinels' own.
+        let s = settings(&[
+            ("lock_backend", "redis"),
+            ("redis_sentinel", "redis://u:SECRET@127.0.0.1:26379"),
+            ("redis_sentinel_master", "mymaster"),
+        ]);
+        let text = validate(&s).expect_err("credentials in a URL").to_string();
+        assert!(
+            text.contains("--redis-sentinel-username")
+                && text.contains("GATEWAY_LEADER_REDIS_SENTINEL_PASSWORD"),
+            "{text}"
+        );
+        // A CA file with plain Sentinels names the Sentinels, not redis-url.
+        let mut s = settings(&[
+            ("lock_backend", "redis"),
+            ("redis_sentinel", "redis://127.0.0.1:26379"),
+            ("redis_sentinel_master", "mymaster"),
+        ]);
+        s.redis.ca_file = Some("/nonexistent/ca.pem".into());
+        let e = validate(&s).expect_err("TLS settings without TLS");
+        assert_eq!(e.setting(), Some("redis_ca_file"), "{e}");
+        assert!(e.to_string().contains("redis-sentinel `redis://"), "{e}");
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn redis_sentinel_settings_without_sentinels_are_refused() {
+        for (key, value) in [
+            ("redis_sentinel_master", "mymaster"),
+            ("redis_sentinel_username", "watcher"),
+        ] {
+            let s = settings(&[("lock_backend", "redis"), (key, value)]);
+            let e = validate(&s).expect_err("no Sentinels to apply it to");
+            assert_eq!(e.setting(), Some(key), "{e}");
+            assert!(e.to_string().contains("without --redis-sentinel"), "{e}");
+        }
+        let s = settings_with_env(
+            &[("lock_backend", "redis")],
+            &[("GATEWAY_LEADER_REDIS_SENTINEL_PASSWORD", "pw")],
+        );
+        let e = validate(&s).expect_err("no Sentinels to apply it to");
+        assert_eq!(e.setting(), Some("redis_sentinel_password"), "{e}");
     }
 
     #[cfg(feature = "etcd")]

@@ -381,7 +381,7 @@ settings! {
     redis_username: String {
         flag("USER"),
         check: text,
-        help: "Redis ACL user",
+        help: "Redis ACL user (on the data nodes, with Sentinel)",
     },
     redis_password_file: Secret {
         flag("FILE"),
@@ -396,7 +396,7 @@ settings! {
     redis_ca_file: PathBuf {
         flag("FILE"),
         check: bounded_file,
-        help: "CA bundle (PEM) to verify a rediss:// server",
+        help: "CA bundle (PEM) to verify rediss:// servers (the data nodes and the Sentinels)",
     },
     redis_key_prefix: String {
         flag("PREFIX"),
