@@ -83,12 +83,26 @@ fn redis_config(s: &Settings) -> RedisConfig {
     c
 }
 
-/// The Sentinels' master name and credentials mean nothing without Sentinels: given alone they
-/// are a mistake (a forgotten `--redis-sentinel` would connect to `--redis-url` instead), not
-/// something to ignore.
+/// Sentinel or not, one way to name the primary: the Sentinels' master name and credentials mean
+/// nothing without Sentinels, given alone they are a mistake (a forgotten `--redis-sentinel`
+/// would connect to `--redis-url` instead); and a `--redis-url` given beside the Sentinels would
+/// be ignored, so it is refused too rather than leave a stale address that looks in use.
 #[cfg(feature = "redis")]
 fn sentinel_settings_need_sentinels(r: &crate::config::RedisSettings) -> Result<(), ConfigError> {
     if r.sentinels.as_ref().is_some_and(|a| !a.is_empty()) {
+        let default_url = SETTINGS
+            .iter()
+            .find(|spec| spec.key == "redis_url")
+            .and_then(|spec| spec.default);
+        if default_url != Some(r.url.as_str()) {
+            return Err(ConfigError::invalid(
+                "redis_url",
+                format!(
+                    "set with {}, whose Sentinels name the primary instead; leave it out",
+                    flag("redis_sentinel")
+                ),
+            ));
+        }
         return Ok(());
     }
     let given = [
@@ -405,7 +419,7 @@ mod tests {
 
     #[cfg(feature = "redis")]
     #[test]
-    fn redis_sentinel_settings_without_sentinels_are_refused() {
+    fn redis_sentinel_settings_without_sentinels_and_a_url_with_them_are_refused() {
         for (key, value) in [
             ("redis_sentinel_master", "mymaster"),
             ("redis_sentinel_username", "watcher"),
@@ -421,6 +435,16 @@ mod tests {
         );
         let e = validate(&s).expect_err("no Sentinels to apply it to");
         assert_eq!(e.setting(), Some("redis_sentinel_password"), "{e}");
+        // The other way round: a URL beside the Sentinels would not be used.
+        let s = settings(&[
+            ("lock_backend", "redis"),
+            ("redis_sentinel", "redis://127.0.0.1:26379"),
+            ("redis_sentinel_master", "mymaster"),
+            ("redis_url", "redis://10.0.0.1:6379"),
+        ]);
+        let e = validate(&s).expect_err("a URL the Sentinels override");
+        assert_eq!(e.setting(), Some("redis_url"), "{e}");
+        assert!(e.to_string().contains("--redis-sentinel"), "{e}");
     }
 
     #[cfg(feature = "etcd")]
