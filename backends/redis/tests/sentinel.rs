@@ -256,6 +256,23 @@ async fn sentinel_with_tls_follows_a_failover() {
     lock_follows_the_failover(&mut t, config).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_with_tls_and_acl_users_follows_a_failover() {
+    common::init_tracing();
+    let pki = common::Pki::new();
+    let mut t = SentinelTopology::builder()
+        .acl()
+        .tls(pki.tls.clone())
+        .start()
+        .await
+        .expect("the topology with TLS and ACL users starts");
+    let timing = common::timing();
+    let mut config = with_users(sentinel_config(&t, &timing), DATA_USER, SENTINEL_USER);
+    config.ca_file = Some(pki.ca_file());
+    config.validate(&timing).expect("a valid config");
+    lock_follows_the_failover(&mut t, config).await;
+}
+
 /// `RedisLock::connect` with `config`, which must answer (succeed or fail) well within a
 /// minute: a refusal must not turn into retries.
 async fn connect_within(config: RedisConfig) -> Result<RedisLock, LockError> {
