@@ -78,6 +78,8 @@ pub struct Calls {
     pub started: f64,
     /// Calls ended, by gRPC code.
     pub handled: BTreeMap<String, f64>,
+    /// Messages received from clients (one per unary call; one per keep-alive on a stream).
+    pub received: f64,
 }
 
 fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
@@ -109,6 +111,7 @@ pub fn calls(port: u16, method: &str) -> Calls {
         let value: f64 = value.parse().unwrap_or(0.0);
         match name {
             "grpc_server_started_total" => out.started += value,
+            "grpc_server_msg_received_total" => out.received += value,
             "grpc_server_handled_total" => {
                 let code = label(labels, "grpc_code").unwrap_or("?").to_string();
                 *out.handled.entry(code).or_default() += value;
