@@ -34,25 +34,40 @@ fn count(seen: &[(String, String)], who: &HashSet<String>) -> Vec<String> {
         .collect()
 }
 
-/// Counts the commands a follower and the leader send over three leases, once the follower's
-/// watch is up; fails when the follower sends more than two.
+/// Counts the connections each replica holds and the commands a follower and the leader send
+/// over three leases, once the follower's watch is up; fails when a replica holds more than a
+/// command and a pub/sub connection, or the follower sends more than two commands.
 async fn follower_cost(timing: Timing) {
     let r = common::Redis::start().await;
     let url = r.server.url();
-    let before_a = support::client_addrs(&url).await;
+    let before = support::client_addrs(&url).await;
+    let subscribes = support::command_calls(&url, "subscribe").await;
     let a = spawn(&r, "a", timing).await;
     wait_leader(&a.leadership(), patience(&timing), "a").await;
-    let a_addrs: HashSet<String> = &support::client_addrs(&url).await - &before_a;
+    // Each watch subscribes twice as it opens: once a's have run, a's connections are all there.
+    support::wait_subscribes(&url, subscribes + 2, patience(&timing)).await;
+    let a_addrs: HashSet<String> = &support::client_addrs(&url).await - &before;
     let b = spawn(&r, "b", timing).await;
     wait_following(&b.leadership(), patience(&timing), "b").await;
-    // Let b's watch come up and its first wake-ups pass.
-    tokio::time::sleep(timing.lease_duration).await;
-    let b_addrs: HashSet<String> = &(&support::client_addrs(&url).await - &before_a) - &a_addrs;
+    support::wait_subscribes(&url, subscribes + 4, patience(&timing)).await;
+    let b_addrs: HashSet<String> = &(&support::client_addrs(&url).await - &before) - &a_addrs;
+    eprintln!(
+        "connections: leader {}, follower {}",
+        a_addrs.len(),
+        b_addrs.len()
+    );
+    assert_eq!(
+        a_addrs.len(),
+        2,
+        "a has a command and a pub/sub connection: {a_addrs:?}"
+    );
     assert_eq!(
         b_addrs.len(),
         2,
         "b has a command and a pub/sub connection: {b_addrs:?}"
     );
+    // Let b's first wake-ups pass.
+    tokio::time::sleep(timing.lease_duration).await;
 
     let mut monitor = support::Monitor::start(r.server.port()).await;
     let window = timing.lease_duration * 3;
@@ -75,6 +90,12 @@ async fn follower_cost(timing: Timing) {
         by_b.len() <= 2,
         "a watching follower polls: {} commands in {window:?}: {by_b:?}",
         by_b.len()
+    );
+    let now: HashSet<String> = &support::client_addrs(&url).await - &before;
+    assert_eq!(
+        now,
+        &a_addrs | &b_addrs,
+        "the replicas opened other connections meanwhile"
     );
     a.abort().await;
     b.abort().await;
