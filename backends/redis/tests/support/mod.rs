@@ -38,8 +38,8 @@ pub async fn acquire(lock: &dyn LeaderLock, c: &Candidate, limit: Duration) -> T
     }
 }
 
-/// The client name of the connections [`raw`] opens: [`client_addrs`] leaves them out, closed
-/// or not yet.
+/// The client name of the connections [`raw`] opens: [`client_addrs`] leaves named connections
+/// out, closed or not yet.
 const TEST_CLIENT: &str = "gateway-leader-test";
 
 /// Runs one raw command on a fresh connection and returns its reply.
@@ -65,12 +65,15 @@ pub async fn raw<T: redis::FromRedisValue>(url: &str, args: &[&str]) -> T {
     reply
 }
 
-/// The `addr=` of every client connected to the server right now but the test's own ([`raw`]'s
-/// and a [`Monitor`]'s).
+/// The `addr=` of every client connected to the server right now that a lock may have opened:
+/// not the test's own ([`raw`]'s, named, and a [`Monitor`]'s), not a Sentinel's (named
+/// `sentinel-…`), not a replica's replication link (flag `S`). The lock names no connection.
 pub async fn client_addrs(url: &str) -> HashSet<String> {
     let list: String = raw(url, &["CLIENT", "LIST"]).await;
     list.lines()
-        .filter(|l| !l.contains(&format!(" name={TEST_CLIENT} ")) && !l.contains(" cmd=monitor "))
+        .filter(|l| {
+            l.contains(" name= ") && !l.contains(" flags=S ") && !l.contains(" cmd=monitor ")
+        })
         .filter_map(|l| {
             l.split(' ')
                 .find_map(|f| f.strip_prefix("addr="))
