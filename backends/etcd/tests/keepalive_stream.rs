@@ -7,58 +7,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::time::Duration;
 
+use common::{calls, Calls};
 use leader_lock::conformance::{patience, wait_following, wait_leader};
 use testkit::etcd::EtcdServer;
-
-/// The gRPC counters of one method: calls started, and calls ended by code.
-#[derive(Debug, Default, Clone, PartialEq)]
-struct Calls {
-    started: f64,
-    handled: BTreeMap<String, f64>,
-}
-
-fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
-    let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
-    let len = labels[start..].find('"')?;
-    Some(&labels[start..start + len])
-}
-
-/// Reads `/metrics` from the client URL and sums the counters of `method`.
-fn calls(port: u16, method: &str) -> Calls {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connects");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .expect("sends");
-    let mut body = String::new();
-    s.read_to_string(&mut body).expect("reads metrics");
-    let mut out = Calls::default();
-    for line in body.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Some((name, labels)) = series.split_once('{') else {
-            continue;
-        };
-        if label(labels, "grpc_method") != Some(method) {
-            continue;
-        }
-        let value: f64 = value.parse().unwrap_or(0.0);
-        match name {
-            "grpc_server_started_total" => out.started += value,
-            "grpc_server_handled_total" => {
-                let code = label(labels, "grpc_code").unwrap_or("?").to_string();
-                *out.handled.entry(code).or_default() += value;
-            }
-            _ => {}
-        }
-    }
-    out
-}
 
 /// Unary KV requests started (a renew sends one: a transaction, or a read before issue 9).
 fn requests(port: u16) -> f64 {

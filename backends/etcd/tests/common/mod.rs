@@ -1,6 +1,8 @@
 //! Shared test helpers: short timing, lock configs and a plain etcd client.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,4 +69,55 @@ pub fn refused_setting(err: &LockError) -> Option<&'static str> {
     std::error::Error::source(err)
         .and_then(|s| s.downcast_ref::<ConfigError>())
         .and_then(ConfigError::setting)
+}
+
+/// The gRPC counters of one method: calls started, and calls ended by code.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Calls {
+    /// Calls started.
+    pub started: f64,
+    /// Calls ended, by gRPC code.
+    pub handled: BTreeMap<String, f64>,
+    /// Messages received from clients (one per unary call; one per keep-alive on a stream).
+    pub received: f64,
+}
+
+fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
+    let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
+    let len = labels[start..].find('"')?;
+    Some(&labels[start..start + len])
+}
+
+/// Reads `/metrics` from the client URL and sums the counters of `method`.
+pub fn calls(port: u16, method: &str) -> Calls {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connects");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .expect("sends");
+    let mut body = String::new();
+    s.read_to_string(&mut body).expect("reads metrics");
+    let mut out = Calls::default();
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Some((name, labels)) = series.split_once('{') else {
+            continue;
+        };
+        if label(labels, "grpc_method") != Some(method) {
+            continue;
+        }
+        let value: f64 = value.parse().unwrap_or(0.0);
+        match name {
+            "grpc_server_started_total" => out.started += value,
+            "grpc_server_msg_received_total" => out.received += value,
+            "grpc_server_handled_total" => {
+                let code = label(labels, "grpc_code").unwrap_or("?").to_string();
+                *out.handled.entry(code).or_default() += value;
+            }
+            _ => {}
+        }
+    }
+    out
 }

@@ -38,6 +38,10 @@ pub async fn acquire(lock: &dyn LeaderLock, c: &Candidate, limit: Duration) -> T
     }
 }
 
+/// The client name of the connections [`raw`] opens: [`client_addrs`] leaves named connections
+/// out, closed or not yet.
+const TEST_CLIENT: &str = "gateway-leader-test";
+
 /// Runs one raw command on a fresh connection and returns its reply.
 pub async fn raw<T: redis::FromRedisValue>(url: &str, args: &[&str]) -> T {
     let mut conn = redis::Client::open(url)
@@ -49,16 +53,27 @@ pub async fn raw<T: redis::FromRedisValue>(url: &str, args: &[&str]) -> T {
     for a in &args[1..] {
         cmd.arg(*a);
     }
-    cmd.query_async(&mut conn)
+    let (reply,): (T,) = redis::pipe()
+        .cmd("CLIENT")
+        .arg("SETNAME")
+        .arg(TEST_CLIENT)
+        .ignore()
+        .add_command(cmd)
+        .query_async(&mut conn)
         .await
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    reply
 }
 
-/// The `addr=` of every client connected to the server right now but the one asking.
+/// The `addr=` of every client connected to the server right now that a lock may have opened:
+/// not the test's own ([`raw`]'s, named, and a [`Monitor`]'s), not a Sentinel's (named
+/// `sentinel-…`), not a replica's replication link (flag `S`). The lock names no connection.
 pub async fn client_addrs(url: &str) -> HashSet<String> {
     let list: String = raw(url, &["CLIENT", "LIST"]).await;
     list.lines()
-        .filter(|l| !l.contains(" cmd=client|list "))
+        .filter(|l| {
+            l.contains(" name= ") && !l.contains(" flags=S ") && !l.contains(" cmd=monitor ")
+        })
         .filter_map(|l| {
             l.split(' ')
                 .find_map(|f| f.strip_prefix("addr="))
@@ -121,5 +136,33 @@ impl Monitor {
 impl Drop for Monitor {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// How many times the server ran `command` (lower case, as `INFO commandstats` names it).
+pub async fn command_calls(url: &str, command: &str) -> u64 {
+    let info: String = raw(url, &["INFO", "commandstats"]).await;
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until the server has run `SUBSCRIBE` `n` times (each watch sends two as it opens);
+/// panics after `limit`.
+pub async fn wait_subscribes(url: &str, n: u64, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let seen = command_calls(url, "subscribe").await;
+        if seen >= n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{seen} SUBSCRIBE commands, not {n}, within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -1,0 +1,71 @@
+//! A follower costs the etcd server nothing while its watch shows the holder renewing (issue 20):
+//! every renew rewrites the key, the watch delivers that write, and the elector puts its next
+//! look a lease later on each one, so the follower never reads.
+//!
+//! Counted on the server: etcd's `grpc_server_started_total` by method on the client URL's
+//! `/metrics`, on a server of this test's own, so every counted call is ours. The leader renews
+//! with one `Txn` (and a keep-alive on its lease's stream); a follower that looked would send a
+//! `Range` (and a `LeaseTimeToLive` for the holder's lease).
+
+mod common;
+
+use leader_lock::conformance::{patience, wait_following, wait_leader};
+use testkit::etcd::EtcdServer;
+
+/// Calls of `methods`, started so far, each.
+async fn started(port: u16, methods: &'static [&'static str]) -> Vec<f64> {
+    tokio::task::spawn_blocking(move || {
+        methods
+            .iter()
+            .map(|m| common::calls(port, m).started)
+            .collect()
+    })
+    .await
+    .expect("metrics")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watching_follower_sends_no_read_over_several_leases() {
+    common::init_tracing();
+    let server = EtcdServer::start().await.expect("etcd starts");
+    let port = server.client_port();
+    let timing = common::timing();
+    let a = common::contender(&server, "cost", "a").await;
+    wait_leader(&a.leadership(), patience(&timing), "a").await;
+    let b = common::contender(&server, "cost", "b").await;
+    wait_following(&b.leadership(), patience(&timing), "b").await;
+    // Past b's first look and its watch's opening read: from here on b only listens.
+    tokio::time::sleep(timing.lease_duration).await;
+
+    const METHODS: &[&str] = &["Range", "LeaseTimeToLive", "Txn", "LeaseGrant"];
+    let before = started(port, METHODS).await;
+    let keep_before = tokio::task::spawn_blocking(move || common::calls(port, "LeaseKeepAlive"))
+        .await
+        .expect("metrics");
+    let window = timing.lease_duration * 4;
+    tokio::time::sleep(window).await;
+    let after = started(port, METHODS).await;
+    let keep_after = tokio::task::spawn_blocking(move || common::calls(port, "LeaseKeepAlive"))
+        .await
+        .expect("metrics");
+    assert!(a.leadership().check().is_ok(), "a kept leading");
+    assert!(b.leadership().check().is_err(), "b kept following");
+
+    let d: Vec<f64> = after.iter().zip(&before).map(|(x, y)| x - y).collect();
+    let (reads, ttls, txns, grants) = (d[0], d[1], d[2], d[3]);
+    let keep_alives = keep_after.received - keep_before.received;
+    eprintln!(
+        "over {window:?} (lease {:?}, retry {:?}): Range {reads}, LeaseTimeToLive {ttls}, \
+         Txn {txns}, LeaseGrant {grants}, LeaseKeepAlive messages {keep_alives}",
+        timing.lease_duration, timing.retry_period,
+    );
+    assert!(txns >= 4.0, "the leader renewed ({txns} transactions)");
+    assert_eq!(
+        reads, 0.0,
+        "the follower read the key while its watch showed it renewed"
+    );
+    assert_eq!(ttls, 0.0, "the follower asked for the holder's lease");
+    assert_eq!(grants, 0.0, "nobody granted a lease");
+    a.abort().await;
+    b.abort().await;
+}
