@@ -213,24 +213,12 @@ impl Members {
                 async { dead != 0 && self.status(left, limit).await.is_some() }
             );
             let dead = if left_alive { 0 } else { dead };
-            let leader_known = answers
-                .iter()
-                .any(|a| a.is_some_and(|leader| leader != 0 && leader != dead));
-            let electing = dead != 0
-                && answers.iter().any(Option::is_some)
-                && answers.iter().flatten().all(|&l| l == 0 || l == dead);
-            if leader_known || !electing || waited.elapsed() >= self.timeout * ELECTION_TRIES {
+            if !electing(&answers, dead) || waited.elapsed() >= self.timeout * ELECTION_TRIES {
                 break (answers, dead);
             }
             tokio::time::sleep(ELECTION_POLL).await;
         };
-        let pick = order
-            .iter()
-            .zip(&answers)
-            .find(|(_, a)| a.is_some_and(|l| l != 0 && l != dead))
-            .or_else(|| order.iter().zip(&answers).find(|(_, a)| a.is_some()))
-            .map(|(i, _)| *i);
-        if let Some(i) = pick {
+        if let Some(i) = pick(&answers, dead).and_then(|k| order.get(k).copied()) {
             if self.current.swap(i, Ordering::AcqRel) != i {
                 self.moved.send_replace(i);
             }
@@ -281,6 +269,26 @@ impl Members {
     }
 }
 
+/// Whether a choice should ask the members again: the member left behind is taken for dead
+/// (`dead` is its member ID, 0 when it is not: it only timed out, or it still answers), some
+/// member answered (`answers`: the Raft leader each names, 0 for none; `None` for no answer),
+/// and every one that answered names the dead member or no leader, so a write sent to any of
+/// them now would be forwarded to the dead leader and hang.
+fn electing(answers: &[Option<u64>], dead: u64) -> bool {
+    dead != 0
+        && answers.iter().any(Option::is_some)
+        && answers.iter().flatten().all(|&l| l == 0 || l == dead)
+}
+
+/// Which of `answers` (its position) a choice moves to: the first that names a Raft leader other
+/// than the `dead` member, else the first that answered at all; `None` when none did.
+fn pick(answers: &[Option<u64>], dead: u64) -> Option<usize> {
+    answers
+        .iter()
+        .position(|a| a.is_some_and(|l| l != 0 && l != dead))
+        .or_else(|| answers.iter().position(Option::is_some))
+}
+
 /// Whether an error may be the member's own (down, frozen, cut off, without a leader), so that
 /// another member may do better: everything but a refusal or a malformed answer.
 pub(crate) fn moves(e: &LockError) -> bool {
@@ -312,5 +320,51 @@ pub(crate) fn member_fault(e: &etcd_client::Error) -> bool {
         | etcd_client::Error::InvalidMetadataValue(_)
         | etcd_client::Error::Utf8Error(_) => false,
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The member ID of the Raft leader that was killed under us.
+    const DEAD: u64 = 7;
+    /// The member ID of the Raft leader the others elect after it.
+    const NEW: u64 = 9;
+
+    #[test]
+    fn a_choice_waits_while_every_answer_still_names_the_dead_raft_leader() {
+        // The election under way: the survivors still name the dead leader, or none yet.
+        for answers in [
+            [Some(DEAD), Some(DEAD)],
+            [Some(DEAD), Some(0)],
+            [Some(0), Some(0)],
+            [None, Some(DEAD)],
+        ] {
+            assert!(electing(&answers, DEAD), "{answers:?}");
+        }
+        // One names the new leader: the write goes there at once.
+        let answers = [Some(DEAD), Some(NEW)];
+        assert!(!electing(&answers, DEAD));
+        assert_eq!(pick(&answers, DEAD), Some(1));
+        let answers = [Some(NEW), Some(0)];
+        assert!(!electing(&answers, DEAD));
+        assert_eq!(pick(&answers, DEAD), Some(0));
+    }
+
+    #[test]
+    fn a_choice_does_not_wait_for_a_member_that_may_be_alive_or_for_silence() {
+        // Not taken for dead (it timed out, or answered its status): no wait, and a member
+        // naming it as leader is a fine choice.
+        let answers = [Some(DEAD), Some(DEAD)];
+        assert!(!electing(&answers, 0));
+        assert_eq!(pick(&answers, 0), Some(0));
+        // Nobody answers: nothing to wait for; the choice stays where it is.
+        let answers = [None, None];
+        assert!(!electing(&answers, DEAD));
+        assert_eq!(pick(&answers, DEAD), None);
+        // Out of patience in an election: the first that answered, rather than none.
+        assert_eq!(pick(&[None, Some(DEAD)], DEAD), Some(1));
+        assert_eq!(pick(&[Some(0), Some(NEW)], DEAD), Some(1));
     }
 }
