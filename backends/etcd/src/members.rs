@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
-use leader_lock::LockError;
+use leader_lock::{clock, LockError};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -224,7 +224,8 @@ impl Members {
             }
         }
         let now = self.current();
-        info!(endpoint = %self.url(now), answered = ?answers, waited = ?waited.elapsed(), "using etcd endpoint");
+        info!(endpoint = %self.url(now), mono_ms = clock::mono_ms(), answered = ?answers,
+            waited = ?waited.elapsed(), "using etcd endpoint");
     }
 
     /// Remembers member `i`'s etcd member ID, from the header of one of its answers.
@@ -259,13 +260,19 @@ impl Members {
         tokio::time::timeout(limit, probe).await.ok().flatten()
     }
 
-    /// Makes member `i` current without a failure (the first member that answered at connect).
+    /// Makes member `i` current without a failure (the member connect tries next).
     pub(crate) fn settle(&self, i: usize) {
         self.left.store(usize::MAX, Ordering::Release);
         if self.current.swap(i, Ordering::AcqRel) != i {
             self.moved.send_replace(i);
-            info!(endpoint = %self.url(i), "using etcd endpoint");
         }
+    }
+
+    /// Logs the current member, as [`choose`](Self::choose) does after each move: which member
+    /// a replica talks to is what an operator needs to know when one fails, and the bench reads
+    /// it (`mono_ms`, `CLOCK_MONOTONIC`) to fault the very member under the leading replica.
+    pub(crate) fn announce(&self) {
+        info!(endpoint = %self.url(self.current()), mono_ms = clock::mono_ms(), "using etcd endpoint");
     }
 }
 
