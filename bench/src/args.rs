@@ -36,9 +36,10 @@ pub struct BenchArgs {
     /// SIGCONT), vanish (the lock record deleted by hand), backend-restart (the lock's server
     /// killed and started again), partition (the leader cut off from the lock's server past the
     /// lease), all of these, or chaos (each round one of them at random); on etcd-cluster also
-    /// member-kill, member-freeze, member-cut, member-restart, rolling-restart (an etcd member's
-    /// fault under a running leader); on redis-sentinel sentinel-failover; repeatable
-    /// [default: all].
+    /// member-kill, member-freeze, member-cut (the member the leader talks to),
+    /// member-kill-raft-leader, member-restart, rolling-restart (an etcd member's fault under a
+    /// running leader) and crash-with-member (the leader and its member killed at once); on
+    /// redis-sentinel sentinel-failover; repeatable [default: all].
     #[arg(long, value_name = "SCENARIO")]
     pub scenario: Vec<String>,
     /// Wake-up mode to measure: watch (ours), poll (the client-go-like baseline) or all;
@@ -207,7 +208,7 @@ impl BenchArgs {
             }
         }
         // The member faults need the bench's own etcd cluster, and only that lane can run them.
-        if let Some(m) = scenarios.iter().find(|s| s.is_member_fault()) {
+        if let Some(m) = scenarios.iter().find(|s| s.needs_members()) {
             if backends != [Backend::EtcdCluster] {
                 return Err(format!(
                     "--scenario {m}: faults an etcd member; give --lock-backend etcd-cluster \
@@ -486,6 +487,8 @@ mod tests {
         assert!(e.contains("--lock-backend etcd-cluster"), "{e}");
         let e = plan(&["--scenario", "member-cut", "--lock-backend", "etcd"]).unwrap_err();
         assert!(e.contains("--scenario member-cut"), "{e}");
+        let e = plan(&["--scenario", "crash-with-member"]).unwrap_err();
+        assert!(e.contains("--lock-backend etcd-cluster"), "{e}");
         let p = plan(&[
             "--lock-backend",
             "etcd-cluster",

@@ -100,7 +100,7 @@ pub fn leaderships(events: &[Event], killed: &BTreeMap<usize, f64>) -> Vec<Inter
                         close(i, e.mono_ms, &mut out);
                     }
                 }
-                What::Written { .. } | What::SweepDone { .. } => {}
+                What::Written { .. } | What::SweepDone { .. } | What::Endpoint { .. } => {}
             }
         }
         if let Some(i) = open.take() {

@@ -55,6 +55,12 @@ pub enum What {
         /// The term of the leadership.
         term: u64,
     },
+    /// `using etcd endpoint`: the etcd member this replica's lock talks to from now on (at
+    /// connect, and after each move away from a member that failed).
+    Endpoint {
+        /// The member's URL, as given in `--etcd-endpoints`.
+        url: String,
+    },
 }
 
 fn num(v: &serde_json::Value, key: &str) -> Option<f64> {
@@ -90,6 +96,9 @@ pub fn parse(replica: usize, line: &str) -> Option<Event> {
             name: v["name"].as_str().unwrap_or_default().to_string(),
         },
         "every cached status checked" => What::SweepDone { term: term(&v)? },
+        "using etcd endpoint" => What::Endpoint {
+            url: v["endpoint"].as_str()?.to_string(),
+        },
         _ => return None,
     };
     // Lines without the monotonic instant have no place on the common time line.
@@ -128,6 +137,13 @@ mod tests {
             parse(0, w).map(|e| e.what),
             Some(What::Written { term: 7, .. })
         ));
+        let u = r#"{"message":"using etcd endpoint","endpoint":"http://127.0.0.1:2379","mono_ms":13.0,"answered":"[Some(0)]"}"#;
+        assert_eq!(
+            parse(1, u).map(|e| e.what),
+            Some(What::Endpoint {
+                url: "http://127.0.0.1:2379".into()
+            })
+        );
         assert_eq!(parse(0, r#"{"message":"something else"}"#), None);
         assert_eq!(parse(0, "not json"), None);
     }

@@ -156,6 +156,19 @@ impl Lane {
             })
     }
 
+    /// The etcd endpoint replica `index` last said its lock talks to (`using etcd endpoint`).
+    pub fn endpoint(&mut self, index: usize) -> Option<String> {
+        self.drain();
+        self.events
+            .iter()
+            .rev()
+            .filter(|e| e.replica == index)
+            .find_map(|e| match &e.what {
+                What::Endpoint { url } => Some(url.clone()),
+                _ => None,
+            })
+    }
+
     /// The replica that leads now, by the logs: the highest term among running replicas whose
     /// last leadership line is `leading`.
     pub fn leader(&mut self) -> Option<Leader> {

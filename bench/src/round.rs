@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use nix::sys::signal::Signal;
 use serde::Serialize;
 
@@ -40,6 +40,10 @@ pub struct Sample {
     /// round's end.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stepped_down: Option<bool>,
+    /// Under an etcd member's fault: which member it hit (`m1`, or `m1 (Raft leader)` when it
+    /// led the Raft group at the fault).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
 }
 
 impl Sample {
@@ -62,6 +66,7 @@ impl Sample {
             terms,
             error: None,
             stepped_down: None,
+            member: None,
         }
     }
 }
@@ -82,9 +87,27 @@ pub async fn run(
     }
     let old = lane.settle(plan.leader_patience()).await?;
     let mut promoted_at = None;
+    // The etcd member killed with the leading replica (`crash-with-member`), and its name.
+    let mut killed_member = None;
     let at = match scenario {
         Scenario::Graceful => lane.signal(old.slot, Signal::SIGTERM)?,
         Scenario::Crash => lane.signal(old.slot, Signal::SIGKILL)?,
+        Scenario::CrashWithMember => {
+            let members = server
+                .members_mut()
+                .ok_or_else(|| anyhow!("{scenario} needs --lock-backend etcd-cluster"))?;
+            members
+                .wait_healthy(member::HEAL_PATIENCE)
+                .await
+                .context("the etcd cluster before the crash")?;
+            let m = member::talks_to(lane, old.index, members)?;
+            let name = member::describe(members, m).await;
+            // The same moment: the signal, then the member's SIGKILL right after it.
+            let at = lane.signal(old.slot, Signal::SIGKILL)?;
+            members.member(m).kill();
+            killed_member = Some((m, name));
+            at
+        }
         Scenario::Pause => lane.signal(old.slot, Signal::SIGSTOP)?,
         Scenario::Vanish => {
             let at = clock::mono_ms();
@@ -115,7 +138,7 @@ pub async fn run(
     // may rightly write until its leadership ends, so the change waits for that end, or for a
     // new leadership if the end's line is not seen first.
     let old_can_write = match scenario {
-        Scenario::Graceful | Scenario::Crash | Scenario::Pause => false,
+        Scenario::Graceful | Scenario::Crash | Scenario::CrashWithMember | Scenario::Pause => false,
         Scenario::Partition => server.backend() != Backend::Kubernetes,
         _ => true,
     };
@@ -137,6 +160,7 @@ pub async fn run(
     }
     lane.route.flip().await?;
     let mut sample = Sample::begun(round, scenario, (old.term, 0));
+    sample.member = killed_member.as_ref().map(|(_, name)| name.clone());
     // After a vanish or a restart of the server the old leader may well lead again, under a
     // new term; after a restart with the data kept (etcd, the apiserver's etcd) its leadership
     // may even live on, renewed once the server is back.
@@ -167,6 +191,7 @@ pub async fn run(
             plan.leader_patience()
         ));
         finish(lane, plan, scenario, old.slot, at).await?;
+        member::rejoin(server, killed_member.map(|(m, _)| m)).await?;
         return Ok(sample);
     };
     let new_term = match led.what {
@@ -212,6 +237,7 @@ pub async fn run(
             .await;
     }
     finish(lane, plan, scenario, old.slot, at).await?;
+    member::rejoin(server, killed_member.map(|(m, _)| m)).await?;
     sample.old_leader_wrote = old_wrote(lane);
     if scenario == Scenario::SentinelFailover {
         sample.stepped_down = Some(member::stepped_down(lane, old.index, old.term, at));
@@ -247,7 +273,7 @@ async fn finish(
             }
             lane.spawn(slot)?;
         }
-        Scenario::Crash => {
+        Scenario::Crash | Scenario::CrashWithMember => {
             if let Some(r) = lane.slots[slot].as_mut() {
                 r.kill();
             }
@@ -259,6 +285,7 @@ async fn finish(
         | Scenario::BackendRestart
         | Scenario::Chaos
         | Scenario::MemberKill
+        | Scenario::MemberKillRaftLeader
         | Scenario::MemberFreeze
         | Scenario::MemberCut
         | Scenario::MemberRestart

@@ -25,18 +25,26 @@ pub enum Scenario {
     /// Each round one of the others, dealt from a shuffled deck (every one once in six rounds):
     /// the long run that hunts for split brain.
     Chaos,
-    /// The etcd member that is the Raft leader SIGKILLed under a leading replica (started again
-    /// once the others elected a new Raft leader). `etcd-cluster` only, as are the next four.
+    /// The etcd member the leading replica talks to (its last `using etcd endpoint` line)
+    /// SIGKILLed, kept down for a lease, then started again. `etcd-cluster` only, as are the
+    /// next six.
     MemberKill,
-    /// One member (the next one each round) frozen with SIGSTOP for half a lease, then thawed.
+    /// The etcd member that is the Raft leader SIGKILLed under a leading replica, whichever
+    /// member that replica talks to (started again once the others elected a new Raft leader).
+    MemberKillRaftLeader,
+    /// The member the leading replica talks to frozen with SIGSTOP for half a lease, then thawed.
     MemberFreeze,
-    /// One member's client traffic black-holed (its proxy cut) for a lease and a half, then
-    /// healed; it stays in the quorum.
+    /// The client traffic of the member the leading replica talks to black-holed (its proxy
+    /// cut) for a lease and a half, then healed; it stays in the quorum.
     MemberCut,
     /// One member killed and started again on its data, waited for until it rejoins.
     MemberRestart,
     /// Every member restarted in turn, each waited for before the next.
     RollingRestart,
+    /// The leading replica and the etcd member it talks to SIGKILLed at the same moment (the
+    /// member started again once another replica leads): a takeover, as `crash`, on a cluster
+    /// that may have to elect a new Raft leader first.
+    CrashWithMember,
     /// `redis-sentinel` only: the Redis primary SIGKILLed and the replica promoted by the
     /// Sentinels (the killed node started again afterwards, to become the next replica).
     SentinelFailover,
@@ -59,8 +67,9 @@ impl Scenario {
 
     /// The faults of one etcd member under a leader that keeps running: not in `all` (they
     /// need `--lock-backend etcd-cluster`), each named on its own.
-    pub const MEMBER: [Scenario; 5] = [
+    pub const MEMBER: [Scenario; 6] = [
         Scenario::MemberKill,
+        Scenario::MemberKillRaftLeader,
         Scenario::MemberFreeze,
         Scenario::MemberCut,
         Scenario::MemberRestart,
@@ -69,8 +78,8 @@ impl Scenario {
 
     /// Every name `--scenario` accepts, `all` aside.
     pub const NAMES: &'static str = "graceful, crash, pause, vanish, backend-restart, partition, \
-         chaos, scale, member-kill, member-freeze, member-cut, member-restart, rolling-restart, \
-         sentinel-failover";
+         chaos, scale, member-kill, member-kill-raft-leader, member-freeze, member-cut, member-restart, \
+         rolling-restart, crash-with-member, sentinel-failover";
 
     /// The name on the command line and in the output.
     pub fn name(self) -> &'static str {
@@ -83,10 +92,12 @@ impl Scenario {
             Scenario::Partition => "partition",
             Scenario::Chaos => "chaos",
             Scenario::MemberKill => "member-kill",
+            Scenario::MemberKillRaftLeader => "member-kill-raft-leader",
             Scenario::MemberFreeze => "member-freeze",
             Scenario::MemberCut => "member-cut",
             Scenario::MemberRestart => "member-restart",
             Scenario::RollingRestart => "rolling-restart",
+            Scenario::CrashWithMember => "crash-with-member",
             Scenario::SentinelFailover => "sentinel-failover",
             Scenario::Scale => "scale",
         }
@@ -98,13 +109,18 @@ impl Scenario {
             .into_iter()
             .chain([Scenario::Chaos, Scenario::Scale])
             .chain(Self::MEMBER)
-            .chain([Scenario::SentinelFailover])
+            .chain([Scenario::CrashWithMember, Scenario::SentinelFailover])
             .find(|x| x.name() == s)
     }
 
     /// Whether it faults an etcd member rather than the leading replica.
     pub fn is_member_fault(self) -> bool {
         Self::MEMBER.contains(&self)
+    }
+
+    /// Whether it needs the bench's own etcd cluster (`--lock-backend etcd-cluster`).
+    pub fn needs_members(self) -> bool {
+        self.is_member_fault() || self == Scenario::CrashWithMember
     }
 
     /// Whether a replica needs its own proxy to the lock's server for this scenario.
@@ -129,12 +145,14 @@ mod tests {
             .into_iter()
             .chain([Scenario::Chaos, Scenario::Scale])
             .chain(Scenario::MEMBER)
-            .chain([Scenario::SentinelFailover])
+            .chain([Scenario::CrashWithMember, Scenario::SentinelFailover])
         {
             assert_eq!(Scenario::parse(s.name()), Some(s));
             assert!(Scenario::NAMES.contains(s.name()), "{s}");
         }
         assert!(Scenario::MEMBER.iter().all(|s| s.is_member_fault()));
+        assert!(Scenario::CrashWithMember.needs_members());
+        assert!(!Scenario::CrashWithMember.is_member_fault());
         assert!(!Scenario::ALL.iter().any(|s| s.is_member_fault()));
     }
 }

@@ -22,10 +22,42 @@ pub(crate) struct Held {
     /// The mod revision of our last write; a renew only goes through if it is still current.
     pub(crate) mod_rev: i64,
     pub(crate) value: StoredValue,
-    /// The bytes of our last write, and of a renew whose answer we did not get.
+    /// The bytes of our last write.
     pub(crate) written: Vec<u8>,
-    pub(crate) in_flight: Option<Vec<u8>>,
+    /// The renews sent since that write whose answers we did not get.
+    pub(crate) unanswered: Unanswered,
     pub(crate) lease: LeaseStream,
+}
+
+/// How many unanswered renews a holder remembers; past that, the oldest is forgotten (and, if
+/// it was the one etcd applied, the holder steps down: safe, only needless).
+const UNANSWERED: usize = 16;
+
+/// The bytes of the renews sent since our last confirmed write. Each compared the same mod
+/// revision, so etcd applied at most one of them, and it may be any one: a renew forwarded to a
+/// frozen or dying Raft leader can be committed after the retries that followed it timed out
+/// too. Remembering only the last one took such a record for someone else's and stepped down.
+#[derive(Default)]
+pub(crate) struct Unanswered(Vec<Vec<u8>>);
+
+impl Unanswered {
+    /// Remembers a renew's bytes before they are sent.
+    pub(crate) fn sent(&mut self, bytes: &[u8]) {
+        if self.0.len() >= UNANSWERED {
+            self.0.remove(0);
+        }
+        self.0.push(bytes.to_vec());
+    }
+
+    /// Whether `value` is one of them.
+    pub(crate) fn contains(&self, value: &[u8]) -> bool {
+        self.0.iter().any(|b| b == value)
+    }
+
+    /// Forgets them all: the mod revision they compared is gone, so none can apply any more.
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
 }
 
 /// An acquire whose answer was lost: the key may be ours on this lease.
@@ -102,5 +134,29 @@ impl Inner {
             KeepAliveError::Client(e) => self.error(&format!("keep-alive of lease {lease}"), e),
             KeepAliveError::Connect(e) => e,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_unanswered_renew_is_recognised_not_only_the_last() {
+        let mut u = Unanswered::default();
+        u.sent(b"renew 1");
+        u.sent(b"renew 2");
+        u.sent(b"renew 3");
+        // etcd applied the first, forwarded to a frozen Raft leader, after the others timed out.
+        assert!(u.contains(b"renew 1"));
+        assert!(u.contains(b"renew 3"));
+        assert!(!u.contains(b"someone else's"));
+        u.clear();
+        assert!(!u.contains(b"renew 1"));
+        for i in 0..UNANSWERED + 1 {
+            u.sent(format!("renew {i}").as_bytes());
+        }
+        assert!(!u.contains(b"renew 0"), "bounded");
+        assert!(u.contains(format!("renew {UNANSWERED}").as_bytes()));
     }
 }

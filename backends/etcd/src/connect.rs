@@ -130,6 +130,7 @@ impl EtcdLock {
             Some(None) => return Err(unreachable(&config, timeout).await),
             Some(Some(e)) => return Err(connect_error(&config, "reading the lock key", e).await),
         }
+        inner.members.announce();
         let spare_keeper = tokio::spawn(keep_spare(Arc::downgrade(&inner)));
         Ok(EtcdLock {
             inner,

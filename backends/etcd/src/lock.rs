@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::client::{Held, Inner, Pending, State};
+use crate::client::{Held, Inner, Pending, State, Unanswered};
 use crate::config::MIN_LEASE;
 use crate::keepalive::LeaseState;
 use crate::knowledge::{Content, Seen};
@@ -133,8 +133,8 @@ impl Inner {
                 Some(PutOptions::new().with_lease(h.lease.id())),
             )])
             .or_else([TxnOp::get(self.key.clone(), None)]);
-        // A renew whose answer we never got may still have been applied; remember its bytes.
-        let lost = h.in_flight.replace(bytes.clone());
+        // A renew whose answer we never get may still be applied; remember its bytes.
+        h.unanswered.sent(&bytes);
         let (alive, written) = tokio::join!(
             h.lease.keep_alive(&self.members, self.timeout),
             self.call("renew transaction", |c| async move {
@@ -152,7 +152,7 @@ impl Inner {
             h.mod_rev = rev;
             h.value = value;
             h.written = bytes;
-            h.in_flight = None;
+            h.unanswered.clear();
             self.knowledge().present(
                 rev,
                 Seen {
@@ -178,10 +178,11 @@ impl Inner {
         self.knowledge()
             .present(rev, Seen::from(&kv), Instant::now());
         let ours = kv.create_revision() == h.term && kv.lease() == lease;
-        if ours && (lost.as_deref() == Some(kv.value()) || kv.value() == h.written) {
+        if ours && (h.unanswered.contains(kv.value()) || kv.value() == h.written) {
             // Our own earlier renew whose answer was lost went through: catch up, renew next time.
             h.mod_rev = kv.mod_revision();
             h.written = kv.value().to_vec();
+            h.unanswered.clear();
             return Err(LockError::unavailable(format!(
                 "etcd renew at {}: an earlier renew's answer was lost; retrying",
                 self.endpoints
@@ -326,7 +327,7 @@ impl Inner {
             mod_rev: rev,
             value,
             written: bytes,
-            in_flight: None,
+            unanswered: Unanswered::default(),
             lease,
         });
         match alive {
@@ -374,7 +375,7 @@ impl Inner {
             mod_rev: kv.mod_revision(),
             value,
             written: p.value.clone(),
-            in_flight: None,
+            unanswered: Unanswered::default(),
             lease: p.lease,
         };
         info!(key = %self.key_text, term = h.term, "adopting the lock key from an acquire whose answer was lost");

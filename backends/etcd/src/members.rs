@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
-use leader_lock::LockError;
+use leader_lock::{clock, LockError};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -174,22 +174,25 @@ impl Members {
     }
 
     /// Chooses where to go after a failure: every other member is asked for its status at once
-    /// (served locally, no Raft round), and the first in turn that answers and knows a Raft
-    /// leader becomes current; else the first that answers; else the next in turn. A frozen or
-    /// cut-off member does not answer, a killed one fails at once, so neither is chosen while a
-    /// healthy one answers, and coming back round to it does not cost another timeout.
+    /// (served locally, no Raft round), and the first in turn that answers and names a Raft
+    /// leader other than the member left behind becomes current; else the first that names a
+    /// leader at all; else the first that answers; else the next in turn. A frozen or cut-off
+    /// member does not answer, a killed one fails at once, so neither is chosen while a healthy
+    /// one answers, and coming back round to it does not cost another timeout.
     ///
-    /// When the member left behind is down (it refused) and was the Raft leader, the others
-    /// still name it until they elect another one (etcd's election timeout and more), and a
-    /// write sent to them meanwhile is forwarded to the dead leader and hangs for a whole
-    /// request timeout even if the election ends a moment later: with 5 s / 3 s / 1 s that
-    /// tail made the leading replica step down about once in 13 kills. So while every member
-    /// that answers names the dead member or no leader, they are asked again every
-    /// [`ELECTION_POLL`] (for at most an attempt's budget; the elector ends the attempt sooner
-    /// when the leadership's validity runs out), and the write goes out as soon as one knows
-    /// the new leader. A member that timed out is never taken for dead: it may be cut off from
-    /// us only, still leading the others; nor is one that refused a request and then answers
-    /// its status (a passing "unavailable" from a live leader).
+    /// When the member left behind was the Raft leader and is down (it refused) or frozen, the
+    /// others still name it until they elect another one (etcd's election timeout and more),
+    /// and a write sent to them meanwhile is forwarded to it and hangs for a whole request
+    /// timeout even if the election ends a moment later: with 5 s / 3 s / 1 s that tail made
+    /// the leading replica step down about once in 13 kills, and once in 5 freezes. So while
+    /// every member that answers names the member left behind or no leader, they are asked
+    /// again every [`ELECTION_POLL`] (for at most an attempt's budget; the elector ends the
+    /// attempt sooner when the leadership's validity runs out), and the write goes out as soon
+    /// as one knows the new leader: when the member left behind refused and does not answer its
+    /// status (it is down), or when one of the others names no leader (an election is under
+    /// way). A member that only timed out, while the others all still name it, is not waited
+    /// for: it may be cut off from us only, still leading them; nor is one that refused a
+    /// request and then answers its status (a passing "unavailable" from a live leader).
     async fn choose(&self) {
         let _one = self.choosing.lock().await;
         let left = self.left.swap(usize::MAX, Ordering::AcqRel);
@@ -198,45 +201,34 @@ impl Members {
         }
         let n = self.members.len();
         let limit = (self.timeout / 2).max(Duration::from_millis(100));
-        let dead = if self.left_down.load(Ordering::Acquire) {
-            self.members[left].id.load(Ordering::Acquire)
-        } else {
-            0
-        };
+        let left_id = self.members[left].id.load(Ordering::Acquire);
+        let down = self.left_down.load(Ordering::Acquire);
         let waited = Instant::now();
         let order: Vec<usize> = (1..n).map(|k| (left + k) % n).collect();
-        let (answers, dead) = loop {
-            // The member left behind is asked too: one that answers is alive (it failed with a
-            // passing "unavailable", say) and is not waited out even if the others name it.
+        let answers = loop {
+            // The member left behind is asked too when it refused: one that answers is alive
+            // (it failed with a passing "unavailable", say) and is not waited out even if the
+            // others name it. One that timed out is not: it would only time out again.
             let (answers, left_alive) = tokio::join!(
                 futures::future::join_all(order.iter().map(|&i| self.status(i, limit))),
-                async { dead != 0 && self.status(left, limit).await.is_some() }
+                async { down && self.status(left, limit).await.is_some() }
             );
-            let dead = if left_alive { 0 } else { dead };
-            let leader_known = answers
-                .iter()
-                .any(|a| a.is_some_and(|leader| leader != 0 && leader != dead));
-            let electing = dead != 0
-                && answers.iter().any(Option::is_some)
-                && answers.iter().flatten().all(|&l| l == 0 || l == dead);
-            if leader_known || !electing || waited.elapsed() >= self.timeout * ELECTION_TRIES {
-                break (answers, dead);
+            let dead = down && !left_alive;
+            if !electing(&answers, left_id, dead)
+                || waited.elapsed() >= self.timeout * ELECTION_TRIES
+            {
+                break answers;
             }
             tokio::time::sleep(ELECTION_POLL).await;
         };
-        let pick = order
-            .iter()
-            .zip(&answers)
-            .find(|(_, a)| a.is_some_and(|l| l != 0 && l != dead))
-            .or_else(|| order.iter().zip(&answers).find(|(_, a)| a.is_some()))
-            .map(|(i, _)| *i);
-        if let Some(i) = pick {
+        if let Some(i) = pick(&answers, left_id).and_then(|k| order.get(k).copied()) {
             if self.current.swap(i, Ordering::AcqRel) != i {
                 self.moved.send_replace(i);
             }
         }
         let now = self.current();
-        info!(endpoint = %self.url(now), answered = ?answers, waited = ?waited.elapsed(), "using etcd endpoint");
+        info!(endpoint = %self.url(now), mono_ms = clock::mono_ms(), answered = ?answers,
+            waited = ?waited.elapsed(), "using etcd endpoint");
     }
 
     /// Remembers member `i`'s etcd member ID, from the header of one of its answers.
@@ -271,14 +263,43 @@ impl Members {
         tokio::time::timeout(limit, probe).await.ok().flatten()
     }
 
-    /// Makes member `i` current without a failure (the first member that answered at connect).
+    /// Makes member `i` current without a failure (the member connect tries next).
     pub(crate) fn settle(&self, i: usize) {
         self.left.store(usize::MAX, Ordering::Release);
         if self.current.swap(i, Ordering::AcqRel) != i {
             self.moved.send_replace(i);
-            info!(endpoint = %self.url(i), "using etcd endpoint");
         }
     }
+
+    /// Logs the current member, as [`choose`](Self::choose) does after each move: which member
+    /// a replica talks to is what an operator needs to know when one fails, and the bench reads
+    /// it (`mono_ms`, `CLOCK_MONOTONIC`) to fault the very member under the leading replica.
+    pub(crate) fn announce(&self) {
+        info!(endpoint = %self.url(self.current()), mono_ms = clock::mono_ms(), "using etcd endpoint");
+    }
+}
+
+/// Whether a choice should ask the members again: some member answered (`answers`: the Raft
+/// leader each names, 0 for none; `None` for no answer), every one that answered names the
+/// member left behind (`left`, its member ID; 0 when unknown) or no leader, so a write sent to
+/// any of them now would be forwarded to it or refused, and the election that will replace it
+/// is sure to come: that member is `dead` (it refused and does not answer its status), or one
+/// of the others already names no leader.
+fn electing(answers: &[Option<u64>], left: u64, dead: bool) -> bool {
+    answers.iter().any(Option::is_some)
+        && answers.iter().flatten().all(|&l| l == 0 || l == left)
+        && ((dead && left != 0) || answers.iter().flatten().any(|&l| l == 0))
+}
+
+/// Which of `answers` (its position) a choice moves to: the first that names a Raft leader
+/// other than the member left behind (`left`), else the first that names a leader at all,
+/// else the first that answered; `None` when none did.
+fn pick(answers: &[Option<u64>], left: u64) -> Option<usize> {
+    answers
+        .iter()
+        .position(|a| a.is_some_and(|l| l != 0 && l != left))
+        .or_else(|| answers.iter().position(|a| a.is_some_and(|l| l != 0)))
+        .or_else(|| answers.iter().position(Option::is_some))
 }
 
 /// Whether an error may be the member's own (down, frozen, cut off, without a leader), so that
@@ -312,5 +333,67 @@ pub(crate) fn member_fault(e: &etcd_client::Error) -> bool {
         | etcd_client::Error::InvalidMetadataValue(_)
         | etcd_client::Error::Utf8Error(_) => false,
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The member ID of the Raft leader that failed under us.
+    const LEFT: u64 = 7;
+    /// The member ID of the Raft leader the others elect after it.
+    const NEW: u64 = 9;
+
+    #[test]
+    fn a_choice_waits_while_every_answer_still_names_the_dead_raft_leader() {
+        // The election under way: the survivors still name the dead leader, or none yet.
+        for answers in [
+            [Some(LEFT), Some(LEFT)],
+            [Some(LEFT), Some(0)],
+            [Some(0), Some(0)],
+            [None, Some(LEFT)],
+        ] {
+            assert!(electing(&answers, LEFT, true), "{answers:?}");
+        }
+        // One names the new leader: the write goes there at once.
+        let answers = [Some(LEFT), Some(NEW)];
+        assert!(!electing(&answers, LEFT, true));
+        assert_eq!(pick(&answers, LEFT), Some(1));
+        let answers = [Some(NEW), Some(0)];
+        assert!(!electing(&answers, LEFT, true));
+        assert_eq!(pick(&answers, LEFT), Some(0));
+    }
+
+    #[test]
+    fn a_choice_waits_for_the_election_that_replaces_a_frozen_raft_leader() {
+        // It timed out (frozen, or cut off from us only). Once a member names no leader, an
+        // election is under way: wait for it rather than be forwarded to the frozen one.
+        for answers in [[Some(0), Some(LEFT)], [Some(0), Some(0)], [None, Some(0)]] {
+            assert!(electing(&answers, LEFT, false), "{answers:?}");
+        }
+        // One names the new leader (the thawed old one may still name itself): go there.
+        let answers = [Some(LEFT), Some(NEW)];
+        assert!(!electing(&answers, LEFT, false));
+        assert_eq!(pick(&answers, LEFT), Some(1));
+    }
+
+    #[test]
+    fn a_choice_does_not_wait_for_a_member_that_may_be_alive_or_for_silence() {
+        // Every other member still names the member that timed out: it may be cut off from us
+        // only, leading them; a write through them reaches it.
+        let answers = [Some(LEFT), Some(LEFT)];
+        assert!(!electing(&answers, LEFT, false));
+        assert_eq!(pick(&answers, LEFT), Some(0));
+        // Nobody answers: nothing to wait for; the choice stays where it is.
+        let answers = [None, None];
+        assert!(!electing(&answers, LEFT, true));
+        assert_eq!(pick(&answers, LEFT), None);
+        // A member whose ID we never learnt is not waited for when it refused.
+        assert!(!electing(&[Some(LEFT), Some(LEFT)], 0, true));
+        // Out of patience in an election: one that names a leader, else one that answered.
+        assert_eq!(pick(&[Some(0), Some(LEFT)], LEFT), Some(1));
+        assert_eq!(pick(&[None, Some(0)], LEFT), Some(1));
+        assert_eq!(pick(&[Some(0), Some(NEW)], LEFT), Some(1));
     }
 }

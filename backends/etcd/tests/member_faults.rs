@@ -3,17 +3,22 @@
 //! the leading replica must never step down (docs/etcd.md, "A cluster of members"), and nobody
 //! else may lead meanwhile.
 //!
+//! When the leading replica dies together with its member, another replica takes over, and
+//! only once the dead leader's validity has ended.
+//!
 //! Each case starts its own cluster and runs beside the others; how long the takeovers and the
-//! renewals take is measured by the bench (`gateway-leader-bench run --scenario etcd-member-*`),
-//! not here.
+//! renewals take is measured by the bench (`gateway-leader-bench run --lock-backend
+//! etcd-cluster --scenario member-kill`, `crash-with-member`, ...), not here.
 
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use leader_lock::conformance::{patience, wait_following, wait_leader, SplitBrainChecker};
-use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Timing};
+use leader_lock::conformance::{
+    patience, wait_following, wait_leader, Fault as LockFault, Faulty, SplitBrainChecker,
+};
+use leader_lock::{Elector, ElectorConfig, Identity, LeaderLock, LeaderState, Timing};
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
 use testkit::etcd_cluster::EtcdCluster;
 use tokio::time::Instant;
@@ -56,8 +61,9 @@ enum Target {
     Follower,
 }
 
-/// A contender whose endpoints start with member `first`, with the binary's per-request timeout.
-async fn contender(cluster: &EtcdCluster, first: usize, id: &str, timing: Timing) -> Elector {
+/// A lock client whose endpoints start with member `first`, with the binary's per-request
+/// timeout.
+async fn lock(cluster: &EtcdCluster, first: usize, timing: Timing) -> Arc<dyn LeaderLock> {
     let mut endpoints = cluster.endpoints();
     endpoints.rotate_left(first);
     let mut config = EtcdConfig::new(endpoints);
@@ -66,8 +72,17 @@ async fn contender(cluster: &EtcdCluster, first: usize, id: &str, timing: Timing
     let lock = EtcdLock::connect(config, "members")
         .await
         .expect("connects to the cluster");
+    Arc::new(lock)
+}
+
+/// A contender whose endpoints start with member `first`.
+async fn contender(cluster: &EtcdCluster, first: usize, id: &str, timing: Timing) -> Elector {
+    elector(lock(cluster, first, timing).await, id, timing)
+}
+
+fn elector(lock: Arc<dyn LeaderLock>, id: &str, timing: Timing) -> Elector {
     Elector::spawn(
-        Arc::new(lock),
+        lock,
         ElectorConfig {
             identity: Identity::new(id),
             timing,
@@ -258,4 +273,48 @@ async fn member_frozen_under_the_leader_costs_no_leadership() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_cut_off_from_the_leader_costs_no_leadership() {
     one_member_fault_costs_no_leadership(Fault::Cut, Target::Follower, tight()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_killed_with_the_leader_is_taken_over_without_overlap() {
+    common::init_tracing();
+    let timing = tight();
+    let mut cluster = EtcdCluster::start().await.expect("the cluster starts");
+    // The leading replica talks to the Raft leader, so the takeover may wait for a new Raft
+    // leader too; the follower talks to the same member, as replicas given the same
+    // `--etcd-endpoints` do, so it has to move as well.
+    let victim = cluster
+        .wait_healthy(patience(&timing))
+        .await
+        .expect("a Raft leader");
+    let checker = SplitBrainChecker::new();
+    let faulty = Faulty::new(lock(&cluster, victim, timing).await);
+    let a = elector(faulty.clone(), "a", timing);
+    checker.watch(a.leadership());
+    let t1 = wait_leader(&a.leadership(), patience(&timing), "a").await;
+    let b = contender(&cluster, victim, "b", timing).await;
+    checker.watch(b.leadership());
+    wait_following(&b.leadership(), patience(&timing), "b").await;
+
+    // The leading replica dies (its lock hangs: nothing renews, while its elector lives on and
+    // tells the checker how long its leadership stayed valid) with its member.
+    faulty.set(Some(LockFault::Hang));
+    cluster.member(victim).kill();
+    let crashed = Instant::now();
+    let t2 = wait_leader(
+        &b.leadership(),
+        patience(&timing) * 2,
+        "b after a and its member were killed",
+    )
+    .await;
+    eprintln!(
+        "the leader and its member (the Raft leader) killed: b led {:?} later (lease {:?})",
+        crashed.elapsed(),
+        timing.lease_duration
+    );
+    assert!(t2 > t1, "a new term for the takeover ({t1} -> {t2})");
+    a.abort().await;
+    b.abort().await;
+    // No overlap: b led only after a's last validity ended.
+    checker.finish().await;
 }
