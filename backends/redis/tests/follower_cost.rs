@@ -5,27 +5,15 @@ mod common;
 mod support;
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use leader_lock::conformance::{patience, wait_following, wait_leader};
-use leader_lock::{Elector, ElectorConfig, Identity, Timing};
-use leader_lock_redis::{RedisConfig, RedisLock, SentinelConfig};
+use leader_lock::{Elector, Timing};
+use leader_lock_redis::{RedisConfig, SentinelConfig};
 use testkit::redis_sentinel::{SentinelTopology, MASTER};
 
 async fn spawn(config: &RedisConfig, id: &str, timing: Timing) -> Elector {
-    let lock = RedisLock::connect(config.clone(), "cost")
-        .await
-        .expect("connects");
-    Elector::spawn(
-        Arc::new(lock),
-        ElectorConfig {
-            identity: Identity::new(id),
-            timing,
-            release_on_shutdown: true,
-        },
-    )
-    .expect("a valid timing")
+    common::elector(config.clone(), "cost", id, timing).await
 }
 
 fn count(seen: &[(String, String)], who: &HashSet<String>) -> Vec<String> {

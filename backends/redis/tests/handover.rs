@@ -6,12 +6,9 @@
 mod common;
 mod support;
 
-use std::sync::Arc;
-
 use leader_lock::conformance::SplitBrainChecker;
 use leader_lock::conformance::{patience, wait_any_leader, wait_following, wait_leader};
-use leader_lock::{Elector, ElectorConfig, Identity};
-use leader_lock_redis::RedisLock;
+use leader_lock::Elector;
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,20 +23,7 @@ async fn graceful_handover_figures() {
     let checker = SplitBrainChecker::new();
     let spawn = |id: String| {
         let url = r.server.url();
-        async move {
-            let lock = RedisLock::connect(common::config(&url, &timing), "handover")
-                .await
-                .expect("connects");
-            Elector::spawn(
-                Arc::new(lock),
-                ElectorConfig {
-                    identity: Identity::new(id),
-                    timing,
-                    release_on_shutdown: true,
-                },
-            )
-            .expect("a valid timing")
-        }
+        async move { common::elector(common::config(&url, &timing), "handover", &id, timing).await }
     };
     let mut leader = spawn("r0".into()).await;
     checker.watch(leader.leadership());
@@ -98,20 +82,7 @@ async fn rounds(stop: Stop, n: usize) -> (usize, u64) {
     let checker = SplitBrainChecker::new();
     let spawn = |id: String| {
         let url = url.clone();
-        async move {
-            let lock = RedisLock::connect(common::config(&url, &timing), "rollout")
-                .await
-                .expect("connects");
-            Elector::spawn(
-                Arc::new(lock),
-                ElectorConfig {
-                    identity: Identity::new(id),
-                    timing,
-                    release_on_shutdown: true,
-                },
-            )
-            .expect("a valid timing")
-        }
+        async move { common::elector(common::config(&url, &timing), "rollout", &id, timing).await }
     };
     let subscribes_before = support::command_calls(&url, "subscribe").await;
     let mut replicas = Vec::new();

@@ -6,11 +6,10 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use leader_lock::conformance::{wait_following, wait_leader, wait_state, SplitBrainChecker};
-use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, LockError, Timing};
+use leader_lock::{Elector, Identity, LeaderState, LockError, Timing};
 use leader_lock_redis::{RedisConfig, RedisLock, SentinelConfig};
 use redis::IntoConnectionInfo;
 use testkit::redis_sentinel::{SentinelTopology, User, DATA_USER, MASTER, SENTINEL_USER};
@@ -46,18 +45,7 @@ async fn contender(t: &SentinelTopology, id: &str, timing: Timing) -> Elector {
 }
 
 async fn contender_with(config: RedisConfig, id: &str, timing: Timing) -> Elector {
-    let lock = RedisLock::connect(config, "sentinel")
-        .await
-        .expect("connects through the Sentinels");
-    Elector::spawn(
-        Arc::new(lock),
-        ElectorConfig {
-            identity: Identity::new(id),
-            timing,
-            release_on_shutdown: true,
-        },
-    )
-    .expect("a valid timing")
+    common::elector(config, "sentinel", id, timing).await
 }
 
 /// A client of the data node at `port`, with the TLS and the data node user of `config`.

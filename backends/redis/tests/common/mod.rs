@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leader_lock::conformance::{Harness, HarnessError, Protect, Tamper};
-use leader_lock::{LeaderLock, Timing};
+use leader_lock::{Elector, ElectorConfig, Identity, LeaderLock, Timing};
 use leader_lock_redis::{RedisConfig, RedisLock};
 use testkit::redis::{RedisServer, RedisTls};
 
@@ -25,6 +25,20 @@ pub fn config(url: &str, timing: &Timing) -> RedisConfig {
         request_timeout: timing.renew_deadline / 2,
         ..RedisConfig::new(url)
     }
+}
+
+/// An elector `id` over the lock `name`, connected with `config`; it releases on shutdown.
+pub async fn elector(config: RedisConfig, name: &str, id: &str, timing: Timing) -> Elector {
+    let lock = RedisLock::connect(config, name).await.expect("connects");
+    Elector::spawn(
+        Arc::new(lock),
+        ElectorConfig {
+            identity: Identity::new(id),
+            timing,
+            release_on_shutdown: true,
+        },
+    )
+    .expect("a valid timing")
 }
 
 /// Certificates for throwaway TLS servers (a CA and a leaf for 127.0.0.1), and the CA in a
