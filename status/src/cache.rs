@@ -63,8 +63,10 @@ impl StatusCache {
         }
         st.dirty.retain(|k| next.contains_key(k));
         st.recheck.retain(|k| next.contains_key(k));
-        st.desired = next;
+        let old = std::mem::replace(&mut st.desired, next);
         drop(st);
+        // The previous statuses are freed after the lock is let go: the writer waits for nothing.
+        drop(old);
         if marked > 0 {
             self.changed.notify_one();
         }
@@ -200,6 +202,32 @@ mod tests {
         let taken = c.take_dirty(10, &HashSet::new());
         assert_eq!(taken, vec![(key("b"), want(2, false))]);
         assert_eq!(c.get(&key("b")), Some(want(2, false)));
+    }
+
+    #[test]
+    fn objects_added_and_dropped_between_others_are_told_apart_from_changes() {
+        let c = StatusCache::new();
+        let same = want(1, true);
+        c.replace_all(computed(&[
+            ("a", same.clone()),
+            ("b", same.clone()),
+            ("d", same.clone()),
+            ("e", same.clone()),
+        ]));
+        c.take_dirty(10, &HashSet::new());
+        // b dropped, c added between a and d, d changed, e and a unchanged.
+        c.replace_all(computed(&[
+            ("a", same.clone()),
+            ("c", same.clone()),
+            ("d", want(2, true)),
+            ("e", same.clone()),
+        ]));
+        let taken: Vec<ObjectKey> = c
+            .take_dirty(10, &HashSet::new())
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(taken, vec![key("c"), key("d")]);
     }
 
     #[test]
