@@ -101,14 +101,6 @@ fn compare(
     }
 }
 
-/// Whether writing `want` would send anything, judged on `key`'s watched copy; `None` when the
-/// watch holds no copy (or one without a `resourceVersion`). The writer settles what a copy
-/// already shows without a request or a task of its own, so a new leader's check of every
-/// status costs one merge per object.
-pub fn sends(stores: &Stores, key: &ObjectKey, want: &Desired, controller: &str) -> Option<bool> {
-    compare(stores, key, want, controller, None).map(|(_, differs)| differs)
-}
-
 /// Finds objects whose watched copy changed and no longer shows their desired status.
 ///
 /// Only copies whose `resourceVersion` moved since the last check are compared, so a computation

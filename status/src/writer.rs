@@ -44,10 +44,6 @@ use crate::metrics::{KindLabel, StatusMetrics};
 use crate::observed::{self, Watched};
 use crate::watch::Stores;
 
-/// How many statuses the writer's loop settles in a row from the watched copies before it
-/// yields to the other tasks.
-const CHECK_BATCH: usize = 512;
-
 /// The Gateway API `controllerName` the status writer serves unless told otherwise.
 pub const DEFAULT_CONTROLLER_NAME: &str = "gateway-leader.dev/gateway-controller";
 
@@ -280,22 +276,9 @@ impl StatusWriter {
                 }
                 leading = now_leading;
             }
-            // 2. Start what is dirty, within the concurrency limit. What the watched copy already
-            // shows is settled here, without a task: a new leader's check of 10,000 statuses
-            // then costs 10,000 merges, not 10,000 tasks through the write gate. After a batch
-            // of those the loop yields, so the computation and the writes in flight go on.
-            let mut settled_here = 0;
-            while leading.is_some() && tasks.len() < limit && settled_here < CHECK_BATCH {
-                let taken = self.cache.take_dirty(limit - tasks.len(), &busy);
-                if taken.is_empty() {
-                    break;
-                }
-                for (key, desired) in taken {
-                    if self.already_shown(&key, &desired) {
-                        settled_here += 1;
-                        self.settle(&key, Ok(Written::Unchanged), &mut sweep);
-                        continue;
-                    }
+            // 2. Start what is dirty, within the concurrency limit.
+            if leading.is_some() && tasks.len() < limit {
+                for (key, desired) in self.cache.take_dirty(limit - tasks.len(), &busy) {
                     busy.insert(key.clone());
                     let job = Job {
                         client: self.client.clone(),
@@ -308,10 +291,6 @@ impl StatusWriter {
                         (key, r)
                     });
                 }
-            }
-            if settled_here >= CHECK_BATCH {
-                tokio::task::yield_now().await;
-                continue;
             }
             // 3. Wait for anything that can change the picture.
             tokio::select! {
@@ -356,13 +335,6 @@ impl StatusWriter {
             );
             tasks.shutdown().await;
         }
-    }
-
-    /// Whether the watched copy of `key` already shows `desired`: a write would send nothing.
-    fn already_shown(&self, key: &ObjectKey, desired: &Desired) -> bool {
-        self.watched.as_ref().is_some_and(|stores| {
-            observed::sends(stores, key, desired, &self.config.controller_name) == Some(false)
-        })
     }
 
     /// Logs one finished write and requeues what did not happen.
