@@ -30,12 +30,16 @@ struct State {
     dirty: BTreeSet<ObjectKey>,
     /// A new leadership's re-check of every cached status; never also in `dirty`.
     recheck: BTreeSet<ObjectKey>,
+    /// Objects whose watched copy was last seen showing their desired status (and neither has
+    /// changed since): a new leadership has nothing to check for them.
+    shown: HashSet<ObjectKey>,
 }
 
 impl State {
     /// Marks `key` as changed; true when it was not dirty yet.
     fn mark(&mut self, key: &ObjectKey) -> bool {
         self.recheck.remove(key);
+        self.shown.remove(key);
         self.dirty.insert(key.clone())
     }
 }
@@ -63,6 +67,7 @@ impl StatusCache {
         }
         st.dirty.retain(|k| next.contains_key(k));
         st.recheck.retain(|k| next.contains_key(k));
+        st.shown.retain(|k| next.contains_key(k));
         let old = std::mem::replace(&mut st.desired, next);
         drop(st);
         // The previous statuses are freed after the lock is let go: the writer waits for nothing.
@@ -90,11 +95,33 @@ impl StatusCache {
         marked
     }
 
-    /// Marks every cached status for a re-check (a new leadership checks them all), behind the
-    /// changes already dirty and any that come later; returns every cached key.
+    /// Records that the watched copies of `keys` show their desired status, those still wanted:
+    /// they need no write, so they are no longer dirty (a follower's changes would otherwise pile
+    /// up until it leads, and a new leader would go through all of them before a real change).
+    /// A change of either side forgets it (the desired status through [`Self::replace_all`], the
+    /// copy through the next [`crate::observed::Drift::check`]).
+    pub fn mark_shown(&self, keys: &[ObjectKey]) {
+        let mut st = self.state();
+        for key in keys {
+            if st.desired.contains_key(key) {
+                st.dirty.remove(key);
+                st.recheck.remove(key);
+                st.shown.insert(key.clone());
+            }
+        }
+    }
+
+    /// Marks for a re-check (a new leadership checks them) every cached status whose watched
+    /// copy was not last seen showing it, behind the changes already dirty and any that come
+    /// later; returns the keys the leadership has to settle: those, and the changes.
     pub fn mark_all_dirty(&self) -> HashSet<ObjectKey> {
         let mut st = self.state();
-        let keys: HashSet<ObjectKey> = st.desired.keys().cloned().collect();
+        let keys: HashSet<ObjectKey> = st
+            .desired
+            .keys()
+            .filter(|k| !st.shown.contains(*k))
+            .cloned()
+            .collect();
         let State { dirty, recheck, .. } = &mut *st;
         recheck.extend(keys.iter().filter(|k| !dirty.contains(*k)).cloned());
         drop(st);
@@ -259,6 +286,43 @@ mod tests {
         assert_eq!(c.dirty_len(), 0);
         assert_eq!(c.mark_all_dirty().len(), 2);
         assert_eq!(c.take_dirty(1, &HashSet::new()).len(), 1, "the limit holds");
+    }
+
+    #[test]
+    fn a_new_leadership_checks_only_what_the_watch_did_not_see_shown() {
+        let c = StatusCache::new();
+        let (a, b, d) = (key("a"), key("b"), key("d"));
+        let all = |b_gen, d_gen| {
+            computed(&[
+                ("a", want(1, true)),
+                ("b", want(b_gen, true)),
+                ("d", want(d_gen, true)),
+            ])
+        };
+        // A follower: everything is dirty, and nobody takes it.
+        assert_eq!(c.replace_all(all(1, 1)), 3);
+        c.mark_shown(&[a.clone(), b.clone(), key("gone")]);
+        assert_eq!(
+            c.dirty_len(),
+            1,
+            "what the copies show needs no write; d was never seen"
+        );
+        // b's desired status changes after it was seen shown: it must be written again.
+        c.replace_all(all(2, 1));
+        assert_eq!(
+            c.mark_all_dirty(),
+            [b.clone(), d.clone()].into(),
+            "a is shown"
+        );
+        // Both taken; b written and seen on the watch, d's write not seen yet.
+        assert_eq!(c.take_dirty(10, &HashSet::new()).len(), 2);
+        c.mark_shown(&[b]);
+        assert_eq!(c.mark_all_dirty(), [d.clone()].into());
+        c.take_dirty(10, &HashSet::new());
+        // d shown, then a write of a that did not happen: a is checked again, d is not.
+        c.mark_shown(&[d]);
+        c.requeue(&a);
+        assert_eq!(c.mark_all_dirty(), [a].into());
     }
 
     #[test]

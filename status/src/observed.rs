@@ -110,21 +110,33 @@ pub struct Drift {
     checked: HashMap<ObjectKey, String>,
 }
 
+/// What one [`Drift::check`] found among the watched copies that changed since the last check.
+#[derive(Debug, Default)]
+pub struct Checked {
+    /// Copies that no longer show their desired status: changes to write.
+    pub drifted: Vec<ObjectKey>,
+    /// Copies that show their desired status: nothing to write until the copy or the desired
+    /// status changes, so a new leadership need not check them again.
+    pub shown: Vec<ObjectKey>,
+}
+
 impl Drift {
-    /// The objects of `desired` whose watched copy changed since the last call and differs from
-    /// the desired status.
+    /// Compares the watched copies of `desired`'s objects that changed since the last call with
+    /// their desired status.
     pub fn check(
         &mut self,
         stores: &Stores,
         desired: &BTreeMap<ObjectKey, Desired>,
         controller: &str,
-    ) -> Vec<ObjectKey> {
-        let mut drifted = Vec::new();
+    ) -> Checked {
+        let mut found = Checked::default();
         for (key, want) in desired {
             let seen = self.checked.get(key).map(String::as_str);
             if let Some((rv, differs)) = compare(stores, key, want, controller, seen) {
                 if differs {
-                    drifted.push(key.clone());
+                    found.drifted.push(key.clone());
+                } else {
+                    found.shown.push(key.clone());
                 }
                 self.checked.insert(key.clone(), rv);
             }
@@ -132,6 +144,6 @@ impl Drift {
         if self.checked.len() > desired.len() {
             self.checked.retain(|k, _| desired.contains_key(k));
         }
-        drifted
+        found
     }
 }
