@@ -9,7 +9,6 @@
 
 mod common;
 
-use leader_lock::conformance::{patience, wait_following, wait_leader};
 use testkit::etcd::EtcdServer;
 
 /// Calls of `methods`, started so far, each.
@@ -30,12 +29,7 @@ async fn a_watching_follower_sends_no_read_over_several_leases() {
     let server = EtcdServer::start().await.expect("etcd starts");
     let port = server.client_port();
     let timing = common::timing();
-    let a = common::contender(&server, "cost", "a").await;
-    wait_leader(&a.leadership(), patience(&timing), "a").await;
-    let b = common::contender(&server, "cost", "b").await;
-    wait_following(&b.leadership(), patience(&timing), "b").await;
-    // Past b's first look and its watch's opening read: from here on b only listens.
-    tokio::time::sleep(timing.lease_duration).await;
+    let (a, b) = common::leader_and_follower(&server, "cost").await;
 
     const METHODS: &[&str] = &["Range", "LeaseTimeToLive", "Txn", "LeaseGrant"];
     let before = started(port, METHODS).await;

@@ -10,7 +10,6 @@ mod common;
 use std::time::Duration;
 
 use common::{calls, Calls};
-use leader_lock::conformance::{patience, wait_following, wait_leader};
 use testkit::etcd::EtcdServer;
 
 /// Unary KV requests started (a renew sends one: a transaction, or a read before issue 9).
@@ -32,13 +31,7 @@ async fn renewals_share_one_keep_alive_stream() {
     let server = EtcdServer::start().await.expect("etcd starts");
     let port = server.client_port();
     let timing = common::timing();
-    let a = common::contender(&server, "streams", "a").await;
-    wait_leader(&a.leadership(), patience(&timing), "a").await;
-    let b = common::contender(&server, "streams", "b").await;
-    wait_following(&b.leadership(), patience(&timing), "b").await;
-    // Past the first renewals and the first keep-alive of the follower's spare lease (a third
-    // of its TTL after the grant).
-    tokio::time::sleep(timing.lease_duration).await;
+    let (a, b) = common::leader_and_follower(&server, "streams").await;
 
     let keep_before = tokio::task::spawn_blocking(move || calls(port, "LeaseKeepAlive"))
         .await

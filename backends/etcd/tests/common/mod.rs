@@ -49,6 +49,20 @@ pub async fn contender(server: &EtcdServer, name: &str, id: &str) -> Elector {
     .expect("a valid timing")
 }
 
+/// Contenders `a` (leading) and `b` (following) on the lock `name`, a lease after both settled:
+/// past b's first look, its watch's opening read and the first keep-alive of its spare lease, so
+/// what the server counts from here on is the steady state.
+pub async fn leader_and_follower(server: &EtcdServer, name: &str) -> (Elector, Elector) {
+    use leader_lock::conformance::{patience, wait_following, wait_leader};
+    let timing = timing();
+    let a = contender(server, name, "a").await;
+    wait_leader(&a.leadership(), patience(&timing), "a").await;
+    let b = contender(server, name, "b").await;
+    wait_following(&b.leadership(), patience(&timing), "b").await;
+    tokio::time::sleep(timing.lease_duration).await;
+    (a, b)
+}
+
 /// A plain etcd client, for planting values and administration.
 pub async fn raw_client(server: &EtcdServer) -> etcd_client::Client {
     etcd_client::Client::connect([server.endpoint()], None)
