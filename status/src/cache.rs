@@ -78,6 +78,45 @@ impl StatusCache {
         marked
     }
 
+    /// Takes in what a [`crate::compute::Computation`] run found: each status in `desired` that
+    /// is new or differs from the cached one replaces it and becomes dirty, the others are left
+    /// as they are, and `removed` objects are forgotten. Returns how many became dirty.
+    ///
+    /// Unlike [`Self::replace_all`], it costs what changed: objects not named keep their status.
+    pub fn apply(&self, desired: BTreeMap<ObjectKey, Desired>, removed: &[ObjectKey]) -> usize {
+        let mut st = self.state();
+        let mut marked = 0;
+        let mut old = Vec::new();
+        for key in removed {
+            let State {
+                desired,
+                dirty,
+                recheck,
+                shown,
+            } = &mut *st;
+            old.extend(desired.remove(key));
+            dirty.remove(key);
+            recheck.remove(key);
+            shown.remove(key);
+        }
+        for (key, want) in desired {
+            if st.desired.get(&key) == Some(&want) {
+                continue;
+            }
+            if st.mark(&key) {
+                marked += 1;
+            }
+            old.extend(st.desired.insert(key, want));
+        }
+        drop(st);
+        // As in `replace_all`: what is replaced is freed after the lock is let go.
+        drop(old);
+        if marked > 0 {
+            self.changed.notify_one();
+        }
+        marked
+    }
+
     /// Marks `keys` as changed (their watched copies drifted from the desired status), those
     /// that are still wanted; returns how many became dirty.
     pub fn mark_dirty(&self, keys: &[ObjectKey]) -> usize {
@@ -358,5 +397,37 @@ mod tests {
         tokio::time::timeout(std::time::Duration::from_secs(30), c.changed())
             .await
             .expect("woken");
+    }
+
+    #[test]
+    fn apply_marks_what_differs_keeps_what_it_is_not_given_and_forgets_what_is_removed() {
+        let c = StatusCache::new();
+        assert_eq!(
+            c.apply(
+                computed(&[
+                    ("a", want(1, true)),
+                    ("b", want(1, true)),
+                    ("c", want(1, true))
+                ]),
+                &[]
+            ),
+            3
+        );
+        let _ = c.take_dirty(10, &HashSet::new());
+        c.mark_shown(&[key("a")]);
+        // Only b is given again, changed; a and c keep theirs; the same status for a is no change.
+        assert_eq!(
+            c.apply(computed(&[("a", want(1, true)), ("b", want(2, true))]), &[]),
+            1
+        );
+        assert_eq!(c.len(), 3);
+        assert_eq!(c.get(&key("c")), Some(want(1, true)));
+        let taken = c.take_dirty(10, &HashSet::new());
+        assert_eq!(taken, vec![(key("b"), want(2, true))]);
+        // a stayed shown: a new leadership has nothing to check for it.
+        assert!(!c.mark_all_dirty().contains(&key("a")));
+        c.apply(BTreeMap::new(), &[key("c")]);
+        assert_eq!(c.get(&key("c")), None);
+        assert_eq!(c.len(), 2);
     }
 }

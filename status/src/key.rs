@@ -35,6 +35,11 @@ impl Kind {
             Kind::BackendTlsPolicy => "BackendTLSPolicy",
         }
     }
+
+    /// Whether this is a route kind (HTTPRoute, GRPCRoute, TLSRoute).
+    pub fn is_route(self) -> bool {
+        matches!(self, Kind::HttpRoute | Kind::GrpcRoute | Kind::TlsRoute)
+    }
 }
 
 impl fmt::Display for Kind {

@@ -103,8 +103,10 @@ fn compare(
 
 /// Finds objects whose watched copy changed and no longer shows their desired status.
 ///
-/// Only copies whose `resourceVersion` moved since the last check are compared, so a computation
-/// costs one store lookup per object and one merge per object that changed.
+/// Only copies whose `resourceVersion` moved since the last check are compared, so a check costs
+/// one store lookup per object it is given and one merge per copy that changed. Given only what a
+/// [`crate::compute::Computation`] run computed (every route whose object changed is among it),
+/// it costs what changed; objects that lost their status are let go with [`Drift::forget`].
 #[derive(Debug, Default)]
 pub struct Drift {
     checked: HashMap<ObjectKey, String>,
@@ -121,8 +123,8 @@ pub struct Checked {
 }
 
 impl Drift {
-    /// Compares the watched copies of `desired`'s objects that changed since the last call with
-    /// their desired status.
+    /// Compares the watched copies of `desired`'s objects that changed since they were last
+    /// compared with their desired status.
     pub fn check(
         &mut self,
         stores: &Stores,
@@ -141,9 +143,13 @@ impl Drift {
                 self.checked.insert(key.clone(), rv);
             }
         }
-        if self.checked.len() > desired.len() {
-            self.checked.retain(|k, _| desired.contains_key(k));
-        }
         found
+    }
+
+    /// Forgets what was seen of `keys` (objects that no longer have a desired status).
+    pub fn forget(&mut self, keys: &[ObjectKey]) {
+        for key in keys {
+            self.checked.remove(key);
+        }
     }
 }

@@ -27,8 +27,7 @@
 //! the listener's own conditions, as the spec's `attachedRoutes` text requires; every kind counts
 //! in the same `attachedRoutes`.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParentsParentRef};
@@ -42,7 +41,6 @@ use super::listenerset::ListenerSets;
 use super::reason;
 use super::refs::{self, non_empty, BackendRef, Problem, GATEWAY_GROUP};
 use super::verdict::Verdict;
-use super::World;
 use crate::desired::{Desired, RouteParentStatus};
 use crate::key::{Kind, ObjectKey};
 
@@ -98,44 +96,113 @@ pub(crate) trait Route {
 /// BackendTLSPolicies' ancestors follow from it (`policy.rs`).
 pub(crate) type Reach<'w> = BTreeMap<(&'w str, &'w str), BTreeSet<(&'w str, &'w str)>>;
 
-/// Adds the desired status of each route related to us, of every kind, to `out`, counts
-/// attachments into the Gateways and ListenerSets, and returns which Gateways reach which Services.
-pub(crate) fn compute<'w>(
-    world: &'w World,
-    controller_name: &str,
-    gateways: &mut Gateways<'w>,
-    sets: &mut ListenerSets<'w>,
-    index: &Index<'_>,
-    out: &mut BTreeMap<ObjectKey, Desired>,
-) -> Reach<'w> {
-    let mut reach = Reach::new();
-    let mut parents = Parents { gateways, sets };
-    let (p, r) = (&mut parents, &mut reach);
-    compute_kind(&world.http_routes, controller_name, p, index, out, r);
-    compute_kind(&world.grpc_routes, controller_name, p, index, out, r);
-    compute_kind(&world.tls_routes, controller_name, p, index, out, r);
-    reach
+/// The parents routes attach to (our Gateways and ListenerSets), each with an id: its place in
+/// the sorted list of parents, so that what was computed for a route under the same Gateways
+/// and ListenerSets names the same parents (see [`super::Computation`]).
+pub(crate) struct Parents<'p, 'w> {
+    gateways: &'p Gateways<'w>,
+    sets: &'p ListenerSets<'w>,
+    table: Vec<Target<'w>>,
+    ids: HashMap<Target<'w>, ParentId>,
 }
 
-/// The parents routes attach to.
-struct Parents<'p, 'w> {
-    gateways: &'p mut Gateways<'w>,
-    sets: &'p mut ListenerSets<'w>,
-}
+/// A parent's place in [`Parents`]'s table.
+pub(crate) type ParentId = u32;
 
-impl<'w> Parents<'_, 'w> {
+impl<'p, 'w> Parents<'p, 'w> {
+    pub(crate) fn new(gateways: &'p Gateways<'w>, sets: &'p ListenerSets<'w>) -> Self {
+        let mut table: Vec<Target<'w>> = gateways
+            .keys()
+            .map(|k| (ParentKind::Gateway, *k))
+            .chain(sets.keys().map(|k| (ParentKind::ListenerSet, *k)))
+            .collect();
+        table.sort_unstable();
+        let ids = (0..)
+            .zip(&table)
+            .map(|(id, target)| (*target, id))
+            .collect();
+        Parents {
+            gateways,
+            sets,
+            table,
+            ids,
+        }
+    }
+
     /// The parent `target` names, if it is one of ours.
-    fn get(&self, (kind, key): Target<'w>) -> Option<&GatewayView<'w>> {
+    fn get(&self, (kind, key): Target<'w>) -> Option<&'p GatewayView<'w>> {
         match kind {
             ParentKind::Gateway => self.gateways.get(&key),
             ParentKind::ListenerSet => self.sets.get(&key),
         }
     }
 
-    fn get_mut(&mut self, (kind, key): Target<'w>) -> Option<&mut GatewayView<'w>> {
-        match kind {
-            ParentKind::Gateway => self.gateways.get_mut(&key),
-            ParentKind::ListenerSet => self.sets.get_mut(&key),
+    fn by_id(&self, id: ParentId) -> Option<&'p GatewayView<'w>> {
+        let target = *self.table.get(usize::try_from(id).ok()?)?;
+        self.get(target)
+    }
+
+    /// Adds up what `routes` contributed: the routes attached to each listener of each parent
+    /// (in the order of [`Self::count_into`]), and which Gateways reach which Services.
+    pub(crate) fn tally<'a>(
+        &self,
+        routes: impl IntoIterator<Item = &'a Contribution>,
+    ) -> (Vec<Vec<i32>>, Reach<'a>)
+    where
+        'w: 'a,
+    {
+        let mut counts: Vec<Vec<i32>> = self
+            .table
+            .iter()
+            .map(|t| {
+                let listeners = self.get(*t).map_or(0, |g| g.attached_routes.len());
+                vec![0; listeners]
+            })
+            .collect();
+        let mut reach = Reach::new();
+        for c in routes {
+            for &(id, listener) in &c.attachments {
+                let slot = usize::try_from(id).ok().and_then(|i| counts.get_mut(i));
+                if let Some(count) = slot.and_then(|l| l.get_mut(listener)) {
+                    *count = count.saturating_add(1);
+                }
+            }
+            for (namespace, name) in &c.services {
+                // A route attached through a ListenerSet reaches its Services from the parent
+                // Gateway.
+                let gateways = c.attachments.iter().filter_map(|&(id, _)| self.by_id(id));
+                reach
+                    .entry((namespace.as_str(), name.as_str()))
+                    .or_default()
+                    .extend(gateways.map(|g| g.gateway));
+            }
+        }
+        (counts, reach)
+    }
+
+    /// The parents, in id order: where [`Self::tally`]'s counts go.
+    pub(crate) fn targets(&self) -> Vec<Target<'w>> {
+        self.table.clone()
+    }
+}
+
+/// Adds `counts` (from [`Parents::tally`], in the order of `targets`) to the parents'
+/// `attachedRoutes`.
+pub(crate) fn count_into<'w>(
+    targets: &[Target<'w>],
+    counts: Vec<Vec<i32>>,
+    gateways: &mut Gateways<'w>,
+    sets: &mut ListenerSets<'w>,
+) {
+    for ((kind, key), counts) in targets.iter().zip(counts) {
+        let view = match kind {
+            ParentKind::Gateway => gateways.get_mut(key),
+            ParentKind::ListenerSet => sets.get_mut(key),
+        };
+        if let Some(view) = view {
+            for (attached, n) in view.attached_routes.iter_mut().zip(counts) {
+                *attached = attached.saturating_add(n);
+            }
         }
     }
 }
@@ -144,82 +211,90 @@ impl<'w> Parents<'_, 'w> {
 /// `apis/v1/listenerset_types.go`: routes attach to a ListenerSet's listeners through
 /// parentRef kind ListenerSet only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum ParentKind {
+pub(crate) enum ParentKind {
     Gateway,
     ListenerSet,
 }
 
 /// A parent: its kind and (namespace, name).
-type Target<'w> = (ParentKind, (&'w str, &'w str));
+pub(crate) type Target<'w> = (ParentKind, (&'w str, &'w str));
 
-fn compute_kind<'w, R: Route>(
-    routes: &'w [Arc<R>],
-    controller_name: &str,
-    gateways: &mut Parents<'_, 'w>,
-    index: &Index<'_>,
-    out: &mut BTreeMap<ObjectKey, Desired>,
-    reach: &mut Reach<'w>,
-) {
-    for route in routes {
-        let meta = route.meta();
-        let (Some(namespace), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref())
-        else {
-            continue;
-        };
-        let generation = meta.generation.unwrap_or(0);
-        let view = route.view();
-        let mut attachments: Vec<(Target<'w>, usize)> = vec![];
-        let parents = parents::<R>(
-            &view,
-            namespace,
-            controller_name,
-            generation,
-            gateways,
-            index,
-            &mut attachments,
-        );
-        // A route attached to one listener through two parentRefs counts once there.
-        attachments.sort_unstable();
-        attachments.dedup();
-        // A route attached through a ListenerSet reaches its Services from the parent Gateway.
-        let reached: Vec<_> = attachments
-            .iter()
-            .filter_map(|(target, _)| gateways.get(*target).map(|g| g.gateway))
-            .collect();
-        record_reach::<R>(&view, namespace, &reached, index, reach);
-        for (target, listener) in attachments {
-            if let Some(count) = gateways
-                .get_mut(target)
-                .and_then(|g| g.attached_routes.get_mut(listener))
-            {
-                *count = count.saturating_add(1);
-            }
-        }
-        let has_stale_entries = view.status_controllers.contains(&controller_name);
-        if !parents.is_empty() || has_stale_entries {
-            out.insert(
-                ObjectKey::namespaced(R::KIND, namespace, name),
-                Desired::Route {
-                    generation,
-                    parents,
-                },
-            );
-        }
-    }
+/// What one route adds to a computation: its desired status, and what the parents' statuses
+/// and BackendTLSPolicies' ancestors count of it. A route's contribution depends only on the
+/// route and on everything that is not a route, which is what lets [`super::Computation`] keep
+/// it while neither changes.
+#[derive(Debug, Default)]
+pub(crate) struct Contribution {
+    /// The route's object key; `None` for a route without a name or namespace.
+    pub key: Option<ObjectKey>,
+    /// Whether the route has a desired status (it is related to us).
+    pub ours: bool,
+    /// The listeners the route is attached to, as (parent, listener index), each once.
+    attachments: Vec<(ParentId, usize)>,
+    /// The core Services (namespace, name) its backendRefs name and may name, when the route is
+    /// attached somewhere and reach was asked for.
+    services: Vec<(String, String)>,
 }
 
-/// Records that the Gateways which accepted the route (those it attached to) reach each core
-/// Service its backendRefs name and may name (same namespace, or a ReferenceGrant allows it).
-fn record_reach<'w, R: Route>(
-    view: &RouteView<'w>,
-    namespace: &'w str,
-    gateways: &[(&'w str, &'w str)],
+/// Computes one route's [`Contribution`] and desired status (`None` when the route is not
+/// related to us); with `reach`, also the Services it reaches (only BackendTLSPolicies need
+/// them).
+pub(crate) fn contribute<R: Route>(
+    route: &R,
+    controller_name: &str,
+    parents: &Parents<'_, '_>,
     index: &Index<'_>,
-    reach: &mut Reach<'w>,
-) {
-    if gateways.is_empty() {
-        return;
-    }
+    reach: bool,
+) -> (Contribution, Option<Desired>) {
+    let meta = route.meta();
+    let (Some(namespace), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
+        return (Contribution::default(), None);
+    };
+    let generation = meta.generation.unwrap_or(0);
+    let view = route.view();
+    let mut attached: Vec<(Target<'_>, usize)> = vec![];
+    let statuses = parents_of::<R>(
+        &view,
+        namespace,
+        controller_name,
+        generation,
+        parents,
+        index,
+        &mut attached,
+    );
+    // A route attached to one listener through two parentRefs counts once there.
+    attached.sort_unstable();
+    attached.dedup();
+    let attachments: Vec<(ParentId, usize)> = attached
+        .iter()
+        .filter_map(|(target, listener)| Some((*parents.ids.get(target)?, *listener)))
+        .collect();
+    let services = if reach && !attachments.is_empty() {
+        reached_services::<R>(&view, namespace, index)
+    } else {
+        vec![]
+    };
+    let has_stale_entries = view.status_controllers.contains(&controller_name);
+    let desired = (!statuses.is_empty() || has_stale_entries).then_some(Desired::Route {
+        generation,
+        parents: statuses,
+    });
+    let contribution = Contribution {
+        key: Some(ObjectKey::namespaced(R::KIND, namespace, name)),
+        ours: desired.is_some(),
+        attachments,
+        services,
+    };
+    (contribution, desired)
+}
+
+/// The core Services the route's backendRefs name and may name (same namespace, or a
+/// ReferenceGrant allows it): the Gateways that accepted the route reach them.
+fn reached_services<R: Route>(
+    view: &RouteView<'_>,
+    namespace: &str,
+    index: &Index<'_>,
+) -> Vec<(String, String)> {
     let from = refs::Referrer {
         group: GATEWAY_GROUP,
         kind: R::KIND.as_str(),
@@ -229,6 +304,7 @@ fn record_reach<'w, R: Route>(
         .backend_refs
         .iter()
         .filter(|r| r.group.unwrap_or("").is_empty() && r.kind.unwrap_or("Service") == "Service");
+    let mut out = vec![];
     for r in services {
         let service = (non_empty(r.namespace).unwrap_or(namespace), r.name);
         let to = refs::Referent {
@@ -237,18 +313,15 @@ fn record_reach<'w, R: Route>(
             namespace: service.0,
             name: service.1,
         };
-        if !refs::permitted(index, &from, &to) {
-            continue;
+        if refs::permitted(index, &from, &to) {
+            out.push((service.0.to_string(), service.1.to_string()));
         }
-        reach
-            .entry(service)
-            .or_default()
-            .extend(gateways.iter().copied());
     }
+    out
 }
 
 /// Our `status.parents` entries for one route, recording its attachments.
-fn parents<'w, R: Route>(
+fn parents_of<'w, R: Route>(
     view: &RouteView<'w>,
     namespace: &'w str,
     controller_name: &str,
