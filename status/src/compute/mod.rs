@@ -139,6 +139,10 @@ pub struct Computation {
     http_routes: Memos<HttpRoute>,
     grpc_routes: Memos<GrpcRoute>,
     tls_routes: Memos<TlsRoute>,
+    /// Routes per listener, added up from the remembered contributions.
+    counts: Counts,
+    /// Runs so far.
+    runs: u64,
     /// Objects other than routes that got a status on the last run.
     others: BTreeSet<ObjectKey>,
 }
@@ -237,45 +241,96 @@ struct Memo<R> {
     /// Held so that the address stays this route's.
     _route: Arc<R>,
     contribution: route::Contribution,
+    /// The last run that saw the route.
+    seen: u64,
 }
 
 impl<R: route::Route> Memos<R> {
-    /// Brings the memos up to `routes`: keeps those of unchanged routes (all of them are
-    /// computed again when `fresh`), computes the others into `update`, and returns the keys
-    /// of forgotten routes that had a desired status.
+    /// Brings the memos up to `routes`: keeps those of unchanged routes (none when `fresh`),
+    /// computes the others into `update`, keeps `counts` (routes per listener, by parent id) in
+    /// step, and returns the keys of forgotten routes that had a desired status.
+    ///
+    /// An unchanged route costs one lookup: nothing is moved or counted again.
     fn refresh(
         &mut self,
         routes: &[Arc<R>],
-        fresh: bool,
+        run: Run,
         compute: impl Fn(&R) -> (route::Contribution, Option<Desired>),
+        counts: &mut Counts,
         update: &mut Update,
     ) -> Vec<ObjectKey> {
-        let mut old = std::mem::take(&mut self.0);
-        self.0.reserve(routes.len());
+        let mut gone = vec![];
+        if run.fresh {
+            gone.extend(
+                self.0
+                    .drain()
+                    .filter_map(|(_, m)| m.contribution.ours_key()),
+            );
+        }
+        let before = self.0.len();
+        let mut kept = 0;
         for r in routes {
             let address = Arc::as_ptr(r) as usize;
-            let kept = if fresh { None } else { old.remove(&address) };
-            let memo = kept.unwrap_or_else(|| {
-                let (contribution, desired) = compute(r);
-                update.routes_computed += 1;
-                if let (Some(key), Some(desired)) = (&contribution.key, desired) {
-                    update.desired.insert(key.clone(), desired);
-                }
-                Memo {
-                    _route: r.clone(),
-                    contribution,
-                }
-            });
+            if let Some(m) = self.0.get_mut(&address) {
+                // Also a route listed twice (never from a store) counts once.
+                kept += usize::from(m.seen != run.stamp);
+                m.seen = run.stamp;
+                continue;
+            }
+            let (contribution, desired) = compute(r);
+            update.routes_computed += 1;
+            if let (Some(key), Some(desired)) = (&contribution.key, desired) {
+                update.desired.insert(key.clone(), desired);
+            }
+            counts.add(&contribution, 1);
+            let memo = Memo {
+                _route: r.clone(),
+                contribution,
+                seen: run.stamp,
+            };
             self.0.insert(address, memo);
         }
-        old.into_values()
-            .filter(|m| m.contribution.ours)
-            .filter_map(|m| m.contribution.key)
-            .collect()
+        if kept < before {
+            self.0.retain(|_, m| {
+                if m.seen == run.stamp {
+                    return true;
+                }
+                counts.add(&m.contribution, -1);
+                gone.extend(m.contribution.ours_key());
+                false
+            });
+        }
+        gone
     }
 
     fn contributions(&self) -> impl Iterator<Item = &route::Contribution> {
         self.0.values().map(|m| &m.contribution)
+    }
+}
+
+/// One run, as the memos see it.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    /// Nothing remembered holds (something routes read changed): every route is computed.
+    fresh: bool,
+    /// Which run this is.
+    stamp: u64,
+}
+
+/// Routes attached to each listener of each parent, by parent id (see `route::Parents`), kept
+/// up to date as routes come, change and go.
+#[derive(Debug, Default)]
+struct Counts(Vec<Vec<i32>>);
+
+impl Counts {
+    /// Adds (`sign` 1) or takes away (-1) what `c` attached.
+    fn add(&mut self, c: &route::Contribution, sign: i32) {
+        for &(id, listener) in c.attachments() {
+            let slot = usize::try_from(id).ok().and_then(|i| self.0.get_mut(i));
+            if let Some(count) = slot.and_then(|l| l.get_mut(listener)) {
+                *count = count.saturating_add(sign);
+            }
+        }
     }
 }
 
@@ -288,6 +343,8 @@ impl Computation {
             http_routes: Memos::default(),
             grpc_routes: Memos::default(),
             tls_routes: Memos::default(),
+            counts: Counts::default(),
+            runs: 0,
             others: BTreeSet::new(),
         }
     }
@@ -305,34 +362,49 @@ impl Computation {
         let mut sets = listenerset::analyse(&prepared, &mut gateways, &index);
         let reach = !world.backend_tls_policies.is_empty();
         let parents = route::Parents::new(&gateways, &sets);
-        let mut gone = vec![];
-        gone.extend(self.http_routes.refresh(
-            &world.http_routes,
+        self.runs += 1;
+        let run = Run {
             fresh,
-            |r| route::contribute(r, name, &parents, &index, reach),
-            &mut update,
-        ));
+            stamp: self.runs,
+        };
+        if fresh {
+            self.counts = Counts(parents.zero_counts());
+        }
+        let counts = &mut self.counts;
+        let contribute = |r: &_| route::contribute(r, name, &parents, &index, reach);
+        let mut gone =
+            self.http_routes
+                .refresh(&world.http_routes, run, contribute, counts, &mut update);
+        let contribute = |r: &_| route::contribute(r, name, &parents, &index, reach);
         gone.extend(self.grpc_routes.refresh(
             &world.grpc_routes,
-            fresh,
-            |r| route::contribute(r, name, &parents, &index, reach),
+            run,
+            contribute,
+            counts,
             &mut update,
         ));
+        let contribute = |r: &_| route::contribute(r, name, &parents, &index, reach);
         gone.extend(self.tls_routes.refresh(
             &world.tls_routes,
-            fresh,
-            |r| route::contribute(r, name, &parents, &index, reach),
+            run,
+            contribute,
+            counts,
             &mut update,
         ));
-        let contributions = self
-            .http_routes
-            .contributions()
-            .chain(self.grpc_routes.contributions())
-            .chain(self.tls_routes.contributions());
-        let (counts, reached) = parents.tally(contributions);
+        // Only BackendTLSPolicies need to know which Gateways reach which Services.
+        let reached = if reach {
+            let contributions = self
+                .http_routes
+                .contributions()
+                .chain(self.grpc_routes.contributions())
+                .chain(self.tls_routes.contributions());
+            parents.reach(contributions)
+        } else {
+            route::Reach::new()
+        };
         let targets = parents.targets();
         drop(parents);
-        route::count_into(&targets, counts, &mut gateways, &mut sets);
+        route::count_into(&targets, &self.counts.0, &mut gateways, &mut sets);
         policy::compute(world, name, &reached, &index, &mut update.desired);
         gateway::emit(gateways, &mut update.desired);
         listenerset::emit(sets, &mut update.desired);

@@ -142,31 +142,19 @@ impl<'p, 'w> Parents<'p, 'w> {
         self.get(target)
     }
 
-    /// Adds up what `routes` contributed: the routes attached to each listener of each parent
-    /// (in the order of [`Self::count_into`]), and which Gateways reach which Services.
-    pub(crate) fn tally<'a>(
-        &self,
-        routes: impl IntoIterator<Item = &'a Contribution>,
-    ) -> (Vec<Vec<i32>>, Reach<'a>)
+    /// A count of 0 for each listener of each parent, by parent id.
+    pub(crate) fn zero_counts(&self) -> Vec<Vec<i32>> {
+        let listeners = |t: &Target<'w>| self.get(*t).map_or(0, |g| g.attached_routes.len());
+        self.table.iter().map(|t| vec![0; listeners(t)]).collect()
+    }
+
+    /// Which Gateways reach which Services, from what `routes` contributed.
+    pub(crate) fn reach<'a>(&self, routes: impl IntoIterator<Item = &'a Contribution>) -> Reach<'a>
     where
         'w: 'a,
     {
-        let mut counts: Vec<Vec<i32>> = self
-            .table
-            .iter()
-            .map(|t| {
-                let listeners = self.get(*t).map_or(0, |g| g.attached_routes.len());
-                vec![0; listeners]
-            })
-            .collect();
         let mut reach = Reach::new();
         for c in routes {
-            for &(id, listener) in &c.attachments {
-                let slot = usize::try_from(id).ok().and_then(|i| counts.get_mut(i));
-                if let Some(count) = slot.and_then(|l| l.get_mut(listener)) {
-                    *count = count.saturating_add(1);
-                }
-            }
             for (namespace, name) in &c.services {
                 // A route attached through a ListenerSet reaches its Services from the parent
                 // Gateway.
@@ -177,20 +165,19 @@ impl<'p, 'w> Parents<'p, 'w> {
                     .extend(gateways.map(|g| g.gateway));
             }
         }
-        (counts, reach)
+        reach
     }
 
-    /// The parents, in id order: where [`Self::tally`]'s counts go.
+    /// The parents, in id order: where counts by parent id go.
     pub(crate) fn targets(&self) -> Vec<Target<'w>> {
         self.table.clone()
     }
 }
 
-/// Adds `counts` (from [`Parents::tally`], in the order of `targets`) to the parents'
-/// `attachedRoutes`.
+/// Adds `counts` (by parent id, the order of `targets`) to the parents' `attachedRoutes`.
 pub(crate) fn count_into<'w>(
     targets: &[Target<'w>],
-    counts: Vec<Vec<i32>>,
+    counts: &[Vec<i32>],
     gateways: &mut Gateways<'w>,
     sets: &mut ListenerSets<'w>,
 ) {
@@ -201,7 +188,7 @@ pub(crate) fn count_into<'w>(
         };
         if let Some(view) = view {
             for (attached, n) in view.attached_routes.iter_mut().zip(counts) {
-                *attached = attached.saturating_add(n);
+                *attached = attached.saturating_add(*n);
             }
         }
     }
@@ -234,6 +221,18 @@ pub(crate) struct Contribution {
     /// The core Services (namespace, name) its backendRefs name and may name, when the route is
     /// attached somewhere and reach was asked for.
     services: Vec<(String, String)>,
+}
+
+impl Contribution {
+    /// The route's key, if it has a desired status.
+    pub(crate) fn ours_key(&self) -> Option<ObjectKey> {
+        self.key.clone().filter(|_| self.ours)
+    }
+
+    /// The listeners the route is attached to, as (parent, listener index), each once.
+    pub(crate) fn attachments(&self) -> &[(ParentId, usize)] {
+        &self.attachments
+    }
 }
 
 /// Computes one route's [`Contribution`] and desired status (`None` when the route is not
