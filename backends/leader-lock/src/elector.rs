@@ -21,6 +21,7 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use crate::clock;
 use crate::config::ConfigError;
 use crate::leadership::{LeaderState, Leadership, Publisher};
 use crate::lock::{Attempt, LeaderLock, LockError, LockEvent};
@@ -192,9 +193,15 @@ impl Elector {
             return Ok(false);
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, self.lock.release(&self.candidate, term)).await {
+        let outcome = tokio::time::timeout(left, self.lock.release(&self.candidate, term)).await;
+        // The instant the release returned, as `mono_ms` (CLOCK_MONOTONIC) like the leadership
+        // lines of `gateway-leader run`, so the bench times signal → lock released
+        // (docs/benchmarks.md).
+        let returned = Instant::now();
+        match outcome {
             Ok(Ok(released)) => {
-                info!(term = %term, released, lock = %self.lock.describe(), "released leadership");
+                info!(term = %term, released, lock = %self.lock.describe(),
+                    mono_ms = clock::instant_mono_ms(returned), "released leadership");
                 Ok(released)
             }
             Ok(Err(e)) => {
