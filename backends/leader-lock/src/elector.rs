@@ -92,7 +92,7 @@ pub struct Elector {
     leadership: Leadership,
     publisher: Arc<Publisher>,
     cancel: CancellationToken,
-    task: JoinHandle<Option<Term>>,
+    task: JoinHandle<Ended>,
     lock: Arc<dyn LeaderLock>,
     candidate: Candidate,
     config: ElectorConfig,
@@ -157,8 +157,8 @@ impl Elector {
         self.shutdown_within(SHUTDOWN_BUDGET).await
     }
 
-    /// Graceful stop: refuse new writes, wait for in-flight writes, stop renewing, release; all
-    /// within `budget`.
+    /// Graceful stop: refuse new writes, wait for in-flight writes, stop renewing, release, then
+    /// close the change stream; all within `budget`.
     ///
     /// The drain gets at most half the budget, and never more than the renew deadline (by which
     /// every permit has ended); stopping the loop is immediate; the release gets what is left.
@@ -167,7 +167,7 @@ impl Elector {
     /// # Errors
     /// The release's own error, or [`LockError::Timeout`] when it did not finish in the budget;
     /// either way the lease then expires on its own.
-    pub async fn shutdown_within(self, budget: Duration) -> Result<bool, LockError> {
+    pub async fn shutdown_within(mut self, budget: Duration) -> Result<bool, LockError> {
         let deadline = Instant::now() + budget;
         let drain = self.config.timing.renew_deadline.min(budget / 2);
         if tokio::time::timeout(drain, self.leadership.close_and_drain())
@@ -177,14 +177,30 @@ impl Elector {
             warn!(waited = ?drain, "writes still in flight after the drain budget; releasing anyway");
         }
         self.cancel.cancel();
-        let held = match self.task.await {
-            Ok(held) => held,
+        let (held, watch) = match (&mut self.task).await {
+            Ok(Ended { held, watch }) => (held, Some(watch)),
             Err(e) => {
                 error!(error = %describe_join_error(e), "the elector task failed; not releasing");
-                None
+                (None, None)
             }
         };
         self.publisher.publish(LeaderState::Stopped);
+        let released = self.release(held, deadline, budget).await;
+        // A follower is waiting for the release, not for our change stream to close: that is
+        // torn down after (it was cancelled with the loop and is ending on its own meanwhile).
+        if let Some(mut watch) = watch {
+            watch.stop().await;
+        }
+        released
+    }
+
+    /// Releases `held` (when configured to), within what is left until `deadline`.
+    async fn release(
+        &self,
+        held: Option<Term>,
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<bool, LockError> {
         let Some(term) = held else {
             return Ok(false);
         };
@@ -242,6 +258,13 @@ pub(super) fn describe_join_error(e: JoinError) -> String {
     }
 }
 
+/// What the loop leaves when it stops: the term it held, and its change stream, to be closed
+/// once the lock is released.
+struct Ended {
+    held: Option<Term>,
+    watch: WatchTask,
+}
+
 struct Run {
     lock: Arc<dyn LeaderLock>,
     candidate: Candidate,
@@ -271,7 +294,7 @@ enum Wake {
 }
 
 impl Run {
-    async fn run(mut self, cancel: CancellationToken) -> Option<Term> {
+    async fn run(mut self, cancel: CancellationToken) -> Ended {
         let me = self.candidate.holder();
         info!(identity = %me, lock = %self.lock.describe(), "campaigning for leadership");
         let mut next = Instant::now();
@@ -324,8 +347,10 @@ impl Run {
                 next = self.attempt(&me) => next,
             };
         }
-        self.watch.stop().await;
-        self.held.map(|h| h.term)
+        Ended {
+            held: self.held.map(|h| h.term),
+            watch: self.watch,
+        }
     }
 
     /// Steps down when our validity has ended by `now`; returns whether it did.
