@@ -100,7 +100,11 @@ pub fn leaderships(events: &[Event], killed: &BTreeMap<usize, f64>) -> Vec<Inter
                         close(i, e.mono_ms, &mut out);
                     }
                 }
-                What::Written { .. } | What::SweepDone { .. } | What::Endpoint { .. } => {}
+                // The release comes after the leadership's `stopped` line, which ended it.
+                What::Written { .. }
+                | What::SweepDone { .. }
+                | What::Endpoint { .. }
+                | What::Released { .. } => {}
             }
         }
         if let Some(i) = open.take() {

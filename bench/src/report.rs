@@ -25,6 +25,17 @@ pub struct ScenarioResult {
 }
 
 impl ScenarioResult {
+    /// Signal → the stopped leader's release returned (graceful), over the rounds that have it.
+    pub fn to_released(&self) -> Option<Summary> {
+        Summary::of(
+            &self
+                .samples
+                .iter()
+                .filter_map(|s| s.to_released_ms)
+                .collect::<Vec<_>>(),
+        )
+    }
+
     /// Signal → new leader, over the rounds that have it.
     pub fn to_leader(&self) -> Option<Summary> {
         Summary::of(
@@ -188,6 +199,17 @@ impl Report {
                     .find(|r| r.backend == backend && r.scenario == scenario && r.wakeup == w)
             };
             let (watch, poll) = (of("watch"), of("poll"));
+            // The release comes first, and only where a leader releases (graceful); its two
+            // lanes release the same way, so there is no ratio to give.
+            for r in [watch, poll].into_iter().flatten() {
+                if r.samples.iter().any(|s| s.to_released_ms.is_some()) {
+                    row(
+                        &mut out,
+                        &format!("signal → lock released ({})", r.wakeup),
+                        r.to_released(),
+                    );
+                }
+            }
             for (what, get) in [
                 (
                     "signal → new leader",
