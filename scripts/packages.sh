@@ -1,6 +1,6 @@
 # Sourced by scripts/test.sh and scripts/demo.sh: installs, with apt-get, what building
-# gateway-leader (etcd-client needs protoc), running its real servers and the docs' walkthrough
-# need, when missing.
+# gateway-leader (the etcd-client crate needs protoc), running its real servers, the bench's
+# etcdctl anchor and the docs' walkthrough need, when missing.
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"
@@ -15,6 +15,8 @@ ensure_packages() {
   [ -e /usr/include/google/protobuf/timestamp.proto ] || missing+=(libprotobuf-dev)
   command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  # `gateway-leader-bench run` times `etcdctl elect` beside etcd × graceful (docs/benchmarks.md).
+  command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
   # docs/operations.md's walkthrough (and its test) reads /metrics with curl.
   command -v curl >/dev/null 2>&1 || missing+=(curl ca-certificates)
   [ ${#missing[@]} -eq 0 ] && return 0

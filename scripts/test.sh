@@ -2,7 +2,8 @@
 # Runs every test of the workspace against real servers, installing what is missing first.
 #
 # On Debian or Ubuntu it installs (with apt-get, as root or through sudo): protobuf-compiler and
-# libprotobuf-dev (etcd-client's build), etcd-server and redis-server (the servers the tests start),
+# libprotobuf-dev (the etcd-client crate's build), etcd-server and redis-server (the servers the
+# tests start), Debian's etcd-client (etcdctl, for the failover bench's anchor),
 # and builds kube-apiserver v1.20.2 from Debian's source package once (scripts/build-kube-apiserver.sh,
 # cached in ~/.cache/gateway-leader). Set GATEWAY_LEADER_TEST_KUBECONFIG to run the Kubernetes tests
 # against an existing cluster instead. It finds a kubectl with kustomize v5, which renders deploy/

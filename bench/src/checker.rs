@@ -100,7 +100,11 @@ pub fn leaderships(events: &[Event], killed: &BTreeMap<usize, f64>) -> Vec<Inter
                         close(i, e.mono_ms, &mut out);
                     }
                 }
-                What::Written { .. } | What::SweepDone { .. } | What::Endpoint { .. } => {}
+                // The release comes after the leadership's `stopped` line, which ended it.
+                What::Written { .. }
+                | What::SweepDone { .. }
+                | What::Endpoint { .. }
+                | What::Released { .. } => {}
             }
         }
         if let Some(i) = open.take() {
@@ -214,6 +218,15 @@ mod tests {
             ),
             ev(0, 5.0, write(1)),
             ev(0, 1000.0, What::Stopped),
+            // The release follows the stop; the leadership ended at the stop.
+            ev(
+                0,
+                1004.0,
+                What::Released {
+                    term: 1,
+                    released: true,
+                },
+            ),
             ev(1, 1010.0, lead(2, 3010.0)),
             ev(1, 1020.0, write(2)),
         ];

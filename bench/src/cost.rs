@@ -73,7 +73,7 @@ pub(crate) fn sum_metric(text: &str, metric: &str, label: Option<&str>) -> f64 {
 }
 
 /// One blocking plain-HTTP GET of `path` on `host:port`; the body.
-fn http_get(hostport: &str, path: &str) -> Result<String> {
+pub(crate) fn http_get(hostport: &str, path: &str) -> Result<String> {
     let mut s =
         TcpStream::connect(hostport).with_context(|| format!("connecting to {hostport}"))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;

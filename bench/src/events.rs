@@ -41,6 +41,13 @@ pub enum What {
     },
     /// `leadership: stopped`: the elector stopped; nothing is written any more.
     Stopped,
+    /// `released leadership`: the elector's release of the lock returned, at `mono_ms`.
+    Released {
+        /// The term released.
+        term: u64,
+        /// Whether the lock was still ours and is now free (`false`: someone else's already).
+        released: bool,
+    },
     /// `status written` under a term.
     Written {
         /// The term the write carried.
@@ -90,6 +97,10 @@ pub fn parse(replica: usize, line: &str) -> Option<Event> {
         },
         "leadership: following" => What::Following { term: term(&v) },
         "leadership: stopped" => What::Stopped,
+        "released leadership" => What::Released {
+            term: term(&v)?,
+            released: v["released"].as_bool()?,
+        },
         "status written" => What::Written {
             term: term(&v)?,
             object_kind: v["kind"].as_str().unwrap_or_default().to_string(),
@@ -144,6 +155,22 @@ mod tests {
                 url: "http://127.0.0.1:2379".into()
             })
         );
+        // The elector's line, as `tracing`'s JSON layer flattens it (target and all).
+        let r = r#"{"timestamp":"x","level":"INFO","message":"released leadership","term":"7","released":true,"lock":"etcd key /gateway-leader/l","mono_ms":20.25,"target":"leader_lock::elector"}"#;
+        assert_eq!(
+            parse(1, r),
+            Some(Event {
+                replica: 1,
+                mono_ms: 20.25,
+                what: What::Released {
+                    term: 7,
+                    released: true
+                }
+            })
+        );
+        // Before the release carried its instant, the line had none: no place on the time line.
+        let old = r#"{"message":"released leadership","term":"7","released":true}"#;
+        assert_eq!(parse(1, old), None);
         assert_eq!(parse(0, r#"{"message":"something else"}"#), None);
         assert_eq!(parse(0, "not json"), None);
     }

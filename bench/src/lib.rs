@@ -8,8 +8,10 @@
 //! One concept per file: [`args`] (flags and their check), [`scenario`], [`lockserver`] (the
 //! lock's server), [`cluster`] (the apiserver and the route), [`replica`] (one process),
 //! [`events`] (its log lines), [`lane`] (the replicas of one lock), [`round`] (one failover), [`member`] (one etcd member fault),
-//! [`cost`] (steady state), [`plot`], [`stats`], [`checker`], [`report`].
+//! [`cost`] (steady state), [`anchor`] (`etcdctl elect` beside etcd × graceful), [`plot`],
+//! [`stats`], [`checker`], [`report`].
 
+pub mod anchor;
 pub mod args;
 pub mod backend;
 pub mod checker;
@@ -27,7 +29,7 @@ pub mod scale;
 pub mod scenario;
 pub mod stats;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -61,9 +63,15 @@ pub fn main(args: BenchArgs) -> ExitCode {
     let checked = args.binary().and_then(|exe| {
         let plan = args.plan()?;
         args.check_replica_settings(&plan, &exe)?;
-        Ok((plan, exe))
+        // Before anything starts: a run that would stop at the anchor names the package now.
+        let etcdctl = if wants_anchor(&plan) {
+            Some(anchor::etcdctl().map_err(|e| format!("{e:#}"))?)
+        } else {
+            None
+        };
+        Ok((plan, Programs { exe, etcdctl }))
     });
-    let (plan, exe) = match checked {
+    let (plan, programs) = match checked {
         Ok(x) => x,
         Err(e) => {
             eprintln!("gateway-leader-bench: {e}");
@@ -85,9 +93,9 @@ pub fn main(args: BenchArgs) -> ExitCode {
         }
     };
     if plan.scenarios == [Scenario::Scale] {
-        return scale::main(&rt, &plan, &exe);
+        return scale::main(&rt, &plan, &programs.exe);
     }
-    let report = match rt.block_on(run_until_signal(&plan, &exe)) {
+    let report = match rt.block_on(run_until_signal(&plan, &programs)) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("gateway-leader-bench: {e:#}");
@@ -115,6 +123,19 @@ pub fn main(args: BenchArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The programs a run starts besides the servers.
+struct Programs {
+    /// `gateway-leader` (`--binary`).
+    exe: PathBuf,
+    /// `etcdctl`, when the plan has the anchor ([`wants_anchor`]).
+    etcdctl: Option<PathBuf>,
+}
+
+/// Whether the plan runs the `etcdctl elect` anchor: the single etcd with `graceful`.
+fn wants_anchor(plan: &Plan) -> bool {
+    plan.backends.contains(&Backend::Etcd) && plan.scenarios.contains(&Scenario::Graceful)
+}
+
 /// A line above the bar, or on stderr when there is no terminal to draw the bar on.
 fn say(pb: &ProgressBar, line: String) {
     if pb.is_hidden() {
@@ -137,19 +158,20 @@ fn progress(plan: &Plan) -> ProgressBar {
 
 /// [`run`], ended early by SIGINT or SIGTERM: dropping it stops (SIGKILL) every replica and
 /// server it started, so none outlives the bench, whoever signalled it.
-async fn run_until_signal(plan: &Plan, exe: &Path) -> Result<Report> {
+async fn run_until_signal(plan: &Plan, programs: &Programs) -> Result<Report> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     tokio::select! {
-        r = run(plan, exe) => r,
+        r = run(plan, programs) => r,
         _ = term.recv() => Err(anyhow::anyhow!("stopped by SIGTERM; every replica and server it started is stopped")),
         _ = int.recv() => Err(anyhow::anyhow!("stopped by SIGINT; every replica and server it started is stopped")),
     }
 }
 
 /// Starts the servers and runs every lane; the figures and the checker's verdicts.
-async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
+async fn run(plan: &Plan, programs: &Programs) -> Result<Report> {
+    let exe = programs.exe.as_path();
     let pb = progress(plan);
     if plan.scenarios.contains(&Scenario::Chaos) {
         say(
@@ -163,6 +185,7 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
     let mut results = Vec::new();
     let mut verdicts = Vec::new();
     let mut costs = Vec::new();
+    let mut anchors = Vec::new();
     for &backend in &plan.backends {
         pb.set_message(format!("starting the {backend} server"));
         let mut server = LockServer::start(backend, &plan.endpoints).await?;
@@ -299,6 +322,25 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
                 verdict,
             });
         }
+        // After the lanes, on the same server with nothing else on it.
+        if let (Some(etcdctl), Backend::Etcd, LockServer::Etcd { endpoints, .. }) =
+            (&programs.etcdctl, backend, &server)
+        {
+            pb.set_message(format!("{backend}: the {} anchor", anchor::TOOL));
+            let logs = plan.out.join("logs").join("etcd-anchor");
+            let samples = anchor::run(etcdctl, endpoints, plan.rounds, &logs)
+                .await
+                .unwrap_or_else(|e| vec![Sample::failed(0, Scenario::Graceful, format!("{e:#}"))]);
+            for s in samples.iter().filter_map(|s| s.error.as_ref()) {
+                say(&pb, format!("{backend} {} anchor: {s}", anchor::TOOL));
+            }
+            anchors.push(anchor::Anchor {
+                backend: backend.to_string(),
+                scenario: Scenario::Graceful.to_string(),
+                tool: anchor::TOOL.to_string(),
+                samples,
+            });
+        }
     }
     pb.finish_and_clear();
     Ok(Report {
@@ -310,6 +352,7 @@ async fn run(plan: &Plan, exe: &Path) -> Result<Report> {
             .contains(&Scenario::Chaos)
             .then_some(plan.seed),
         results,
+        anchors,
         verdicts,
         costs,
     })

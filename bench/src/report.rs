@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use crate::anchor::Anchor;
 use crate::checker::Verdict;
 use crate::cost::Cost;
 use crate::round::Sample;
@@ -25,6 +26,17 @@ pub struct ScenarioResult {
 }
 
 impl ScenarioResult {
+    /// Signal → the stopped leader's release returned (graceful), over the rounds that have it.
+    pub fn to_released(&self) -> Option<Summary> {
+        Summary::of(
+            &self
+                .samples
+                .iter()
+                .filter_map(|s| s.to_released_ms)
+                .collect::<Vec<_>>(),
+        )
+    }
+
     /// Signal → new leader, over the rounds that have it.
     pub fn to_leader(&self) -> Option<Summary> {
         Summary::of(
@@ -121,6 +133,8 @@ pub struct Report {
     pub seed: Option<u64>,
     /// Every scenario of every lane.
     pub results: Vec<ScenarioResult>,
+    /// Other tools timed beside a backend × scenario (`etcdctl elect` beside etcd × graceful).
+    pub anchors: Vec<Anchor>,
     /// The checker's verdicts.
     pub verdicts: Vec<LaneVerdict>,
     /// The steady-state cost of each lane.
@@ -132,12 +146,12 @@ fn row(out: &mut String, label: &str, s: Option<Summary>) {
         Some(s) => {
             let _ = writeln!(
                 out,
-                "  {label:<38} {:>4} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                "  {label:<42} {:>4} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
                 s.n, s.min, s.p50, s.p90, s.p99, s.max
             );
         }
         None => {
-            let _ = writeln!(out, "  {label:<38} {:>4}", 0);
+            let _ = writeln!(out, "  {label:<42} {:>4}", 0);
         }
     }
 }
@@ -147,7 +161,7 @@ fn ratio(out: &mut String, label: &str, ours: Option<Summary>, poll: Option<Summ
         let r = |a: f64, b: f64| if a > 0.0 { b / a } else { f64::NAN };
         let _ = writeln!(
             out,
-            "  {label:<38} {:>4} {:>9} {:>8.1}× {:>9} {:>8.1}×",
+            "  {label:<42} {:>4} {:>9} {:>8.1}× {:>9} {:>8.1}×",
             "",
             "",
             r(o.p50, p.p50),
@@ -179,7 +193,7 @@ impl Report {
             let title = format!("{backend} × {scenario}");
             let _ = writeln!(
                 out,
-                "\n{title:<40} {:>4} {:>9} {:>9} {:>9} {:>9} {:>9}   (ms)",
+                "\n{title:<44} {:>4} {:>9} {:>9} {:>9} {:>9} {:>9}   (ms)",
                 "n", "min", "p50", "p90", "p99", "max"
             );
             let of = |w: &str| {
@@ -188,6 +202,17 @@ impl Report {
                     .find(|r| r.backend == backend && r.scenario == scenario && r.wakeup == w)
             };
             let (watch, poll) = (of("watch"), of("poll"));
+            // The release comes first, and only where a leader releases (graceful); its two
+            // lanes release the same way, so there is no ratio to give.
+            for r in [watch, poll].into_iter().flatten() {
+                if r.samples.iter().any(|s| s.to_released_ms.is_some()) {
+                    row(
+                        &mut out,
+                        &format!("signal → lock released ({})", r.wakeup),
+                        r.to_released(),
+                    );
+                }
+            }
             for (what, get) in [
                 (
                     "signal → new leader",
@@ -203,6 +228,25 @@ impl Report {
                 }
                 if let (Some(w), Some(p)) = (watch, poll) {
                     ratio(&mut out, "  poll / watch (p50, p99)", get(w), get(p));
+                }
+            }
+            for a in self
+                .anchors
+                .iter()
+                .filter(|a| a.backend == backend && a.scenario == scenario)
+            {
+                row(
+                    &mut out,
+                    &format!("anchor: {}, signal → new leader", a.tool),
+                    a.to_leader(),
+                );
+                if a.errors() > 0 {
+                    let _ = writeln!(
+                        out,
+                        "  ({}: {} round(s) did not finish; see the JSON)",
+                        a.tool,
+                        a.errors()
+                    );
                 }
             }
             for r in [watch, poll].into_iter().flatten() {

@@ -25,6 +25,10 @@ pub struct Sample {
     pub round: usize,
     /// How the leader was stopped (under `chaos`, the draw of this round).
     pub scenario: Scenario,
+    /// Under `graceful`: signal → the stopped leader's release of the lock returned (its
+    /// `released leadership` line, ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to_released_ms: Option<f64>,
     /// Signal → the next replica's `leadership: leading` (ms).
     pub to_leader_ms: Option<f64>,
     /// Signal → the new leader's first status write (ms); `None` when not counted.
@@ -60,6 +64,7 @@ impl Sample {
         Sample {
             round,
             scenario,
+            to_released_ms: None,
             to_leader_ms: None,
             to_write_ms: None,
             old_leader_wrote: false,
@@ -238,6 +243,9 @@ pub async fn run(
     }
     finish(lane, plan, scenario, old.slot, at).await?;
     member::rejoin(server, killed_member.map(|(m, _)| m)).await?;
+    if scenario == Scenario::Graceful {
+        sample.to_released_ms = released(lane, old.index, old.term, at).await;
+    }
     sample.old_leader_wrote = old_wrote(lane);
     if scenario == Scenario::SentinelFailover {
         sample.stepped_down = Some(member::stepped_down(lane, old.index, old.term, at));
@@ -254,6 +262,24 @@ pub async fn run(
         }
     }
     Ok(sample)
+}
+
+/// How long the release line of a replica that has exited may take to come through its log
+/// reader.
+const RELEASE_LINE_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Signal at `at` → the release of term `term` by replica `index` returned (ms); `None` when
+/// it logged none (the release failed or found the lock someone else's). Called once the
+/// replica has exited, so its line is written if it ever will be.
+async fn released(lane: &mut Lane, index: usize, term: u64, at: f64) -> Option<f64> {
+    let e = lane
+        .wait(RELEASE_LINE_PATIENCE, |e| {
+            e.replica == index
+                && e.mono_ms >= at
+                && matches!(e.what, What::Released { term: t, released: true } if t == term)
+        })
+        .await?;
+    Some(e.mono_ms - at)
 }
 
 /// Brings the stopped replica back as a follower: a new process after a stop or a crash, the

@@ -21,6 +21,7 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use crate::clock;
 use crate::config::ConfigError;
 use crate::leadership::{LeaderState, Leadership, Publisher};
 use crate::lock::{Attempt, LeaderLock, LockError, LockEvent};
@@ -91,7 +92,7 @@ pub struct Elector {
     leadership: Leadership,
     publisher: Arc<Publisher>,
     cancel: CancellationToken,
-    task: JoinHandle<Option<Term>>,
+    task: JoinHandle<Ended>,
     lock: Arc<dyn LeaderLock>,
     candidate: Candidate,
     config: ElectorConfig,
@@ -156,8 +157,8 @@ impl Elector {
         self.shutdown_within(SHUTDOWN_BUDGET).await
     }
 
-    /// Graceful stop: refuse new writes, wait for in-flight writes, stop renewing, release; all
-    /// within `budget`.
+    /// Graceful stop: refuse new writes, wait for in-flight writes, stop renewing, release, then
+    /// close the change stream; all within `budget`.
     ///
     /// The drain gets at most half the budget, and never more than the renew deadline (by which
     /// every permit has ended); stopping the loop is immediate; the release gets what is left.
@@ -166,7 +167,7 @@ impl Elector {
     /// # Errors
     /// The release's own error, or [`LockError::Timeout`] when it did not finish in the budget;
     /// either way the lease then expires on its own.
-    pub async fn shutdown_within(self, budget: Duration) -> Result<bool, LockError> {
+    pub async fn shutdown_within(mut self, budget: Duration) -> Result<bool, LockError> {
         let deadline = Instant::now() + budget;
         let drain = self.config.timing.renew_deadline.min(budget / 2);
         if tokio::time::timeout(drain, self.leadership.close_and_drain())
@@ -176,14 +177,30 @@ impl Elector {
             warn!(waited = ?drain, "writes still in flight after the drain budget; releasing anyway");
         }
         self.cancel.cancel();
-        let held = match self.task.await {
-            Ok(held) => held,
+        let (held, watch) = match (&mut self.task).await {
+            Ok(Ended { held, watch }) => (held, Some(watch)),
             Err(e) => {
                 error!(error = %describe_join_error(e), "the elector task failed; not releasing");
-                None
+                (None, None)
             }
         };
         self.publisher.publish(LeaderState::Stopped);
+        let released = self.release(held, deadline, budget).await;
+        // A follower is waiting for the release, not for our change stream to close: that is
+        // torn down after (it was cancelled with the loop and is ending on its own meanwhile).
+        if let Some(mut watch) = watch {
+            watch.stop().await;
+        }
+        released
+    }
+
+    /// Releases `held` (when configured to), within what is left until `deadline`.
+    async fn release(
+        &self,
+        held: Option<Term>,
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<bool, LockError> {
         let Some(term) = held else {
             return Ok(false);
         };
@@ -192,9 +209,15 @@ impl Elector {
             return Ok(false);
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, self.lock.release(&self.candidate, term)).await {
+        let outcome = tokio::time::timeout(left, self.lock.release(&self.candidate, term)).await;
+        // The instant the release returned, as `mono_ms` (CLOCK_MONOTONIC) like the leadership
+        // lines of `gateway-leader run`, so the bench times signal → lock released
+        // (docs/benchmarks.md).
+        let returned = Instant::now();
+        match outcome {
             Ok(Ok(released)) => {
-                info!(term = %term, released, lock = %self.lock.describe(), "released leadership");
+                info!(term = %term, released, lock = %self.lock.describe(),
+                    mono_ms = clock::instant_mono_ms(returned), "released leadership");
                 Ok(released)
             }
             Ok(Err(e)) => {
@@ -235,6 +258,13 @@ pub(super) fn describe_join_error(e: JoinError) -> String {
     }
 }
 
+/// What the loop leaves when it stops: the term it held, and its change stream, to be closed
+/// once the lock is released.
+struct Ended {
+    held: Option<Term>,
+    watch: WatchTask,
+}
+
 struct Run {
     lock: Arc<dyn LeaderLock>,
     candidate: Candidate,
@@ -264,7 +294,7 @@ enum Wake {
 }
 
 impl Run {
-    async fn run(mut self, cancel: CancellationToken) -> Option<Term> {
+    async fn run(mut self, cancel: CancellationToken) -> Ended {
         let me = self.candidate.holder();
         info!(identity = %me, lock = %self.lock.describe(), "campaigning for leadership");
         let mut next = Instant::now();
@@ -317,8 +347,10 @@ impl Run {
                 next = self.attempt(&me) => next,
             };
         }
-        self.watch.stop().await;
-        self.held.map(|h| h.term)
+        Ended {
+            held: self.held.map(|h| h.term),
+            watch: self.watch,
+        }
     }
 
     /// Steps down when our validity has ended by `now`; returns whether it did.

@@ -19,8 +19,9 @@ use leader_lock::conformance::{
     wait_following, wait_leader, wait_state, Fault, Faulty, SplitBrainChecker,
 };
 use leader_lock::{
-    Attempt, Candidate, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, LockError,
-    LockEvent, LockEventStream, LockRecord, MemoryStore, NotLeader, Term, Timing, SHUTDOWN_BUDGET,
+    clock, Attempt, Candidate, Elector, ElectorConfig, Identity, LeaderLock, LeaderState,
+    LockError, LockEvent, LockEventStream, LockRecord, MemoryStore, NotLeader, Term, Timing,
+    SHUTDOWN_BUDGET,
 };
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -462,6 +463,31 @@ async fn a_slow_release_gets_the_rest_of_the_budget() {
     let r = a.shutdown_within(Duration::from_secs(8)).await;
     assert!(matches!(r, Err(LockError::Timeout(_))), "{r:?}");
     assert_eq!(started.elapsed(), Duration::from_secs(8));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_released_line_carries_the_instant_the_release_returned() {
+    let _serial = serial();
+    let (logs, _guard) = Logs::capture();
+    let lock = Scripted::releasing_in(&[(Duration::ZERO, Answer::Lead(4))], Duration::from_secs(5));
+    let a = spawn(lock, "a", true);
+    wait_leader(&a.leadership(), PATIENCE, "a").await;
+    let asked = Instant::now();
+    assert_eq!(a.shutdown().await.ok(), Some(true), "released");
+    // Converted now, as the line was: paused time moves no real clock.
+    let (asked, returned) = (
+        clock::instant_mono_ms(asked),
+        clock::instant_mono_ms(Instant::now()),
+    );
+    let line = logs.with_message("released leadership");
+    let at = line
+        .first()
+        .and_then(|l| l["fields"]["mono_ms"].as_f64())
+        .unwrap_or_else(|| panic!("no released line with mono_ms: {:?}", logs.lines()));
+    // The bench times signal → lock released from it: the release's end (5 paused seconds
+    // after shutdown began), not the moment shutdown was asked for.
+    assert!(at - asked >= 4_999.0, "{at} - {asked}");
+    assert!(at <= returned + 1.0, "{at} > {returned}");
 }
 
 /// A change stream that counts itself while open.
