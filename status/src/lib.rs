@@ -146,9 +146,10 @@ impl StatusController {
     }
 
     /// Stops writing: no new writes; writes in flight finish within the writer's shutdown
-    /// grace. The watches and the computation go on until [`stop`](Self::stop), so a caller can
-    /// release its lock between the two and leave the teardown for after (docs/architecture.md,
-    /// "Leadership changes and shutdown").
+    /// grace. The computation stops too (nobody is left to compute for, and a computation must
+    /// not take the CPU from the release that follows); the watches go on until
+    /// [`stop`](Self::stop), so a caller can release its lock between the two and leave the
+    /// teardown for after (docs/architecture.md, "Leadership changes and shutdown").
     pub async fn stop_writing(&mut self) {
         self.cancel.cancel();
         if let Some(writer) = self.writer.take() {
