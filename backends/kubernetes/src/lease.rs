@@ -535,29 +535,41 @@ impl Inner {
 
     async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {
         let me = c.holder();
-        self.state().own = None;
-        let Some(mut lease) = self.read().await? else {
-            return Ok(false);
-        };
-        let transitions = spec::transitions(&lease);
-        if spec::holder(&lease) != me || term_of(transitions) != term {
-            return Ok(false);
-        }
-        // client-go's release: empty holder, leaseDurationSeconds 1, transitions kept.
-        let now = spec::now();
-        lease.spec = Some(spec::spec("", 1, now.clone(), now, transitions));
-        let r = bounded(
-            self.timeout(),
-            self.api.replace(&self.name, &self.post_params(), &lease),
-        )
-        .await?;
-        match r {
-            Ok(l) => {
-                self.observe(&l);
-                Ok(true)
+        // client-go's release writes back the Lease its last write returned, without reading
+        // first: one request while a follower waits, not two. A conflict (someone wrote since)
+        // reads it once, as a release without such a copy does.
+        let mut known = self.state().own.take();
+        loop {
+            let from_known = known.is_some();
+            let lease = match known.take() {
+                Some(lease) => lease,
+                None => match self.read().await? {
+                    Some(lease) => lease,
+                    None => return Ok(false),
+                },
+            };
+            let transitions = spec::transitions(&lease);
+            if spec::holder(&lease) != me || term_of(transitions) != term {
+                return Ok(false);
             }
-            Err(e) if is_conflict(&e) => Ok(false),
-            Err(e) => Err(classify(&self.what("release"), e)),
+            // client-go's release: empty holder, leaseDurationSeconds 1, transitions kept.
+            let mut lease = lease;
+            let now = spec::now();
+            lease.spec = Some(spec::spec("", 1, now.clone(), now, transitions));
+            let r = bounded(
+                self.timeout(),
+                self.api.replace(&self.name, &self.post_params(), &lease),
+            )
+            .await?;
+            return match r {
+                Ok(l) => {
+                    self.observe(&l);
+                    Ok(true)
+                }
+                Err(e) if from_known && (is_conflict(&e) || status(&e) == Some(404)) => continue,
+                Err(e) if is_conflict(&e) => Ok(false),
+                Err(e) => Err(classify(&self.what("release"), e)),
+            };
         }
     }
 
