@@ -464,7 +464,13 @@ async fn valid_and_invalid_gateways_and_routes_get_the_spec_reasons() {
         v["spec"]["parentRefs"] = json!([{"name": gw, "namespace": ns, "sectionName": section}]);
         serde_json::from_value::<HttpRoute>(v).expect("route")
     };
-    let missing = route(ns, "missing", "gw", &[(ns, "nothing-here", 80)]);
+    // A match the CRD would not default: the stores drop matches (`Trim` in status/src/watch.rs)
+    // and the writer sends its stored copy to the status subresource, which must keep it.
+    let mut missing = serde_json::to_value(route(ns, "missing", "gw", &[(ns, "nothing-here", 80)]))
+        .expect("json");
+    missing["spec"]["rules"][0]["matches"] =
+        json!([{"path": {"type": "PathPrefix", "value": "/api"}}]);
+    let missing: HttpRoute = serde_json::from_value(missing).expect("route");
     let wrong_port = route(ns, "wrong-port", "gw", &[(ns, "web", 8080)]);
     let mut invalid_kind =
         serde_json::to_value(route(ns, "invalid-kind", "gw", &[(ns, "web", 80)])).expect("json");
@@ -517,6 +523,12 @@ async fn valid_and_invalid_gateways_and_routes_get_the_spec_reasons() {
     )
     .await;
     expect(&scene.routes, "missing", "Accepted", "True", "Accepted").await;
+    let written = scene.routes.get("missing").await.expect("route");
+    let matches = serde_json::to_value(&written.spec.rules).expect("json");
+    assert_eq!(
+        matches[0]["matches"][0]["path"]["value"], "/api",
+        "the status write left the spec as it was"
+    );
     expect(
         &scene.routes,
         "wrong-port",

@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use futures::{StreamExt, TryStreamExt};
 use gateway_api::httproutes::HttpRoute;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use nix::sys::signal::Signal;
 use serde::Serialize;
@@ -253,6 +253,16 @@ async fn one(
     let result = measure(plan, &mut lane, cluster).await;
     lane.stop(plan.timing.renew_deadline + Duration::from_secs(10))
         .await;
+    // The next lane's replicas watch every namespace: left here, these routes would be theirs
+    // to hold in memory too, and its RSS would count them.
+    if let Err(e) = api
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+    {
+        eprintln!(
+            "{backend}: could not delete the lane's routes ({e}); the next lane's RSS counts them"
+        );
+    }
     result.with_context(|| format!("{label} (logs in {})", plan.out.join("logs").display()))
 }
 

@@ -10,8 +10,6 @@
 
 use std::sync::Arc;
 
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::{Duration, Instant};
 
 use gateway_leader_status::compute::{self, Computation};

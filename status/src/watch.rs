@@ -78,7 +78,7 @@ where
 
 impl<K> Slot<K>
 where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource + Trim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
 {
     fn new() -> Self {
@@ -270,7 +270,7 @@ pub fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<()>) -> 
 /// A watch on a kind every cluster serves.
 fn core_watch<K>(api: Api<K>, wake: &Wake, tasks: &mut JoinSet<()>) -> Running<K>
 where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource + Trim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
 {
     let state = Arc::new(WatchState::default());
@@ -327,6 +327,48 @@ fn watch_backoff() -> watcher::ExponentialBackoff {
         .into()
 }
 
+/// What a kind's store can do without: parts of its objects that neither the computation nor
+/// the writer reads. The writer sends the stored copy back whole, but to the `status`
+/// subresource, which takes nothing but the status from it.
+pub(crate) trait Trim {
+    /// Drops what is not read.
+    fn trim(&mut self) {}
+}
+
+/// Kinds whose objects are kept whole (but for `managedFields` and kubectl's last-applied copy).
+macro_rules! keep_whole {
+    ($($kind:ty),+ $(,)?) => {$( impl Trim for $kind {} )+};
+}
+
+keep_whole!(
+    GatewayClass,
+    Gateway,
+    TlsRoute,
+    ReferenceGrant,
+    ListenerSet,
+    BackendTlsPolicy,
+    Service,
+    Namespace,
+);
+
+/// A route's matches decide which requests it serves, which no status says anything about; they
+/// are often most of a route (10,000 routes of one match each: about 2 MiB).
+impl Trim for HttpRoute {
+    fn trim(&mut self) {
+        for rule in self.spec.rules.iter_mut().flatten() {
+            rule.matches = None;
+        }
+    }
+}
+
+impl Trim for GrpcRoute {
+    fn trim(&mut self) {
+        for rule in self.spec.rules.iter_mut().flatten() {
+            rule.matches = None;
+        }
+    }
+}
+
 fn reflect<K>(
     api: Api<K>,
     wake: &Wake,
@@ -334,14 +376,15 @@ fn reflect<K>(
     tasks: &mut JoinSet<()>,
 ) -> (Store<K>, AbortHandle)
 where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource + Trim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
 {
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     let (reader, writer) = reflector::store();
     // The stores keep what the computation and the writer read: `managedFields` (often the
-    // largest part of an object that many managers write) and kubectl's copy of the last applied
-    // object are dropped before an object is stored (docs/architecture.md, "Memory").
+    // largest part of an object that many managers write), kubectl's copy of the last applied
+    // object and routes' matches (`Trim`) are dropped before an object is stored
+    // (docs/architecture.md, "Memory").
     let stream = watcher(api, watcher::Config::default())
         .modify(|obj| {
             let meta = obj.meta_mut();
@@ -349,6 +392,7 @@ where
             if let Some(a) = meta.annotations.as_mut() {
                 a.remove(LAST_APPLIED);
             }
+            obj.trim();
         })
         .backoff(watch_backoff());
     let stream = reflector::reflector(writer, stream);
@@ -415,5 +459,33 @@ pub async fn bundle_version(client: &Client) -> Option<String> {
                 "cannot read the Gateway API bundle version; SupportedVersion will say so");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trimmed_route_keeps_everything_the_computation_reads() {
+        let mut route: HttpRoute = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "r", "namespace": "ns", "generation": 2},
+            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["a.example.com"],
+                     "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                                "backendRefs": [{"name": "web", "port": 80}],
+                                "filters": [{"type": "RequestMirror",
+                                             "requestMirror": {"backendRef": {"name": "m", "port": 80}}}]}]},
+            "status": {"parents": [{"controllerName": "x", "parentRef": {"name": "gw"}, "conditions": []}]}
+        }))
+        .expect("route");
+        let before = serde_json::to_value(&route).expect("json");
+        route.trim();
+        let mut expected = before;
+        expected["spec"]["rules"][0]
+            .as_object_mut()
+            .expect("a rule")
+            .remove("matches");
+        assert_eq!(serde_json::to_value(&route).expect("json"), expected);
     }
 }
