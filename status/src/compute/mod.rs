@@ -514,6 +514,14 @@ mod tests {
 
     type Step = (&'static str, Box<dyn Fn(&mut World)>);
 
+    /// A step that deletes HTTPRoute `name`.
+    fn delete_route(name: &'static str) -> Box<dyn Fn(&mut World)> {
+        Box::new(move |w| {
+            w.http_routes
+                .retain(|r| r.metadata.name.as_deref() != Some(name))
+        })
+    }
+
     #[test]
     fn a_computation_that_remembers_gives_what_a_whole_one_gives_after_every_change() {
         let policy = |service: &str| -> Arc<BackendTlsPolicy> {
@@ -563,13 +571,7 @@ mod tests {
                     replace_route(w, "a", |_| Arc::new((*copy).clone()));
                 }),
             ),
-            (
-                "a route is deleted",
-                Box::new(|w| {
-                    w.http_routes
-                        .retain(|r| r.metadata.name.as_deref() != Some("b"))
-                }),
-            ),
+            ("a route is deleted", delete_route("b")),
             (
                 "routes are added",
                 Box::new(|w| {
@@ -674,10 +676,7 @@ mod tests {
             ),
             (
                 "a route reaching the policy's Service is deleted",
-                Box::new(|w| {
-                    w.http_routes
-                        .retain(|r| r.metadata.name.as_deref() != Some("n0"))
-                }),
+                delete_route("n0"),
             ),
             (
                 "a GRPCRoute and a TLSRoute appear",
