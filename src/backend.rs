@@ -12,7 +12,9 @@ use leader_lock_redis::{RedisConfig, RedisLock, SentinelConfig};
 
 use crate::config::{env_var, flag, Backend, ConfigError, Settings, SETTINGS};
 
-/// Per-request timeout for backend calls: well inside the renew deadline.
+/// Per-request timeout for backend calls: well inside the renew deadline. (etcd's comes from
+/// `EtcdConfig::request_timeout_for`.)
+#[cfg(any(feature = "kubernetes", feature = "redis"))]
 fn request_timeout(s: &Settings) -> std::time::Duration {
     s.timing.renew_deadline / 2
 }
