@@ -255,7 +255,7 @@ impl<R: route::Route> Memos<R> {
         &mut self,
         routes: &[Arc<R>],
         run: Run,
-        compute: impl Fn(&R) -> (route::Contribution, Option<Desired>),
+        env: &Env<'_, '_, '_>,
         counts: &mut Counts,
         update: &mut Update,
     ) -> Vec<ObjectKey> {
@@ -277,7 +277,8 @@ impl<R: route::Route> Memos<R> {
                 m.seen = run.stamp;
                 continue;
             }
-            let (contribution, desired) = compute(r);
+            let (contribution, desired) =
+                route::contribute(&**r, env.name, env.parents, env.index, env.reach);
             update.routes_computed += 1;
             if let (Some(key), Some(desired)) = (&contribution.key, desired) {
                 update.desired.insert(key.clone(), desired);
@@ -306,6 +307,16 @@ impl<R: route::Route> Memos<R> {
     fn contributions(&self) -> impl Iterator<Item = &route::Contribution> {
         self.0.values().map(|m| &m.contribution)
     }
+}
+
+/// What computing a route reads besides the route, the same for every route of a run.
+struct Env<'a, 'p, 'w> {
+    /// The controller's name.
+    name: &'a str,
+    parents: &'a route::Parents<'p, 'w>,
+    index: &'a index::Index<'w>,
+    /// Whether the Services routes reach are wanted (only BackendTLSPolicies read them).
+    reach: bool,
 }
 
 /// One run, as the memos see it.
@@ -370,27 +381,24 @@ impl Computation {
         if fresh {
             self.counts = Counts(parents.zero_counts());
         }
-        let counts = &mut self.counts;
-        let contribute = |r: &_| route::contribute(r, name, &parents, &index, reach);
-        let mut gone =
-            self.http_routes
-                .refresh(&world.http_routes, run, contribute, counts, &mut update);
-        let contribute = |r: &_| route::contribute(r, name, &parents, &index, reach);
-        gone.extend(self.grpc_routes.refresh(
-            &world.grpc_routes,
-            run,
-            contribute,
-            counts,
-            &mut update,
-        ));
-        let contribute = |r: &_| route::contribute(r, name, &parents, &index, reach);
-        gone.extend(self.tls_routes.refresh(
-            &world.tls_routes,
-            run,
-            contribute,
-            counts,
-            &mut update,
-        ));
+        let env = Env {
+            name,
+            parents: &parents,
+            index: &index,
+            reach,
+        };
+        let (counts, u) = (&mut self.counts, &mut update);
+        let mut gone = self
+            .http_routes
+            .refresh(&world.http_routes, run, &env, counts, u);
+        gone.extend(
+            self.grpc_routes
+                .refresh(&world.grpc_routes, run, &env, counts, u),
+        );
+        gone.extend(
+            self.tls_routes
+                .refresh(&world.tls_routes, run, &env, counts, u),
+        );
         // Only BackendTLSPolicies need to know which Gateways reach which Services.
         let reached = if reach {
             let contributions = self
