@@ -68,13 +68,7 @@ pub struct Anchor {
 impl Anchor {
     /// Signal → new leader, over the rounds that have it.
     pub fn to_leader(&self) -> Option<Summary> {
-        Summary::of(
-            &self
-                .samples
-                .iter()
-                .filter_map(|s| s.to_leader_ms)
-                .collect::<Vec<_>>(),
-        )
+        Summary::over(self.samples.iter().filter_map(|s| s.to_leader_ms))
     }
 
     /// Rounds that did not finish.

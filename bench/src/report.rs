@@ -28,35 +28,17 @@ pub struct ScenarioResult {
 impl ScenarioResult {
     /// Signal → the stopped leader's release returned (graceful), over the rounds that have it.
     pub fn to_released(&self) -> Option<Summary> {
-        Summary::of(
-            &self
-                .samples
-                .iter()
-                .filter_map(|s| s.to_released_ms)
-                .collect::<Vec<_>>(),
-        )
+        Summary::over(self.samples.iter().filter_map(|s| s.to_released_ms))
     }
 
     /// Signal → new leader, over the rounds that have it.
     pub fn to_leader(&self) -> Option<Summary> {
-        Summary::of(
-            &self
-                .samples
-                .iter()
-                .filter_map(|s| s.to_leader_ms)
-                .collect::<Vec<_>>(),
-        )
+        Summary::over(self.samples.iter().filter_map(|s| s.to_leader_ms))
     }
 
     /// Signal → first status write, over the rounds that count.
     pub fn to_write(&self) -> Option<Summary> {
-        Summary::of(
-            &self
-                .samples
-                .iter()
-                .filter_map(|s| s.to_write_ms)
-                .collect::<Vec<_>>(),
-        )
+        Summary::over(self.samples.iter().filter_map(|s| s.to_write_ms))
     }
 
     /// Rounds in which the stopping leader wrote the change itself.

@@ -30,6 +30,11 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 impl Summary {
+    /// The summary of the samples `samples` yields; `None` when there are none.
+    pub fn over(samples: impl IntoIterator<Item = f64>) -> Option<Summary> {
+        Self::of(&samples.into_iter().collect::<Vec<_>>())
+    }
+
     /// The summary of `samples` (in any order); `None` when there are none.
     pub fn of(samples: &[f64]) -> Option<Summary> {
         let mut s: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
