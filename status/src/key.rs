@@ -1,6 +1,7 @@
 //! Which object a status belongs to.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// The Gateway API kinds whose status gateway-leader writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -49,19 +50,23 @@ impl fmt::Display for Kind {
 }
 
 /// Kind, namespace and name: the identity of one status to write.
+///
+/// The names are shared (`Arc<str>`): a key sits in several maps at once (desired statuses,
+/// the cache, the drift check, the computation's memos, the writer's queue), and at 10,000
+/// routes a copy of each string per map was megabytes (docs/architecture.md, Memory).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectKey {
     /// The object's kind.
     pub kind: Kind,
     /// The namespace; `None` for cluster-scoped kinds.
-    pub namespace: Option<String>,
+    pub namespace: Option<Arc<str>>,
     /// The object's name.
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 impl ObjectKey {
     /// A key for a cluster-scoped object.
-    pub fn cluster(kind: Kind, name: impl Into<String>) -> Self {
+    pub fn cluster(kind: Kind, name: impl Into<Arc<str>>) -> Self {
         ObjectKey {
             kind,
             namespace: None,
@@ -70,7 +75,11 @@ impl ObjectKey {
     }
 
     /// A key for a namespaced object.
-    pub fn namespaced(kind: Kind, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn namespaced(
+        kind: Kind,
+        namespace: impl Into<Arc<str>>,
+        name: impl Into<Arc<str>>,
+    ) -> Self {
         ObjectKey {
             kind,
             namespace: Some(namespace.into()),
