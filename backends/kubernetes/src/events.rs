@@ -19,7 +19,9 @@ pub const EVENT_POST_TIMEOUT: Duration = Duration::from_secs(2);
 /// client-go does: reason `LeaderElection`, message `<holder> became leader` or `<holder> stopped
 /// leading`, source `component` (your controller's name). Each post is bounded by
 /// [`EVENT_POST_TIMEOUT`]; a failure is logged, never fatal. The task ends after the elector
-/// stops (with a last "stopped leading" when it was leading).
+/// stops, with a last "stopped leading" when it was leading, posted once the elector has
+/// released the lock (or after [`EVENT_POST_TIMEOUT`]), so that it never competes with the
+/// release a follower is waiting for.
 ///
 /// `client` must be ungated (as the lock's, see [`LeaseLock`](crate::LeaseLock)): the "stopped
 /// leading" Event is posted after leadership ended. It needs RBAC `events: create`.
@@ -54,32 +56,44 @@ pub fn spawn_leader_events(
     identity: &Identity,
     leadership: Leadership,
 ) -> JoinHandle<()> {
-    let poster = Poster {
+    let mut poster = Poster {
         events: Api::namespaced(client.clone(), namespace),
         leases: Api::namespaced(client, namespace),
         component: component.to_string(),
         namespace: namespace.to_string(),
         lease: lease_name.to_string(),
         holder: identity.holder(),
+        uid: None,
     };
     tokio::spawn(async move {
         let mut rx = leadership.subscribe();
         let mut leading: Option<Term> = None;
         loop {
             let state = rx.borrow_and_update().clone();
+            if matches!(state, LeaderState::Stopped) {
+                if leading.is_some() {
+                    // `Stopped` comes before the release, and a follower is waiting for that
+                    // release: the Event (one more write to the apiserver, and its etcd) goes
+                    // after it. The elector drops its side of the channel once it released.
+                    let released = async { while rx.changed().await.is_ok() {} };
+                    let _ = tokio::time::timeout(EVENT_POST_TIMEOUT, released).await;
+                    poster.post("stopped leading", false).await;
+                }
+                return;
+            }
             let now = state.term();
             if now != leading {
                 if leading.is_some() {
-                    poster.post("stopped leading").await;
+                    poster.post("stopped leading", false).await;
                 }
                 if now.is_some() {
-                    poster.post("became leader").await;
+                    poster.post("became leader", true).await;
                 }
                 leading = now;
             }
-            if matches!(state, LeaderState::Stopped) || rx.changed().await.is_err() {
+            if rx.changed().await.is_err() {
                 if leading.is_some() {
-                    poster.post("stopped leading").await;
+                    poster.post("stopped leading", false).await;
                 }
                 return;
             }
@@ -95,13 +109,18 @@ struct Poster {
     namespace: String,
     lease: String,
     holder: String,
+    /// The Lease's uid as last read.
+    uid: Option<String>,
 }
 
 impl Poster {
     /// Posts "<holder> <what>" within [`EVENT_POST_TIMEOUT`]; failures are logged, never fatal.
-    async fn post(&self, what: &str) {
+    /// With `read_uid` (a new leadership, whose Lease may have been recreated) the Lease's uid
+    /// is read first; otherwise the one read then is used, so that the Event for a leadership's
+    /// end adds no read to a handover.
+    async fn post(&mut self, what: &str, read_uid: bool) {
         let message = format!("{} {what}", self.holder);
-        if tokio::time::timeout(EVENT_POST_TIMEOUT, self.send(&message))
+        if tokio::time::timeout(EVENT_POST_TIMEOUT, self.send(&message, read_uid))
             .await
             .is_err()
         {
@@ -110,12 +129,15 @@ impl Poster {
         }
     }
 
-    async fn send(&self, message: &str) {
+    async fn send(&mut self, message: &str, read_uid: bool) {
         // The uid ties the event to this Lease object; without it the event still lists by name.
-        let uid = match self.leases.get_opt(&self.lease).await {
-            Ok(Some(l)) => l.metadata.uid,
-            _ => None,
-        };
+        if read_uid || self.uid.is_none() {
+            self.uid = match self.leases.get_opt(&self.lease).await {
+                Ok(Some(l)) => l.metadata.uid,
+                _ => None,
+            };
+        }
+        let uid = self.uid.clone();
         let now = Time(jiff::Timestamp::now());
         let ev = Event {
             metadata: ObjectMeta {

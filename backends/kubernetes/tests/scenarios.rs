@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams};
 use kube::Api;
 use leader_lock::conformance::{patience, wait_leader, wait_state};
@@ -269,7 +271,24 @@ async fn documented_role_is_enough_and_no_rbac_is_refused_clearly() {
         "the component the caller named"
     );
     assert!(e.shutdown().await.expect("release"));
-    wait_event(s, &ns, &format!("{} stopped leading", identity.holder())).await;
+    let stopped = wait_event(s, &ns, &format!("{} stopped leading", identity.holder())).await;
+    // The Event comes after the release, not in its way: the apiserver stored it later.
+    let released: Lease = Api::namespaced(s.admin_client(), &ns)
+        .get(lease)
+        .await
+        .expect("the released Lease");
+    let rv = |m: &ObjectMeta| -> u64 {
+        m.resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .expect("a numeric resourceVersion from the test apiserver")
+    };
+    assert!(
+        rv(&stopped.metadata) > rv(&released.metadata),
+        "the \"stopped leading\" Event (resourceVersion {:?}) was stored before the release (Lease at {:?})",
+        stopped.metadata.resource_version,
+        released.metadata.resource_version
+    );
     tokio::time::timeout(Duration::from_secs(30), events)
         .await
         .expect("the events task ends with the elector")
