@@ -267,6 +267,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     info!(
         signal = sig,
         budget = ?SHUTDOWN_BUDGET,
+        mono_ms = clock::mono_ms(),
         "shutting down: no new writes, draining, then releasing"
     );
     // The writer stops scheduling while the elector refuses new permits, waits for the writes

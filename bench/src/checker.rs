@@ -225,6 +225,7 @@ mod tests {
                 What::Released {
                     term: 1,
                     released: true,
+                    sent: Some(1003.0),
                 },
             ),
             ev(1, 1010.0, lead(2, 3010.0)),

@@ -47,6 +47,8 @@ pub enum What {
         term: u64,
         /// Whether the lock was still ours and is now free (`false`: someone else's already).
         released: bool,
+        /// When the release was sent (`CLOCK_MONOTONIC` ms); `None` from versions without it.
+        sent: Option<f64>,
     },
     /// `status written` under a term.
     Written {
@@ -100,6 +102,7 @@ pub fn parse(replica: usize, line: &str) -> Option<Event> {
         "released leadership" => What::Released {
             term: term(&v)?,
             released: v["released"].as_bool()?,
+            sent: num(&v, "sent_mono_ms"),
         },
         "status written" => What::Written {
             term: term(&v)?,
@@ -156,7 +159,7 @@ mod tests {
             })
         );
         // The elector's line, as `tracing`'s JSON layer flattens it (target and all).
-        let r = r#"{"timestamp":"x","level":"INFO","message":"released leadership","term":"7","released":true,"lock":"etcd key /gateway-leader/l","mono_ms":20.25,"target":"leader_lock::elector"}"#;
+        let r = r#"{"timestamp":"x","level":"INFO","message":"released leadership","term":"7","released":true,"lock":"etcd key /gateway-leader/l","sent_mono_ms":19.5,"mono_ms":20.25,"target":"leader_lock::elector"}"#;
         assert_eq!(
             parse(1, r),
             Some(Event {
@@ -164,7 +167,8 @@ mod tests {
                 mono_ms: 20.25,
                 what: What::Released {
                     term: 7,
-                    released: true
+                    released: true,
+                    sent: Some(19.5),
                 }
             })
         );

@@ -31,6 +31,11 @@ impl ScenarioResult {
         Summary::over(self.samples.iter().filter_map(|s| s.to_released_ms))
     }
 
+    /// Signal → the stopped leader sent its release (graceful), over the rounds that have it.
+    pub fn to_release_sent(&self) -> Option<Summary> {
+        Summary::over(self.samples.iter().filter_map(|s| s.to_release_sent_ms))
+    }
+
     /// Signal → new leader, over the rounds that have it.
     pub fn to_leader(&self) -> Option<Summary> {
         Summary::over(self.samples.iter().filter_map(|s| s.to_leader_ms))
@@ -187,6 +192,13 @@ impl Report {
             // The release comes first, and only where a leader releases (graceful); its two
             // lanes release the same way, so there is no ratio to give.
             for r in [watch, poll].into_iter().flatten() {
+                if r.samples.iter().any(|s| s.to_release_sent_ms.is_some()) {
+                    row(
+                        &mut out,
+                        &format!("signal → release sent ({})", r.wakeup),
+                        r.to_release_sent(),
+                    );
+                }
                 if r.samples.iter().any(|s| s.to_released_ms.is_some()) {
                     row(
                         &mut out,

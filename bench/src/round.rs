@@ -29,6 +29,10 @@ pub struct Sample {
     /// `released leadership` line, ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub to_released_ms: Option<f64>,
+    /// Under `graceful`: signal → the stopped leader sent its release (our own part of
+    /// [`to_released_ms`](Self::to_released_ms), before the server's; ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to_release_sent_ms: Option<f64>,
     /// Signal → the next replica's `leadership: leading` (ms).
     pub to_leader_ms: Option<f64>,
     /// Signal → the new leader's first status write (ms); `None` when not counted.
@@ -65,6 +69,7 @@ impl Sample {
             round,
             scenario,
             to_released_ms: None,
+            to_release_sent_ms: None,
             to_leader_ms: None,
             to_write_ms: None,
             old_leader_wrote: false,
@@ -244,7 +249,10 @@ pub async fn run(
     finish(lane, plan, scenario, old.slot, at).await?;
     member::rejoin(server, killed_member.map(|(m, _)| m)).await?;
     if scenario == Scenario::Graceful {
-        sample.to_released_ms = released(lane, old.index, old.term, at).await;
+        if let Some((sent, returned)) = released(lane, old.index, old.term, at).await {
+            sample.to_release_sent_ms = sent;
+            sample.to_released_ms = Some(returned);
+        }
     }
     sample.old_leader_wrote = old_wrote(lane);
     if scenario == Scenario::SentinelFailover {
@@ -268,18 +276,22 @@ pub async fn run(
 /// reader.
 const RELEASE_LINE_PATIENCE: Duration = Duration::from_secs(5);
 
-/// Signal at `at` → the release of term `term` by replica `index` returned (ms); `None` when
-/// it logged none (the release failed or found the lock someone else's). Called once the
-/// replica has exited, so its line is written if it ever will be.
-async fn released(lane: &mut Lane, index: usize, term: u64, at: f64) -> Option<f64> {
+/// Signal at `at` → the release of term `term` by replica `index` was sent (when the line says)
+/// and returned (ms); `None` when it logged none (the release failed or found the lock someone
+/// else's). Called once the replica has exited, so its line is written if it ever will be.
+async fn released(lane: &mut Lane, index: usize, term: u64, at: f64) -> Option<(Option<f64>, f64)> {
     let e = lane
         .wait(RELEASE_LINE_PATIENCE, |e| {
             e.replica == index
                 && e.mono_ms >= at
-                && matches!(e.what, What::Released { term: t, released: true } if t == term)
+                && matches!(e.what, What::Released { term: t, released: true, .. } if t == term)
         })
         .await?;
-    Some(e.mono_ms - at)
+    let sent = match e.what {
+        What::Released { sent, .. } => sent.map(|s| s - at),
+        _ => None,
+    };
+    Some((sent, e.mono_ms - at))
 }
 
 /// Brings the stopped replica back as a follower: a new process after a stop or a crash, the

@@ -176,6 +176,9 @@ impl Elector {
         {
             warn!(waited = ?drain, "writes still in flight after the drain budget; releasing anyway");
         }
+        // The phases of a release at debug level, on the bench's time line: where its
+        // milliseconds go (docs/benchmarks.md).
+        debug!(mono_ms = clock::mono_ms(), "writes drained");
         self.cancel.cancel();
         let (held, watch) = match (&mut self.task).await {
             Ok(Ended { held, watch }) => (held, Some(watch)),
@@ -184,6 +187,7 @@ impl Elector {
                 (None, None)
             }
         };
+        debug!(mono_ms = clock::mono_ms(), "elector loop ended");
         self.publisher.publish(LeaderState::Stopped);
         let released = self.release(held, deadline, budget).await;
         // A follower is waiting for the release, not for our change stream to close: that is
@@ -208,15 +212,17 @@ impl Elector {
             info!(term = %term, "stopped leading; leaving the lease to expire (release-on-shutdown off)");
             return Ok(false);
         }
-        let left = deadline.saturating_duration_since(Instant::now());
+        let sent = Instant::now();
+        let left = deadline.saturating_duration_since(sent);
         let outcome = tokio::time::timeout(left, self.lock.release(&self.candidate, term)).await;
-        // The instant the release returned, as `mono_ms` (CLOCK_MONOTONIC) like the leadership
-        // lines of `gateway-leader run`, so the bench times signal → lock released
-        // (docs/benchmarks.md).
+        // The instants the release was sent and returned, as `mono_ms` (CLOCK_MONOTONIC) like
+        // the leadership lines of `gateway-leader run`, so the bench times signal → release sent
+        // (our own part) and signal → lock released (with the server's) (docs/benchmarks.md).
         let returned = Instant::now();
         match outcome {
             Ok(Ok(released)) => {
                 info!(term = %term, released, lock = %self.lock.describe(),
+                    sent_mono_ms = clock::instant_mono_ms(sent),
                     mono_ms = clock::instant_mono_ms(returned), "released leadership");
                 Ok(released)
             }
