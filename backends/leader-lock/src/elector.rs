@@ -157,12 +157,12 @@ impl Elector {
         self.shutdown_within(SHUTDOWN_BUDGET).await
     }
 
-    /// Graceful stop: refuse new writes, wait for in-flight writes, stop renewing, release, then
-    /// close the change stream; all within `budget`.
+    /// Graceful stop: refuse new writes and stop renewing, wait for in-flight writes, release,
+    /// then close the change stream; all within `budget`.
     ///
     /// The drain gets at most half the budget, and never more than the renew deadline (by which
-    /// every permit has ended); stopping the loop is immediate; the release gets what is left.
-    /// Returns whether the lock was released by us.
+    /// every permit has ended); the loop stops at once, beside the drain; the release gets what
+    /// is left. Returns whether the lock was released by us.
     ///
     /// # Errors
     /// The release's own error, or [`LockError::Timeout`] when it did not finish in the budget;
@@ -170,17 +170,23 @@ impl Elector {
     pub async fn shutdown_within(mut self, budget: Duration) -> Result<bool, LockError> {
         let deadline = Instant::now() + budget;
         let drain = self.config.timing.renew_deadline.min(budget / 2);
-        if tokio::time::timeout(drain, self.leadership.close_and_drain())
-            .await
-            .is_err()
-        {
-            warn!(waited = ?drain, "writes still in flight after the drain budget; releasing anyway");
-        }
-        // The phases of a release at debug level, on the bench's time line: where its
-        // milliseconds go (docs/benchmarks.md).
-        debug!(mono_ms = clock::mono_ms(), "writes drained");
+        // The loop stops beside the drain, not after it: the release waits for both, and a
+        // follower for the release. Writes in flight need no renew to finish: each ends by the
+        // validity its permit was given, which no longer moves.
         self.cancel.cancel();
-        let (held, watch) = match (&mut self.task).await {
+        let drained = async {
+            if tokio::time::timeout(drain, self.leadership.close_and_drain())
+                .await
+                .is_err()
+            {
+                warn!(waited = ?drain, "writes still in flight after the drain budget; releasing anyway");
+            }
+            // The phases of a release at debug level, on the bench's time line: where its
+            // milliseconds go (docs/benchmarks.md).
+            debug!(mono_ms = clock::mono_ms(), "writes drained");
+        };
+        let ((), ended) = tokio::join!(drained, &mut self.task);
+        let (held, watch) = match ended {
             Ok(Ended { held, watch }) => (held, Some(watch)),
             Err(e) => {
                 error!(error = %describe_join_error(e), "the elector task failed; not releasing");
