@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, GetResponse, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
 use leader_lock::{
     Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord, Term,
     Timing,
@@ -17,7 +19,7 @@ use crate::client::{Held, Inner, Pending, State, Unanswered};
 use crate::config::MIN_LEASE;
 use crate::keepalive::LeaseState;
 use crate::knowledge::{Content, Seen};
-use crate::value::{record, revision, StoredValue};
+use crate::value::{record, revision, term, StoredValue};
 
 /// A follower whose holder's lease is already gone looks again this soon (the delete is near).
 const LEASE_GONE_RETRY: Duration = Duration::from_millis(200);
@@ -40,6 +42,24 @@ pub struct EtcdLock {
 enum Renewed {
     Yes(Term),
     Lost,
+}
+
+/// How a look for a key handed to us ended.
+enum Handover {
+    /// It was ours to take: we lead under this term.
+    Taken(Term),
+    /// Not ours (or not now): the read, to go on with as with any other.
+    Not(GetResponse),
+}
+
+/// A live candidate a release hands the key to.
+struct Successor {
+    /// Its registration's key and mod revision, compared by the release transaction.
+    key: Vec<u8>,
+    mod_rev: i64,
+    /// Its spare lease, which the key moves onto.
+    lease: i64,
+    value: StoredValue,
 }
 
 /// How an acquire transaction ended.
@@ -83,7 +103,10 @@ impl Inner {
     /// Follower answer for a key someone else holds.
     async fn follower(&self, kv: &KeyValue, own_lease: Duration) -> Attempt {
         let (holder, term) = match StoredValue::parse(kv.value()) {
-            Ok(v) => (Some(v.holder), Some(Term(revision(kv.create_revision())))),
+            Ok(v) => {
+                let t = term(&v, kv.create_revision(), kv.mod_revision());
+                (Some(v.holder), Some(Term(revision(t))))
+            }
             Err(why) => {
                 debug!(key = %self.key_text, %why, "the lock key holds a foreign value; waiting for it to go");
                 (None, None)
@@ -123,7 +146,7 @@ impl Inner {
         let bytes = value.encode();
         let txn = Txn::new()
             .when([
-                Compare::create_revision(self.key.clone(), CompareOp::Equal, h.term),
+                Compare::create_revision(self.key.clone(), CompareOp::Equal, h.create_rev),
                 Compare::lease(self.key.clone(), CompareOp::Equal, h.lease.id()),
                 Compare::mod_revision(self.key.clone(), CompareOp::Equal, h.mod_rev),
             ])
@@ -156,7 +179,7 @@ impl Inner {
             self.knowledge().present(
                 rev,
                 Seen {
-                    create_rev: h.term,
+                    create_rev: h.create_rev,
                     mod_rev: rev,
                     value: &h.written,
                 },
@@ -177,7 +200,7 @@ impl Inner {
         };
         self.knowledge()
             .present(rev, Seen::from(&kv), Instant::now());
-        let ours = kv.create_revision() == h.term && kv.lease() == lease;
+        let ours = kv.create_revision() == h.create_rev && kv.lease() == lease;
         if ours && (h.unanswered.contains(kv.value()) || kv.value() == h.written) {
             // Our own earlier renew whose answer was lost went through: catch up, renew next time.
             h.mod_rev = kv.mod_revision();
@@ -188,7 +211,7 @@ impl Inner {
                 self.endpoints
             )));
         }
-        if kv.create_revision() == h.term && kv.lease() != lease {
+        if kv.create_revision() == h.create_rev && kv.lease() != lease {
             warn!(key = %self.key_text, term = h.term, our_lease = lease, lease = kv.lease(), "our lock record was moved onto another lease; stepping down");
         } else {
             warn!(key = %self.key_text, term = h.term, create_revision = kv.create_revision(), "our lock record was replaced or rewritten by someone else; stepping down");
@@ -211,7 +234,10 @@ impl Inner {
             .await?;
         if resp.succeeded() {
             let rev = resp.header().map(|x| x.revision()).unwrap_or(0);
-            warn!(key = %self.key_text, term = kv.create_revision(), lease = kv.lease(), "the lock record stopped changing for a lease (its holder no longer renews it); deleted it to take over");
+            let term = StoredValue::parse(kv.value()).map_or(kv.create_revision(), |v| {
+                term(&v, kv.create_revision(), kv.mod_revision())
+            });
+            warn!(key = %self.key_text, term, lease = kv.lease(), "the lock record stopped changing for a lease (its holder no longer renews it); deleted it to take over");
             let mut k = self.knowledge();
             k.deleted(rev, Some(Seen::from(kv)), Instant::now());
             k.forget_holder();
@@ -323,6 +349,7 @@ impl Inner {
         );
         st.held = Some(Held {
             holder: me.to_string(),
+            create_rev: rev,
             term: rev,
             mod_rev: rev,
             value,
@@ -355,11 +382,21 @@ impl Inner {
             }
         };
         let rev = current.header().map(|x| x.revision()).unwrap_or(0);
-        let Some(kv) = current
+        let on_lease = current
             .kvs()
             .first()
-            .filter(|kv| kv.lease() == p.lease.id() && kv.value() == p.value)
-        else {
+            .filter(|kv| kv.lease() == p.lease.id());
+        if let Some(kv) = on_lease.filter(|kv| kv.value() != p.value && handed_to(kv, me)) {
+            // Not our acquire but a release that handed us the key on this lease (our spare
+            // before the acquire took it): it is the spare again, for the handover to take.
+            self.knowledge()
+                .present(rev, Seen::from(kv), Instant::now());
+            if let Some(old) = self.spare.lock().await.replace(p.lease) {
+                self.abandon(old);
+            }
+            return Ok(None);
+        }
+        let Some(kv) = on_lease.filter(|kv| kv.value() == p.value) else {
             self.abandon(p.lease);
             return Ok(None);
         };
@@ -371,7 +408,8 @@ impl Inner {
             .present(rev, Seen::from(kv), Instant::now());
         let mut h = Held {
             holder: me.to_string(),
-            term: kv.create_revision(),
+            create_rev: kv.create_revision(),
+            term: term(&value, kv.create_revision(), kv.mod_revision()),
             mod_rev: kv.mod_revision(),
             value,
             written: p.value.clone(),
@@ -396,6 +434,76 @@ impl Inner {
                 Err(e)
             }
         }
+    }
+
+    /// Takes the key when a leader's release handed it to us: it names us, on our spare lease.
+    ///
+    /// One round trip, no write: the spare's keep-alive joined with a read of the key. Why that
+    /// is safe: the elector counts our validity from the instant it sent this attempt, before
+    /// both. The keep-alive makes the lease, and so the key, live at least a lease beyond that
+    /// instant; the read shows the key naming us, on that lease, after it. From then on only a
+    /// holder's guarded write (ours: the old holder's all compare the mod revision the handover
+    /// changed), a deletion, or the lease's end change it. The handover value carries no
+    /// `renewTime`, so no follower deletes it as stale (it was timed by no write of ours), and
+    /// a key deleted without a release makes every follower wait a lease from when it saw the
+    /// deletion. Our first renew then writes our term and `renewTime`, as every renew does.
+    ///
+    /// A key naming us on any other lease (a stale or duplicate record) is not taken.
+    async fn take_handover(
+        &self,
+        st: &mut State,
+        me: &str,
+        ttl: i64,
+    ) -> Result<Handover, LockError> {
+        let mut slot = self.spare.lock().await;
+        let Some(spare) = slot.as_mut().filter(|s| s.ttl() == ttl) else {
+            drop(slot);
+            return Ok(Handover::Not(self.read().await?));
+        };
+        let spare_id = spare.id();
+        let (alive, read) =
+            tokio::join!(spare.keep_alive(&self.members, self.timeout), self.read());
+        let resp = read?;
+        if let Ok(LeaseState::Gone) = alive {
+            // Expired or revoked: the key it carried is gone too, whatever the read said.
+            *slot = None;
+            return Ok(Handover::Not(resp));
+        }
+        let Some(kv) = resp
+            .kvs()
+            .first()
+            .filter(|kv| kv.lease() == spare_id && handed_to(kv, me))
+            .cloned()
+        else {
+            return Ok(Handover::Not(resp));
+        };
+        let value = StoredValue::parse(kv.value()).map_err(LockError::malformed)?;
+        // Ours, but without a live lease behind it no validity: the next attempt looks again.
+        alive.map_err(|e| self.keep_alive_error(spare_id, e))?;
+        let Some(lease) = slot.take() else {
+            return Ok(Handover::Not(resp));
+        };
+        drop(slot);
+        let rev = resp.header().map(|x| x.revision()).unwrap_or(0);
+        self.knowledge()
+            .present(rev, Seen::from(&kv), Instant::now());
+        let t = term(&value, kv.create_revision(), kv.mod_revision());
+        info!(key = %self.key_text, term = t, "took the lock key handed over by the last holder's release");
+        st.held = Some(Held {
+            holder: me.to_string(),
+            create_rev: kv.create_revision(),
+            term: t,
+            mod_rev: kv.mod_revision(),
+            // Every renew carries the term from now on: the handover write is renewed away.
+            value: StoredValue {
+                term: Some(revision(t)),
+                ..value
+            },
+            written: kv.value().to_vec(),
+            unanswered: Unanswered::default(),
+            lease,
+        });
+        Ok(Handover::Taken(Term(revision(t))))
     }
 
     /// One attempt, retried on the next member while it fails in a way another member may not
@@ -429,6 +537,7 @@ impl Inner {
         let me = c.holder();
         let ttl = whole_seconds(c.lease_duration)?;
         let own = c.lease_duration;
+        self.touch();
         let mut st = self.state.lock().await;
         // Renewed in place, not taken out and put back: an attempt dropped mid-renew (the
         // elector stops an attempt under way when it shuts down) must leave the record known as
@@ -461,7 +570,17 @@ impl Inner {
                 )
             };
             if present {
-                let resp = self.read().await?;
+                // A key the watch shows naming us, while we hold nothing: a leader's release
+                // handed it to us. Taken with the read that any other key gets.
+                let handed = self.knowledge().names(&me);
+                let resp = if handed {
+                    match self.take_handover(&mut st, &me, ttl).await? {
+                        Handover::Taken(term) => return Ok(Attempt::Leader { term }),
+                        Handover::Not(resp) => resp,
+                    }
+                } else {
+                    self.read().await?
+                };
                 let rev = resp.header().map(|x| x.revision()).unwrap_or(0);
                 let Some(kv) = resp.kvs().first() else {
                     let from = self.knowledge().absent(rev);
@@ -471,6 +590,11 @@ impl Inner {
                     continue;
                 };
                 let now = Instant::now();
+                if !handed && handed_to(kv, &me) {
+                    // Handed to us before the watch told us: the next pass takes it.
+                    self.knowledge().present(rev, Seen::from(kv), now);
+                    continue;
+                }
                 let stale = {
                     let mut k = self.knowledge();
                     k.present(rev, Seen::from(kv), now);
@@ -482,7 +606,7 @@ impl Inner {
                     self.delete_stale(kv).await?;
                     continue;
                 }
-                self.prepare_spare(ttl).await;
+                self.prepare_spare(ttl, &me).await;
                 return Ok(self.follower(kv, own).await);
             }
             let free_at = free_at.unwrap_or(now);
@@ -492,7 +616,11 @@ impl Inner {
                 Acquired::Taken(rev, kv) => {
                     self.knowledge()
                         .present(rev, Seen::from(&kv), Instant::now());
-                    self.prepare_spare(ttl).await;
+                    if handed_to(&kv, &me) {
+                        // Handed to us meanwhile: the next pass takes it.
+                        continue;
+                    }
+                    self.prepare_spare(ttl, &me).await;
                     return Ok(self.follower(&kv, own).await);
                 }
                 Acquired::Guarded(rev, marker) => {
@@ -530,6 +658,59 @@ impl Inner {
         })
     }
 
+    /// The oldest live candidate other than `me`, if any: one range read on the candidates'
+    /// prefix and a time-to-live look-up per candidate until one is alive; no write.
+    ///
+    /// Alive means its spare lease was kept alive within the spare keeper's period (a third of
+    /// its TTL) and a second of slack: a candidate whose process died still has a registration
+    /// until its lease runs out, and a key handed to it would wait out that lease and then a
+    /// lease more. Any failure here only means a plain release.
+    async fn successor(&self, me: &str) -> Option<Successor> {
+        let prefix = self.candidates.clone();
+        let resp = self
+            .call("candidates get", |c| async move {
+                c.kv_client()
+                    .get(prefix, Some(GetOptions::new().with_prefix()))
+                    .await
+            })
+            .await
+            .ok()?;
+        let mut candidates: Vec<&KeyValue> = resp.kvs().iter().collect();
+        candidates.sort_by_key(|kv| kv.create_revision());
+        for kv in candidates {
+            let Ok(value) = StoredValue::parse(kv.value()) else {
+                continue;
+            };
+            let lease = kv.lease();
+            if value.holder == me || lease == 0 {
+                continue;
+            }
+            let ttl = self
+                .call("lease time-to-live", |c| async move {
+                    c.lease_client().time_to_live(lease, None).await
+                })
+                .await
+                .ok()?;
+            let granted = i64::try_from(value.lease_duration_seconds).unwrap_or(i64::MAX);
+            if ttl.ttl() > 0
+                && ttl.granted_ttl() == granted
+                && granted - ttl.ttl() <= granted / 3 + 1
+            {
+                return Some(Successor {
+                    key: kv.key().to_vec(),
+                    mod_rev: kv.mod_revision(),
+                    lease,
+                    value,
+                });
+            }
+            debug!(key = %self.key_text, candidate = %value.holder, lease, ttl = ttl.ttl(),
+                granted = ttl.granted_ttl(), "passing over a candidate whose spare lease is not kept alive");
+        }
+        None
+    }
+
+    /// Releases what we hold: hands the key to a live candidate in the release transaction, or
+    /// deletes it and writes the release marker; one write either way.
     pub(crate) async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {
         let Ok(rev) = i64::try_from(term.0) else {
             return Ok(false);
@@ -545,34 +726,79 @@ impl Inner {
         let Some(h) = st.held.take() else {
             return Ok(false);
         };
-        let txn = Txn::new()
+        let release = Txn::new()
             .when([
-                Compare::create_revision(self.key.clone(), CompareOp::Equal, rev),
+                Compare::create_revision(self.key.clone(), CompareOp::Equal, h.create_rev),
                 Compare::lease(self.key.clone(), CompareOp::Equal, h.lease.id()),
             ])
             .and_then([
                 TxnOp::delete(self.key.clone(), None),
                 TxnOp::put(self.marker.clone(), rev.to_string(), None),
             ]);
-        let released = self
+        let successor = self.successor(&h.holder).await;
+        let handed = successor
+            .as_ref()
+            .map(|s| StoredValue::handed_to(&s.value).encode());
+        let txn = match (&successor, &handed) {
+            // The key moves onto the successor's lease under its name, if it is still the
+            // version we wrote last and the candidacy is still the one we read (a candidate
+            // whose lease ended has no candidacy left); else the plain release.
+            (Some(s), Some(bytes)) => Txn::new()
+                .when([
+                    Compare::create_revision(self.key.clone(), CompareOp::Equal, h.create_rev),
+                    Compare::lease(self.key.clone(), CompareOp::Equal, h.lease.id()),
+                    Compare::mod_revision(self.key.clone(), CompareOp::Equal, h.mod_rev),
+                    Compare::mod_revision(s.key.clone(), CompareOp::Equal, s.mod_rev),
+                ])
+                .and_then([TxnOp::put(
+                    self.key.clone(),
+                    bytes.clone(),
+                    Some(PutOptions::new().with_lease(s.lease)),
+                )])
+                .or_else([TxnOp::txn(release)]),
+            _ => release,
+        };
+        let answer = self
             .call("release transaction", |c| async move {
                 c.kv_client().txn(txn).await
             })
             .await;
-        if let Ok(r) = &released {
-            if r.succeeded() {
-                let at = r.header().map(|x| x.revision()).unwrap_or(0);
+        let outcome = answer.map(|r| {
+            let at = r.header().map(|x| x.revision()).unwrap_or(0);
+            let released = match (&successor, &handed) {
+                (Some(s), Some(bytes)) if r.succeeded() => {
+                    info!(key = %self.key_text, term = rev, successor = %s.value.holder, successor_term = at,
+                        "handed the lock over to a live candidate");
+                    self.knowledge().present(
+                        at,
+                        Seen {
+                            create_rev: h.create_rev,
+                            mod_rev: at,
+                            value: bytes,
+                        },
+                        Instant::now(),
+                    );
+                    return true;
+                }
+                (Some(_), _) => r.op_responses().into_iter().any(|o| match o {
+                    TxnOpResponse::Txn(t) => t.succeeded(),
+                    _ => false,
+                }),
+                (None, _) => r.succeeded(),
+            };
+            if released {
                 let mut k = self.knowledge();
                 k.deleted(at, None, Instant::now());
                 k.released(rev);
             }
-        }
+            released
+        });
         // Off the followers' path: they act on the transaction, and a revoke awaited here would
         // be a second raft write competing with their acquire. The lease holds no key now (or,
         // if the transaction failed, revoking it removes what is left of ours); should the
         // process exit first, it expires on its own.
         self.abandon(h.lease);
-        released.map(|r| r.succeeded())
+        outcome
     }
 
     pub(crate) async fn get(&self) -> Result<Option<LockRecord>, LockError> {
@@ -614,6 +840,12 @@ impl LeaderLock for EtcdLock {
     async fn watch(&self) -> Result<LockEventStream, LockError> {
         self.inner.watch().await
     }
+}
+
+/// Whether `kv` is a key a release handed to `me`: the handover write, naming us.
+fn handed_to(kv: &KeyValue, me: &str) -> bool {
+    StoredValue::parse(kv.value())
+        .is_ok_and(|v| v.holder == me && v.handover && v.renew_time.is_none())
 }
 
 /// Failures another try may not meet: a member's fault, a timeout, or the lock's own "try again".
