@@ -10,8 +10,10 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use etcd_client::{EventType, KeyValue, PutOptions, WatchOptions, WatchStream};
-use leader_lock::conformance::{patience, wait_following, wait_leader, SplitBrainChecker};
-use leader_lock::{Elector, LeaderState, Term, Timing};
+use leader_lock::conformance::{
+    patience, wait_following, wait_leader, Fault, Faulty, SplitBrainChecker,
+};
+use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Term, Timing};
 use serde_json::Value;
 use testkit::etcd::EtcdServer;
 use tokio::time::Instant;
@@ -313,6 +315,84 @@ async fn with_only_a_dead_candidate_the_release_deletes_the_key_as_before() {
     checker.watch(c.leadership());
     let next = wait_leader(&c.leadership(), patience(&timing), "c").await;
     assert!(next > term);
+    c.abort().await;
+    checker.finish().await;
+}
+
+/// A key handed to a candidate that never takes it (its lock calls hang; its process, and so its
+/// spare's keeper, lives on): the other followers never take it as a stale record, since the
+/// successor would lead on it without a write of its own; the hung candidate's keeper lets its
+/// spare lease go once nobody campaigns with the lock, which deletes the key; the others then
+/// wait a lease from that deletion, as for any key deleted without a release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_handed_to_a_candidate_that_never_takes_it_is_freed_by_its_keeper() {
+    common::init_tracing();
+    let server = EtcdServer::start().await.expect("etcd starts");
+    let timing = common::timing();
+    let name = "handover";
+    let checker = SplitBrainChecker::new();
+    let mut raw = common::raw_client(&server).await;
+    let a = common::contender(&server, name, "a").await;
+    checker.watch(a.leadership());
+    wait_leader(&a.leadership(), patience(&timing), "a").await;
+    let faulty = Faulty::new(common::lock(&server, name).await);
+    let b = Elector::spawn(
+        faulty.clone(),
+        ElectorConfig {
+            identity: Identity::new("b"),
+            timing,
+            release_on_shutdown: true,
+        },
+    )
+    .expect("a valid timing");
+    checker.watch(b.leadership());
+    wait_following(&b.leadership(), patience(&timing), "b").await;
+    // Registered after b: b is the oldest candidate, the one a release hands the key to.
+    let c = common::contender(&server, name, "c").await;
+    checker.watch(c.leadership());
+    wait_following(&c.leadership(), patience(&timing), "c").await;
+    let (a_holder, b_holder) = (a.candidate().holder(), b.candidate().holder());
+    faulty.set(Some(Fault::Hang));
+
+    let mut history = History::from_now(&mut raw, name).await;
+    assert!(a.shutdown().await.expect("a releases"), "a released");
+    let handover = history
+        .next_not_renewed_by(&a_holder, patience(&timing))
+        .await;
+    assert!(handover.put, "a handover: {handover:?}");
+    assert_eq!(
+        handover.holder(),
+        b_holder,
+        "handed to the oldest candidate"
+    );
+    let freed = history.next(patience(&timing)).await;
+    let deleted = Instant::now();
+    assert!(
+        !freed.put,
+        "the next change deletes the handed key (no one renewed or took it): {freed:?}"
+    );
+    assert!(
+        c.leadership().check().is_err(),
+        "c led on a key handed to someone else"
+    );
+    let lease = raw
+        .lease_time_to_live(handover.kv.lease(), None)
+        .await
+        .expect("time to live");
+    assert!(lease.ttl() <= 0, "b's spare lease was let go: {lease:?}");
+    wait_leader(
+        &c.leadership(),
+        patience(&timing),
+        "c after the handed key was freed",
+    )
+    .await;
+    assert!(
+        deleted.elapsed() >= timing.lease_duration,
+        "c led {:?} after the deletion, less than a lease",
+        deleted.elapsed()
+    );
+    faulty.set(None);
+    b.abort().await;
     c.abort().await;
     checker.finish().await;
 }
