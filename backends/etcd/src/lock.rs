@@ -59,7 +59,9 @@ struct Successor {
     mod_rev: i64,
     /// Its spare lease, which the key moves onto.
     lease: i64,
-    value: StoredValue,
+    holder: String,
+    /// The value that hands it the key (`StoredValue::handed_to`).
+    handed: Vec<u8>,
 }
 
 /// How an acquire transaction ended.
@@ -700,7 +702,8 @@ impl Inner {
                     key: kv.key().to_vec(),
                     mod_rev: kv.mod_revision(),
                     lease,
-                    value,
+                    handed: StoredValue::handed_to(&value).encode(),
+                    holder: value.holder,
                 });
             }
             debug!(key = %self.key_text, candidate = %value.holder, lease, ttl = ttl.ttl(),
@@ -736,14 +739,11 @@ impl Inner {
                 TxnOp::put(self.marker.clone(), rev.to_string(), None),
             ]);
         let successor = self.successor(&h.holder).await;
-        let handed = successor
-            .as_ref()
-            .map(|s| StoredValue::handed_to(&s.value).encode());
-        let txn = match (&successor, &handed) {
+        let txn = match &successor {
             // The key moves onto the successor's lease under its name, if it is still the
             // version we wrote last and the candidacy is still the one we read (a candidate
             // whose lease ended has no candidacy left); else the plain release.
-            (Some(s), Some(bytes)) => Txn::new()
+            Some(s) => Txn::new()
                 .when([
                     Compare::create_revision(self.key.clone(), CompareOp::Equal, h.create_rev),
                     Compare::lease(self.key.clone(), CompareOp::Equal, h.lease.id()),
@@ -752,11 +752,11 @@ impl Inner {
                 ])
                 .and_then([TxnOp::put(
                     self.key.clone(),
-                    bytes.clone(),
+                    s.handed.clone(),
                     Some(PutOptions::new().with_lease(s.lease)),
                 )])
                 .or_else([TxnOp::txn(release)]),
-            _ => release,
+            None => release,
         };
         let answer = self
             .call("release transaction", |c| async move {
@@ -765,26 +765,26 @@ impl Inner {
             .await;
         let outcome = answer.map(|r| {
             let at = r.header().map(|x| x.revision()).unwrap_or(0);
-            let released = match (&successor, &handed) {
-                (Some(s), Some(bytes)) if r.succeeded() => {
-                    info!(key = %self.key_text, term = rev, successor = %s.value.holder, successor_term = at,
+            let released = match &successor {
+                Some(s) if r.succeeded() => {
+                    info!(key = %self.key_text, term = rev, successor = %s.holder, successor_term = at,
                         "handed the lock over to a live candidate");
                     self.knowledge().present(
                         at,
                         Seen {
                             create_rev: h.create_rev,
                             mod_rev: at,
-                            value: bytes,
+                            value: &s.handed,
                         },
                         Instant::now(),
                     );
                     return true;
                 }
-                (Some(_), _) => r.op_responses().into_iter().any(|o| match o {
+                Some(_) => r.op_responses().into_iter().any(|o| match o {
                     TxnOpResponse::Txn(t) => t.succeeded(),
                     _ => false,
                 }),
-                (None, _) => r.succeeded(),
+                None => r.succeeded(),
             };
             if released {
                 let mut k = self.knowledge();
@@ -794,7 +794,8 @@ impl Inner {
             released
         });
         // Off the followers' path: they act on the transaction, and a revoke awaited here would
-        // be a second raft write competing with their acquire. The lease holds no key now (or,
+        // be a second raft write competing with a follower's acquire (when there was no live
+        // candidate to hand the key to). The lease holds no key now (or,
         // if the transaction failed, revoking it removes what is left of ours); should the
         // process exit first, it expires on its own.
         self.abandon(h.lease);
