@@ -490,7 +490,7 @@ impl Inner {
         self.knowledge()
             .present(rev, Seen::from(&kv), Instant::now());
         let t = term(&value, kv.create_revision(), kv.mod_revision());
-        info!(key = %self.key_text, term = t, "took the lock key handed over by the last holder's release");
+        info!(key = %self.key_text, term = %t, "took the lock key handed over by the last holder's release");
         st.held = Some(Held {
             holder: me.to_string(),
             create_rev: kv.create_revision(),
@@ -767,7 +767,7 @@ impl Inner {
             let at = r.header().map(|x| x.revision()).unwrap_or(0);
             let released = match &successor {
                 Some(s) if r.succeeded() => {
-                    info!(key = %self.key_text, term = rev, successor = %s.holder, successor_term = at,
+                    info!(key = %self.key_text, term = %rev, successor = %s.holder, successor_term = %at,
                         "handed the lock over to a live candidate");
                     self.knowledge().present(
                         at,
