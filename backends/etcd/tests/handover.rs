@@ -396,3 +396,65 @@ async fn a_key_handed_to_a_candidate_that_never_takes_it_is_freed_by_its_keeper(
     c.abort().await;
     checker.finish().await;
 }
+
+/// Without a watch (the lock alone, no elector), a candidate learns of the handover from its
+/// next attempt's read, and takes the key on the pass after it, still without a write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_without_a_watch_takes_the_key_on_its_next_attempt() {
+    use leader_lock::{Attempt, Candidate};
+    common::init_tracing();
+    let server = EtcdServer::start().await.expect("etcd starts");
+    let timing = common::timing();
+    let name = "handover";
+    let (la, lb) = (
+        common::lock(&server, name).await,
+        common::lock(&server, name).await,
+    );
+    let candidate = |id: &str| Candidate {
+        identity: Identity::new(id),
+        lease_duration: timing.lease_duration,
+    };
+    let (a, b) = (candidate("a"), candidate("b"));
+    let Ok(Attempt::Leader { term: old }) = la.try_acquire_or_renew(&a).await else {
+        panic!("a leads an empty lock");
+    };
+    assert!(matches!(
+        lb.try_acquire_or_renew(&b).await,
+        Ok(Attempt::Follower { .. })
+    ));
+    assert!(la.release(&a, old).await.expect("a releases"), "released");
+    let mut raw = common::raw_client(&server).await;
+    let handed = raw.get(key(name), None).await.expect("get the key");
+    let handed = handed
+        .kvs()
+        .first()
+        .expect("the key was handed over, not deleted");
+    let txns_before = common::calls(server.client_port(), "Txn").started;
+    let Ok(Attempt::Leader { term }) = lb.try_acquire_or_renew(&b).await else {
+        panic!("b takes the key handed to it");
+    };
+    assert_eq!(term, Term(handed.mod_revision().unsigned_abs()));
+    assert!(term > old);
+    let after = raw.get(key(name), None).await.expect("get the key");
+    assert_eq!(
+        after.kvs().first().map(|kv| kv.mod_revision()),
+        Some(handed.mod_revision()),
+        "b took the key without writing it"
+    );
+    assert_eq!(
+        common::calls(server.client_port(), "Txn").started,
+        txns_before,
+        "b sent no transaction to take the key"
+    );
+    let record = lb.get().await.expect("get").expect("a record");
+    assert_eq!((record.holder, record.term), (b.holder(), term));
+    // The old leader follows the new one.
+    match la.try_acquire_or_renew(&a).await {
+        Ok(Attempt::Follower {
+            holder, term: t, ..
+        }) => {
+            assert_eq!((holder, t), (Some(b.holder()), Some(term)));
+        }
+        other => panic!("a follows b: {other:?}"),
+    }
+}
