@@ -24,6 +24,7 @@ mod client;
 mod config;
 mod connect;
 mod error;
+mod handover;
 mod keepalive;
 mod knowledge;
 mod lease;
