@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, GetResponse};
+use tokio::time::Instant;
 
 use crate::members::{member_fault, moves, Members};
 use leader_lock::LockError;
@@ -15,9 +16,13 @@ use crate::keepalive::{KeepAliveError, LeaseStream};
 use crate::knowledge::Knowledge;
 use crate::value::StoredValue;
 
-/// What we hold: the key instance (its create revision), our last write, and its lease.
+/// What we hold: the key instance (its create revision), our term, our last write, and its lease.
 pub(crate) struct Held {
     pub(crate) holder: String,
+    /// The key's create revision: what renews and the release compare. A key handed over keeps
+    /// the create revision of its first holder, so this is not the term.
+    pub(crate) create_rev: i64,
+    /// Our term (`value::term`): the create revision, or the revision of the handover write.
     pub(crate) term: i64,
     /// The mod revision of our last write; a renew only goes through if it is still current.
     pub(crate) mod_rev: i64,
@@ -77,6 +82,8 @@ pub(crate) struct Inner {
     pub(crate) members: Members,
     pub(crate) key: Vec<u8>,
     pub(crate) marker: Vec<u8>,
+    /// The prefix of the candidates' registrations, `<key>#candidates/`.
+    pub(crate) candidates: Vec<u8>,
     pub(crate) key_text: String,
     pub(crate) endpoints: String,
     pub(crate) timeout: Duration,
@@ -85,6 +92,11 @@ pub(crate) struct Inner {
     pub(crate) knowledge: Arc<std::sync::Mutex<Knowledge>>,
     /// A lease granted in advance, so a follower takes a released lock in one round trip.
     pub(crate) spare: Mutex<Option<LeaseStream>>,
+    /// The spare lease our candidacy (`<key>#candidates/<holder>`) is attached to, 0 for none.
+    pub(crate) registered: std::sync::Mutex<i64>,
+    /// When an elector last used this lock (an attempt, or a change its watch delivered): a
+    /// candidacy is kept only while someone campaigns with it (`lease::keep_spare`).
+    pub(crate) used: Arc<std::sync::Mutex<Instant>>,
 }
 
 impl Inner {
@@ -116,6 +128,18 @@ impl Inner {
             self.members.failed(member, &e);
         }
         Err(e)
+    }
+
+    /// Notes that an elector uses this lock now.
+    pub(crate) fn touch(&self) {
+        *self.used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// The key of our candidacy.
+    pub(crate) fn candidacy(&self, holder: &str) -> Vec<u8> {
+        let mut key = self.candidates.clone();
+        key.extend_from_slice(holder.as_bytes());
+        key
     }
 
     pub(crate) fn knowledge(&self) -> std::sync::MutexGuard<'_, Knowledge> {

@@ -25,6 +25,10 @@ const PING_INTERVAL: Duration = Duration::from_secs(10);
 /// may contain `#`, so it is never another lock's key.
 const MARKER_SUFFIX: &str = "#released";
 
+/// The prefix of the candidates' registrations under the lock key (`#` again keeps it apart
+/// from other locks' keys).
+const CANDIDATES_SUFFIX: &str = "#candidates/";
+
 impl EtcdLock {
     /// Connects to etcd and checks that the lock key can be read.
     ///
@@ -100,12 +104,15 @@ impl EtcdLock {
             members: Members::new(&config.endpoints, options, timeout),
             key: key_text.clone().into_bytes(),
             marker: format!("{key_text}{MARKER_SUFFIX}").into_bytes(),
+            candidates: format!("{key_text}{CANDIDATES_SUFFIX}").into_bytes(),
             key_text,
             endpoints,
             timeout,
             state: Mutex::new(State::default()),
             knowledge: Arc::new(std::sync::Mutex::new(Knowledge::default())),
             spare: Mutex::new(None),
+            registered: std::sync::Mutex::new(0),
+            used: Arc::new(std::sync::Mutex::new(tokio::time::Instant::now())),
         });
         // The channels connect lazily: one read proves reachability, TLS and permissions. The
         // members are tried in turn, so one member down at startup does not stop the replica;

@@ -9,14 +9,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::value::StoredValue;
+use crate::value::{term, StoredValue};
 
 /// What a version of the key held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Content {
     /// A record of ours whose holder rewrites it on every renew (it carries `renewTime`).
     Heartbeat,
-    /// A record of ours from a version that renews with keep-alives only (no `renewTime`).
+    /// A record of ours without `renewTime`: from a version that renews with keep-alives only,
+    /// or a key handed over by a release that its successor has not renewed yet. Never stale:
+    /// waited for until etcd deletes it, and a deletion counts from when it is seen.
     Legacy,
     /// Anything else: never taken over, waited out until etcd deletes it.
     Foreign,
@@ -34,7 +36,8 @@ pub(crate) struct Version {
 /// The last holder of ours seen alive; kept after its record vanished, until that is resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HolderSeen {
-    /// Its term: the create revision of its record.
+    /// Its term (`value::term`): the create revision of its record, or the revision of the
+    /// handover write that made it the holder.
     pub term: i64,
     /// `name_incarnation`.
     pub holder: String,
@@ -92,7 +95,7 @@ impl Knowledge {
         let content = match StoredValue::parse(kv.value) {
             Ok(v) => {
                 self.holder = Some(HolderSeen {
-                    term: kv.create_rev,
+                    term: term(&v, kv.create_rev, kv.mod_rev),
                     lease_duration: v.lease_duration(),
                     holder: v.holder.clone(),
                 });
@@ -186,6 +189,14 @@ impl Knowledge {
     /// The last holder seen alive.
     pub fn holder(&self) -> Option<&HolderSeen> {
         self.holder.as_ref()
+    }
+
+    /// Whether the key, as we believe it now, is a record of ours naming `holder`.
+    pub fn names(&self, holder: &str) -> bool {
+        self.current
+            .as_ref()
+            .is_some_and(|v| v.content != Content::Foreign)
+            && self.holder.as_ref().is_some_and(|h| h.holder == holder)
     }
 
     /// How long to wait for a holder's record: its lease or ours, whichever is longer.
@@ -285,6 +296,35 @@ mod tests {
         k.present(10, seen(&legacy, 10), t0);
         assert_eq!(k.stale_at(LEASE), None, "legacy records are never stale");
         k.deleted(11, Some(seen(&legacy, 10)), later);
+        assert_eq!(
+            k.free_at(LEASE, later),
+            Some(later + Duration::from_secs(5))
+        );
+    }
+
+    #[test]
+    fn a_key_handed_over_is_never_stale_and_its_holder_has_the_handover_term() {
+        let t0 = Instant::now();
+        let v = value(true);
+        let mut k = Knowledge::default();
+        k.present(10, seen(&v, 12), t0);
+        assert_eq!(k.holder().map(|h| h.term), Some(10));
+        let handed = StoredValue::handed_to(&StoredValue::candidate("b_2".into(), 5)).encode();
+        k.present(20, seen(&handed, 20), t0 + Duration::from_secs(1));
+        assert!(k.names("b_2") && !k.names("a_1"));
+        assert_eq!(
+            k.holder().map(|h| h.term),
+            Some(20),
+            "the handover write's revision"
+        );
+        assert_eq!(
+            k.stale_at(LEASE),
+            None,
+            "its successor was timed by no write of its own"
+        );
+        // Deleted (say, its lease revoked): the wait counts from the deletion, not the write.
+        let later = t0 + Duration::from_secs(9);
+        k.deleted(21, Some(seen(&handed, 20)), later);
         assert_eq!(
             k.free_at(LEASE, later),
             Some(later + Duration::from_secs(5))

@@ -4,13 +4,22 @@
 use std::sync::Weak;
 use std::time::Duration;
 
+use etcd_client::PutOptions;
 use leader_lock::LockError;
 use tracing::debug;
 
 use crate::client::Inner;
 use crate::keepalive::{LeaseState, LeaseStream};
+use crate::value::StoredValue;
 
-/// Keeps the spare lease alive (a third of its TTL apart) until the lock is dropped.
+/// Keeps the spare lease alive (a third of its TTL apart) until the lock is dropped, or until
+/// nobody has campaigned with the lock for two of its TTLs.
+///
+/// A live elector uses its lock at least once a lease (an attempt, or a change its watch
+/// delivers: a holder rewrites the key every retry period). A lock that outlives its elector
+/// must not stay a candidate: a leader's release would hand it the key, which nobody would take,
+/// and which followers wait for until etcd deletes it (docs/etcd.md, "Handover"). Letting the
+/// spare go revokes it, which removes the candidacy, and the key too if it was handed to us.
 pub(crate) async fn keep_spare(inner: Weak<Inner>) {
     loop {
         let interval = match inner.upgrade() {
@@ -25,6 +34,20 @@ pub(crate) async fn keep_spare(inner: Weak<Inner>) {
         tokio::time::sleep(interval.unwrap_or(Duration::from_secs(1))).await;
         let Some(i) = inner.upgrade() else { return };
         let mut spare = i.spare.lock().await;
+        let idle = i.used.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
+        if spare
+            .as_ref()
+            .is_some_and(|s| idle > Duration::from_secs(s.ttl().unsigned_abs()) * 2)
+        {
+            if let Some(s) = spare.take() {
+                debug!(
+                    lease = s.id(),
+                    ?idle,
+                    "nobody campaigns with this lock; letting its spare lease and candidacy go"
+                );
+                i.abandon(s);
+            }
+        }
         if let Some(s) = spare.as_mut() {
             match s.keep_alive(&i.members, i.timeout).await {
                 Ok(LeaseState::Alive) => {}
@@ -85,20 +108,44 @@ impl Inner {
     }
 
     /// Grants the spare lease while following, so that taking a released lock later is one
-    /// round trip; a failure only costs that round trip later.
-    pub(crate) async fn prepare_spare(&self, ttl: i64) {
+    /// round trip, and registers `me` as a candidate on it (`<key>#candidates/<me>`, attached to
+    /// the spare, so it goes when the spare goes), so that a releasing leader can hand the key
+    /// over in its release. One write per spare lease; a failure only costs that round trip (or
+    /// that handover) later.
+    pub(crate) async fn prepare_spare(&self, ttl: i64, me: &str) {
         let mut spare = self.spare.lock().await;
-        if spare.as_ref().is_some_and(|s| s.ttl() == ttl) {
-            return;
-        }
-        match self.grant(ttl).await {
-            Ok(s) => {
-                if let Some(old) = spare.replace(s) {
-                    self.abandon(old);
+        if spare.as_ref().is_none_or(|s| s.ttl() != ttl) {
+            match self.grant(ttl).await {
+                Ok(s) => {
+                    if let Some(old) = spare.replace(s) {
+                        self.abandon(old);
+                    }
+                }
+                Err(e) => {
+                    debug!(error = %e, "granting a spare lease failed; the acquire will grant one");
+                    return;
                 }
             }
+        }
+        let Some(id) = spare.as_ref().map(|s| s.id()) else {
+            return;
+        };
+        if *self.registered.lock().unwrap_or_else(|p| p.into_inner()) == id {
+            return;
+        }
+        let key = self.candidacy(me);
+        let value = StoredValue::candidate(me.to_string(), ttl.unsigned_abs()).encode();
+        let put = self
+            .call("candidacy put", |c| async move {
+                c.kv_client()
+                    .put(key, value, Some(PutOptions::new().with_lease(id)))
+                    .await
+            })
+            .await;
+        match put {
+            Ok(_) => *self.registered.lock().unwrap_or_else(|p| p.into_inner()) = id,
             Err(e) => {
-                debug!(error = %e, "granting a spare lease failed; the acquire will grant one")
+                debug!(error = %e, lease = id, "registering as a candidate failed; a release will not hand us the key")
             }
         }
     }

@@ -15,9 +15,10 @@ use tracing::{debug, info, warn};
 
 use crate::client::{Held, Inner, Pending, State, Unanswered};
 use crate::config::MIN_LEASE;
+use crate::handover::{handed_to, Handover};
 use crate::keepalive::LeaseState;
 use crate::knowledge::{Content, Seen};
-use crate::value::{record, revision, StoredValue};
+use crate::value::{record, revision, term, StoredValue};
 
 /// A follower whose holder's lease is already gone looks again this soon (the delete is near).
 const LEASE_GONE_RETRY: Duration = Duration::from_millis(200);
@@ -83,7 +84,10 @@ impl Inner {
     /// Follower answer for a key someone else holds.
     async fn follower(&self, kv: &KeyValue, own_lease: Duration) -> Attempt {
         let (holder, term) = match StoredValue::parse(kv.value()) {
-            Ok(v) => (Some(v.holder), Some(Term(revision(kv.create_revision())))),
+            Ok(v) => {
+                let t = term(&v, kv.create_revision(), kv.mod_revision());
+                (Some(v.holder), Some(Term(revision(t))))
+            }
             Err(why) => {
                 debug!(key = %self.key_text, %why, "the lock key holds a foreign value; waiting for it to go");
                 (None, None)
@@ -123,7 +127,7 @@ impl Inner {
         let bytes = value.encode();
         let txn = Txn::new()
             .when([
-                Compare::create_revision(self.key.clone(), CompareOp::Equal, h.term),
+                Compare::create_revision(self.key.clone(), CompareOp::Equal, h.create_rev),
                 Compare::lease(self.key.clone(), CompareOp::Equal, h.lease.id()),
                 Compare::mod_revision(self.key.clone(), CompareOp::Equal, h.mod_rev),
             ])
@@ -156,7 +160,7 @@ impl Inner {
             self.knowledge().present(
                 rev,
                 Seen {
-                    create_rev: h.term,
+                    create_rev: h.create_rev,
                     mod_rev: rev,
                     value: &h.written,
                 },
@@ -177,7 +181,7 @@ impl Inner {
         };
         self.knowledge()
             .present(rev, Seen::from(&kv), Instant::now());
-        let ours = kv.create_revision() == h.term && kv.lease() == lease;
+        let ours = kv.create_revision() == h.create_rev && kv.lease() == lease;
         if ours && (h.unanswered.contains(kv.value()) || kv.value() == h.written) {
             // Our own earlier renew whose answer was lost went through: catch up, renew next time.
             h.mod_rev = kv.mod_revision();
@@ -188,7 +192,7 @@ impl Inner {
                 self.endpoints
             )));
         }
-        if kv.create_revision() == h.term && kv.lease() != lease {
+        if kv.create_revision() == h.create_rev && kv.lease() != lease {
             warn!(key = %self.key_text, term = h.term, our_lease = lease, lease = kv.lease(), "our lock record was moved onto another lease; stepping down");
         } else {
             warn!(key = %self.key_text, term = h.term, create_revision = kv.create_revision(), "our lock record was replaced or rewritten by someone else; stepping down");
@@ -211,7 +215,10 @@ impl Inner {
             .await?;
         if resp.succeeded() {
             let rev = resp.header().map(|x| x.revision()).unwrap_or(0);
-            warn!(key = %self.key_text, term = kv.create_revision(), lease = kv.lease(), "the lock record stopped changing for a lease (its holder no longer renews it); deleted it to take over");
+            let term = StoredValue::parse(kv.value()).map_or(kv.create_revision(), |v| {
+                term(&v, kv.create_revision(), kv.mod_revision())
+            });
+            warn!(key = %self.key_text, term, lease = kv.lease(), "the lock record stopped changing for a lease (its holder no longer renews it); deleted it to take over");
             let mut k = self.knowledge();
             k.deleted(rev, Some(Seen::from(kv)), Instant::now());
             k.forget_holder();
@@ -323,6 +330,7 @@ impl Inner {
         );
         st.held = Some(Held {
             holder: me.to_string(),
+            create_rev: rev,
             term: rev,
             mod_rev: rev,
             value,
@@ -355,11 +363,21 @@ impl Inner {
             }
         };
         let rev = current.header().map(|x| x.revision()).unwrap_or(0);
-        let Some(kv) = current
+        let on_lease = current
             .kvs()
             .first()
-            .filter(|kv| kv.lease() == p.lease.id() && kv.value() == p.value)
-        else {
+            .filter(|kv| kv.lease() == p.lease.id());
+        if let Some(kv) = on_lease.filter(|kv| kv.value() != p.value && handed_to(kv, me)) {
+            // Not our acquire but a release that handed us the key on this lease (our spare
+            // before the acquire took it): it is the spare again, for the handover to take.
+            self.knowledge()
+                .present(rev, Seen::from(kv), Instant::now());
+            if let Some(old) = self.spare.lock().await.replace(p.lease) {
+                self.abandon(old);
+            }
+            return Ok(None);
+        }
+        let Some(kv) = on_lease.filter(|kv| kv.value() == p.value) else {
             self.abandon(p.lease);
             return Ok(None);
         };
@@ -371,7 +389,8 @@ impl Inner {
             .present(rev, Seen::from(kv), Instant::now());
         let mut h = Held {
             holder: me.to_string(),
-            term: kv.create_revision(),
+            create_rev: kv.create_revision(),
+            term: term(&value, kv.create_revision(), kv.mod_revision()),
             mod_rev: kv.mod_revision(),
             value,
             written: p.value.clone(),
@@ -429,6 +448,7 @@ impl Inner {
         let me = c.holder();
         let ttl = whole_seconds(c.lease_duration)?;
         let own = c.lease_duration;
+        self.touch();
         let mut st = self.state.lock().await;
         // Renewed in place, not taken out and put back: an attempt dropped mid-renew (the
         // elector stops an attempt under way when it shuts down) must leave the record known as
@@ -461,7 +481,17 @@ impl Inner {
                 )
             };
             if present {
-                let resp = self.read().await?;
+                // A key the watch shows naming us, while we hold nothing: a leader's release
+                // handed it to us. Taken with the read that any other key gets.
+                let handed = self.knowledge().names(&me);
+                let resp = if handed {
+                    match self.take_handover(&mut st, &me, ttl).await? {
+                        Handover::Taken(term) => return Ok(Attempt::Leader { term }),
+                        Handover::Not(resp) => resp,
+                    }
+                } else {
+                    self.read().await?
+                };
                 let rev = resp.header().map(|x| x.revision()).unwrap_or(0);
                 let Some(kv) = resp.kvs().first() else {
                     let from = self.knowledge().absent(rev);
@@ -471,6 +501,11 @@ impl Inner {
                     continue;
                 };
                 let now = Instant::now();
+                if !handed && handed_to(kv, &me) {
+                    // Handed to us before the watch told us: the next pass takes it.
+                    self.knowledge().present(rev, Seen::from(kv), now);
+                    continue;
+                }
                 let stale = {
                     let mut k = self.knowledge();
                     k.present(rev, Seen::from(kv), now);
@@ -482,7 +517,7 @@ impl Inner {
                     self.delete_stale(kv).await?;
                     continue;
                 }
-                self.prepare_spare(ttl).await;
+                self.prepare_spare(ttl, &me).await;
                 return Ok(self.follower(kv, own).await);
             }
             let free_at = free_at.unwrap_or(now);
@@ -492,7 +527,11 @@ impl Inner {
                 Acquired::Taken(rev, kv) => {
                     self.knowledge()
                         .present(rev, Seen::from(&kv), Instant::now());
-                    self.prepare_spare(ttl).await;
+                    if handed_to(&kv, &me) {
+                        // Handed to us meanwhile: the next pass takes it.
+                        continue;
+                    }
+                    self.prepare_spare(ttl, &me).await;
                     return Ok(self.follower(&kv, own).await);
                 }
                 Acquired::Guarded(rev, marker) => {
@@ -530,6 +569,8 @@ impl Inner {
         })
     }
 
+    /// Releases what we hold: hands the key to a live candidate in the release transaction, or
+    /// deletes it and writes the release marker; one write either way.
     pub(crate) async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {
         let Ok(rev) = i64::try_from(term.0) else {
             return Ok(false);
@@ -545,34 +586,77 @@ impl Inner {
         let Some(h) = st.held.take() else {
             return Ok(false);
         };
-        let txn = Txn::new()
+        let release = Txn::new()
             .when([
-                Compare::create_revision(self.key.clone(), CompareOp::Equal, rev),
+                Compare::create_revision(self.key.clone(), CompareOp::Equal, h.create_rev),
                 Compare::lease(self.key.clone(), CompareOp::Equal, h.lease.id()),
             ])
             .and_then([
                 TxnOp::delete(self.key.clone(), None),
                 TxnOp::put(self.marker.clone(), rev.to_string(), None),
             ]);
-        let released = self
+        let successor = self.successor(&h.holder).await;
+        let txn = match &successor {
+            // The key moves onto the successor's lease under its name, if it is still the
+            // version we wrote last and the candidacy is still the one we read (a candidate
+            // whose lease ended has no candidacy left); else the plain release.
+            Some(s) => Txn::new()
+                .when([
+                    Compare::create_revision(self.key.clone(), CompareOp::Equal, h.create_rev),
+                    Compare::lease(self.key.clone(), CompareOp::Equal, h.lease.id()),
+                    Compare::mod_revision(self.key.clone(), CompareOp::Equal, h.mod_rev),
+                    Compare::mod_revision(s.key.clone(), CompareOp::Equal, s.mod_rev),
+                ])
+                .and_then([TxnOp::put(
+                    self.key.clone(),
+                    s.handed.clone(),
+                    Some(PutOptions::new().with_lease(s.lease)),
+                )])
+                .or_else([TxnOp::txn(release)]),
+            None => release,
+        };
+        let answer = self
             .call("release transaction", |c| async move {
                 c.kv_client().txn(txn).await
             })
             .await;
-        if let Ok(r) = &released {
-            if r.succeeded() {
-                let at = r.header().map(|x| x.revision()).unwrap_or(0);
+        let outcome = answer.map(|r| {
+            let at = r.header().map(|x| x.revision()).unwrap_or(0);
+            let released = match &successor {
+                Some(s) if r.succeeded() => {
+                    info!(key = %self.key_text, term = %rev, successor = %s.holder, successor_term = %at,
+                        "handed the lock over to a live candidate");
+                    self.knowledge().present(
+                        at,
+                        Seen {
+                            create_rev: h.create_rev,
+                            mod_rev: at,
+                            value: &s.handed,
+                        },
+                        Instant::now(),
+                    );
+                    return true;
+                }
+                Some(_) => r.op_responses().into_iter().any(|o| match o {
+                    TxnOpResponse::Txn(t) => t.succeeded(),
+                    _ => false,
+                }),
+                None => r.succeeded(),
+            };
+            if released {
                 let mut k = self.knowledge();
                 k.deleted(at, None, Instant::now());
                 k.released(rev);
             }
-        }
+            released
+        });
         // Off the followers' path: they act on the transaction, and a revoke awaited here would
-        // be a second raft write competing with their acquire. The lease holds no key now (or,
+        // be a second raft write competing with a follower's acquire (when there was no live
+        // candidate to hand the key to). The lease holds no key now (or,
         // if the transaction failed, revoking it removes what is left of ours); should the
         // process exit first, it expires on its own.
         self.abandon(h.lease);
-        released.map(|r| r.succeeded())
+        outcome
     }
 
     pub(crate) async fn get(&self) -> Result<Option<LockRecord>, LockError> {

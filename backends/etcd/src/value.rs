@@ -11,7 +11,14 @@ const MAX_LEASE_SECONDS: u64 = 366 * 24 * 3600;
 
 /// The lock key's value: who holds it, for how long they asked, and since when.
 ///
-/// The term is not stored: it is the key's create revision, which etcd assigns.
+/// The term is usually not stored: it is the key's create revision, which etcd assigns. A
+/// holder that was handed the key by its predecessor's release (docs/etcd.md, "Handover") holds
+/// a key created long before: its term is the revision of that handover write, which the
+/// handover value marks (`handover`) and the successor's renews then carry (`term`). See
+/// [`term`].
+///
+/// Also the value of a candidate's registration `<key>#candidates/<holder>` (holder and lease
+/// duration only), which is how a releasing leader finds someone to hand the key to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct StoredValue {
@@ -27,6 +34,15 @@ pub(crate) struct StoredValue {
     /// values without it (older gateway-leader versions) are only ever left to expire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub renew_time: Option<String>,
+    /// The term, once a successor renews a key handed over to it; absent otherwise (then the
+    /// term follows from the key's revisions, see [`term`]). Versions before the handover
+    /// ignore it (serde skips unknown fields).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<u64>,
+    /// Written by a releasing leader that hands the key to a candidate: this write's own
+    /// revision is the successor's term.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub handover: bool,
 }
 
 impl StoredValue {
@@ -38,6 +54,37 @@ impl StoredValue {
             lease_duration_seconds,
             acquire_time: now.clone(),
             renew_time: now,
+            term: None,
+            handover: false,
+        }
+    }
+
+    /// A candidate's registration: who it is and the TTL of the spare lease it is attached to.
+    pub fn candidate(holder: String, lease_duration_seconds: u64) -> Self {
+        StoredValue {
+            holder,
+            lease_duration_seconds,
+            acquire_time: None,
+            renew_time: None,
+            term: None,
+            handover: false,
+        }
+    }
+
+    /// The value a releasing leader writes to hand the key to `candidate` (its registration).
+    ///
+    /// It carries no `renewTime`: followers then never take it as a stale record (they wait
+    /// until etcd deletes it, as for a holder that renews with keep-alives only), because the
+    /// successor starts leading without a write of its own and so is not timed by one. Its
+    /// first renew writes `renewTime` and `term`.
+    pub fn handed_to(candidate: &StoredValue) -> Self {
+        StoredValue {
+            holder: candidate.holder.clone(),
+            lease_duration_seconds: candidate.lease_duration_seconds,
+            acquire_time: Some(humantime::format_rfc3339_millis(SystemTime::now()).to_string()),
+            renew_time: None,
+            term: None,
+            handover: true,
         }
     }
 
@@ -91,14 +138,29 @@ impl StoredValue {
     }
 }
 
+/// The term of the leadership a value of ours records, given the key's revisions.
+///
+/// The stored `term` when present (a successor's renews); else, for the handover write itself,
+/// that write's revision (`mod_rev`); else the key's create revision. Each is the revision of the
+/// write that put this holder in the key, so terms only go up and never repeat: a handover
+/// write comes after every write of the holder before it, and a key created later comes after
+/// every write to the key before it.
+pub(crate) fn term(v: &StoredValue, create_rev: i64, mod_rev: i64) -> i64 {
+    match v.term {
+        Some(t) => i64::try_from(t).unwrap_or(i64::MAX),
+        None if v.handover => mod_rev,
+        None => create_rev,
+    }
+}
+
 pub(crate) fn record(kv: &KeyValue) -> Result<LockRecord, String> {
     let v = StoredValue::parse(kv.value())?;
     Ok(LockRecord {
         lease_duration: v.lease_duration(),
         acquire_time: v.acquire_time(),
         renew_time: v.renew_time(),
+        term: Term(revision(term(&v, kv.create_revision(), kv.mod_revision()))),
         holder: v.holder,
-        term: Term(revision(kv.create_revision())),
         version: kv.mod_revision().to_string(),
     })
 }
@@ -133,6 +195,31 @@ mod tests {
         ] {
             assert!(StoredValue::parse(raw).is_err(), "{raw:?}");
         }
+    }
+
+    #[test]
+    fn the_term_is_the_revision_of_the_write_that_put_the_holder_in() {
+        let acquired = StoredValue::new("a_1".into(), 15);
+        assert_eq!(term(&acquired, 10, 14), 10, "acquired: the create revision");
+        let handed = StoredValue::handed_to(&StoredValue::candidate("b_2".into(), 15));
+        assert!(handed.renew_time.is_none(), "never stale while unrenewed");
+        assert_eq!(
+            term(&handed, 10, 20),
+            20,
+            "handed over: that write's revision"
+        );
+        let renewed = StoredValue {
+            term: Some(20),
+            ..handed.renewed()
+        };
+        assert_eq!(term(&renewed, 10, 25), 20, "the successor's renews keep it");
+        // Older versions read the new fields as unknown ones and still parse the value.
+        let parsed = StoredValue::parse(&renewed.encode()).expect("parses");
+        assert_eq!(parsed.term, Some(20));
+        assert!(parsed.handover);
+        let old = StoredValue::parse(br#"{"holder":"a_1","leaseDurationSeconds":15,"future":1}"#)
+            .expect("unknown fields are ignored");
+        assert_eq!(term(&old, 3, 9), 3);
     }
 
     #[test]

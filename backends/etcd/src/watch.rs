@@ -82,6 +82,7 @@ impl Inner {
             moved,
             endpoints: self.endpoints.clone(),
             knowledge: self.knowledge.clone(),
+            used: self.used.clone(),
         });
         let changes = futures::stream::unfold(state, |state| async move {
             let mut st = state?;
@@ -114,6 +115,8 @@ impl Inner {
                         }
                         // Knowledge first, so an attempt woken by this event finds it there.
                         apply_events(&st.knowledge, &resp);
+                        // An elector reads this stream: our candidacy is still wanted.
+                        *st.used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
                         // Several events on our one key: only the latest state matters.
                         if let Some(kv) = resp.events().last().and_then(|e| e.kv()) {
                             return Some((Ok(event(kv)), Some(st)));
@@ -157,6 +160,8 @@ struct WatchState {
     moved: tokio::sync::watch::Receiver<usize>,
     endpoints: String,
     knowledge: Arc<std::sync::Mutex<Knowledge>>,
+    /// When an elector last used the lock (`Inner::used`).
+    used: Arc<std::sync::Mutex<Instant>>,
 }
 
 /// A change of the key as a lock event (a delete carries a key-value with version 0).

@@ -5,7 +5,9 @@
 //! Counted on the server: etcd's `grpc_server_started_total` by method on the client URL's
 //! `/metrics`, on a server of this test's own, so every counted call is ours. The leader renews
 //! with one `Txn` (and a keep-alive on its lease's stream); a follower that looked would send a
-//! `Range` (and a `LeaseTimeToLive` for the holder's lease).
+//! `Range` (and a `LeaseTimeToLive` for the holder's lease). A follower's one write is its
+//! candidacy (a `Put` attached to its spare lease, so that a release can hand it the key): once
+//! per spare lease, not per renew it sees nor per keep-alive.
 
 mod common;
 
@@ -31,8 +33,12 @@ async fn a_watching_follower_sends_no_read_over_several_leases() {
     let timing = common::timing();
     let (a, b) = common::leader_and_follower(&server, "cost").await;
 
-    const METHODS: &[&str] = &["Range", "LeaseTimeToLive", "Txn", "LeaseGrant"];
+    const METHODS: &[&str] = &["Range", "LeaseTimeToLive", "Txn", "LeaseGrant", "Put"];
     let before = started(port, METHODS).await;
+    assert_eq!(
+        before[4], 1.0,
+        "b registered its candidacy once (a leads: it has none)"
+    );
     let keep_before = tokio::task::spawn_blocking(move || common::calls(port, "LeaseKeepAlive"))
         .await
         .expect("metrics");
@@ -46,11 +52,11 @@ async fn a_watching_follower_sends_no_read_over_several_leases() {
     assert!(b.leadership().check().is_err(), "b kept following");
 
     let d: Vec<f64> = after.iter().zip(&before).map(|(x, y)| x - y).collect();
-    let (reads, ttls, txns, grants) = (d[0], d[1], d[2], d[3]);
+    let (reads, ttls, txns, grants, puts) = (d[0], d[1], d[2], d[3], d[4]);
     let keep_alives = keep_after.received - keep_before.received;
     eprintln!(
         "over {window:?} (lease {:?}, retry {:?}): Range {reads}, LeaseTimeToLive {ttls}, \
-         Txn {txns}, LeaseGrant {grants}, LeaseKeepAlive messages {keep_alives}",
+         Txn {txns}, LeaseGrant {grants}, Put {puts}, LeaseKeepAlive messages {keep_alives}",
         timing.lease_duration, timing.retry_period,
     );
     assert!(txns >= 4.0, "the leader renewed ({txns} transactions)");
@@ -60,6 +66,7 @@ async fn a_watching_follower_sends_no_read_over_several_leases() {
     );
     assert_eq!(ttls, 0.0, "the follower asked for the holder's lease");
     assert_eq!(grants, 0.0, "nobody granted a lease");
+    assert_eq!(puts, 0.0, "the candidacy was written again");
     a.abort().await;
     b.abort().await;
 }

@@ -146,15 +146,20 @@ async fn leader_sees_its_record_vanish(how: Vanish) {
     let timing = common::timing();
     let name = "own";
     let checker = SplitBrainChecker::new();
-    // A graceful handover first, so that the release marker holds an older term: a deletion by
-    // hand must not pass for that release.
+    // A graceful release first, with nobody to hand the key to, so that the release marker
+    // holds an older term: a deletion by hand must not pass for that release.
     let z = common::contender(&server, name, "z").await;
     checker.watch(z.leadership());
     wait_leader(&z.leadership(), patience(&timing), "z").await;
+    assert!(z.shutdown().await.expect("z releases"), "z released");
+    let mut raw = common::raw_client(&server).await;
+    let marker = raw
+        .get(format!("{}#released", key(name)), None)
+        .await
+        .expect("get the marker");
+    assert!(!marker.kvs().is_empty(), "z's release wrote the marker");
     let a = common::contender(&server, name, "a").await;
     checker.watch(a.leadership());
-    wait_following(&a.leadership(), patience(&timing), "a").await;
-    assert!(z.shutdown().await.expect("z releases"), "z released");
     let t1 = wait_leader(&a.leadership(), patience(&timing), "a").await;
     let b = common::contender(&server, name, "b").await;
     checker.watch(b.leadership());

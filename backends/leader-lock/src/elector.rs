@@ -396,7 +396,9 @@ impl Run {
         match ev {
             Some(LockEvent::Changed(Some(rec))) if !rec.is_free() => {
                 if rec.holder == me {
-                    return false;
+                    // Our own write, or (while we hold nothing) a lock handed to us by its last
+                    // holder's release, which the lock takes on an attempt: now, not a lease on.
+                    return self.held.is_none();
                 }
                 if self.held.is_some() {
                     // Someone else's record while we believe we lead: find out now.

@@ -38,11 +38,16 @@ pub async fn lock(server: &EtcdServer, name: &str) -> Arc<dyn LeaderLock> {
 
 /// An elector for `id` on lock `name`.
 pub async fn contender(server: &EtcdServer, name: &str, id: &str) -> Elector {
+    contender_with(server, name, id, timing()).await
+}
+
+/// An elector for `id` on lock `name` with its own `timing`.
+pub async fn contender_with(server: &EtcdServer, name: &str, id: &str, timing: Timing) -> Elector {
     Elector::spawn(
         lock(server, name).await,
         ElectorConfig {
             identity: Identity::new(id),
-            timing: timing(),
+            timing,
             release_on_shutdown: true,
         },
     )

@@ -1,0 +1,162 @@
+//! The handover in one write (docs/etcd.md, "Handover: one write"): which candidate a release
+//! hands the key to, and how that candidate takes it without a write of its own.
+
+use etcd_client::{GetOptions, GetResponse, KeyValue};
+use leader_lock::{LockError, Term};
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use crate::client::{Held, Inner, State, Unanswered};
+use crate::keepalive::LeaseState;
+use crate::knowledge::Seen;
+use crate::value::{revision, term, StoredValue};
+
+/// How a look for a key handed to us ended.
+pub(crate) enum Handover {
+    /// It was ours to take: we lead under this term.
+    Taken(Term),
+    /// Not ours (or not now): the read, to go on with as with any other.
+    Not(GetResponse),
+}
+
+/// A live candidate a release hands the key to.
+pub(crate) struct Successor {
+    /// Its registration's key and mod revision, compared by the release transaction.
+    pub(crate) key: Vec<u8>,
+    pub(crate) mod_rev: i64,
+    /// Its spare lease, which the key moves onto.
+    pub(crate) lease: i64,
+    pub(crate) holder: String,
+    /// The value that hands it the key (`StoredValue::handed_to`).
+    pub(crate) handed: Vec<u8>,
+}
+
+impl Inner {
+    /// Takes the key when a leader's release handed it to us: it names us, on our spare lease.
+    ///
+    /// One round trip, no write: the spare's keep-alive joined with a read of the key. Why that
+    /// is safe: the elector counts our validity from the instant it sent this attempt, before
+    /// both. The keep-alive makes the lease, and so the key, live at least a lease beyond that
+    /// instant; the read shows the key naming us, on that lease, after it. From then on only a
+    /// holder's guarded write (ours: the old holder's all compare the mod revision the handover
+    /// changed), a deletion, or the lease's end change it. The handover value carries no
+    /// `renewTime`, so no follower deletes it as stale (it was timed by no write of ours), and
+    /// a key deleted without a release makes every follower wait a lease from when it saw the
+    /// deletion. Our first renew then writes our term and `renewTime`, as every renew does.
+    ///
+    /// A key naming us on any other lease (a stale or duplicate record) is not taken.
+    pub(crate) async fn take_handover(
+        &self,
+        st: &mut State,
+        me: &str,
+        ttl: i64,
+    ) -> Result<Handover, LockError> {
+        let mut slot = self.spare.lock().await;
+        let Some(spare) = slot.as_mut().filter(|s| s.ttl() == ttl) else {
+            drop(slot);
+            return Ok(Handover::Not(self.read().await?));
+        };
+        let spare_id = spare.id();
+        let (alive, read) =
+            tokio::join!(spare.keep_alive(&self.members, self.timeout), self.read());
+        let resp = read?;
+        if let Ok(LeaseState::Gone) = alive {
+            // Expired or revoked: the key it carried is gone too, whatever the read said.
+            *slot = None;
+            return Ok(Handover::Not(resp));
+        }
+        let Some(kv) = resp
+            .kvs()
+            .first()
+            .filter(|kv| kv.lease() == spare_id && handed_to(kv, me))
+            .cloned()
+        else {
+            return Ok(Handover::Not(resp));
+        };
+        let value = StoredValue::parse(kv.value()).map_err(LockError::malformed)?;
+        // Ours, but without a live lease behind it no validity: the next attempt looks again.
+        alive.map_err(|e| self.keep_alive_error(spare_id, e))?;
+        let Some(lease) = slot.take() else {
+            return Ok(Handover::Not(resp));
+        };
+        drop(slot);
+        let rev = resp.header().map(|x| x.revision()).unwrap_or(0);
+        self.knowledge()
+            .present(rev, Seen::from(&kv), Instant::now());
+        let t = term(&value, kv.create_revision(), kv.mod_revision());
+        info!(key = %self.key_text, term = %t, "took the lock key handed over by the last holder's release");
+        st.held = Some(Held {
+            holder: me.to_string(),
+            create_rev: kv.create_revision(),
+            term: t,
+            mod_rev: kv.mod_revision(),
+            // Every renew carries the term from now on: the handover write is renewed away.
+            value: StoredValue {
+                term: Some(revision(t)),
+                ..value
+            },
+            written: kv.value().to_vec(),
+            unanswered: Unanswered::default(),
+            lease,
+        });
+        Ok(Handover::Taken(Term(revision(t))))
+    }
+
+    /// The oldest live candidate other than `me`, if any: one range read on the candidates'
+    /// prefix and a time-to-live look-up per candidate until one is alive; no write.
+    ///
+    /// Alive means its spare lease was kept alive within the spare keeper's period (a third of
+    /// its TTL) and a second of slack: a candidate whose process died still has a registration
+    /// until its lease runs out, and a key handed to it would wait out that lease and then a
+    /// lease more. Any failure here only means a plain release.
+    pub(crate) async fn successor(&self, me: &str) -> Option<Successor> {
+        let prefix = self.candidates.clone();
+        let resp = self
+            .call("candidates get", |c| async move {
+                c.kv_client()
+                    .get(prefix, Some(GetOptions::new().with_prefix()))
+                    .await
+            })
+            .await
+            .ok()?;
+        let mut candidates: Vec<&KeyValue> = resp.kvs().iter().collect();
+        candidates.sort_by_key(|kv| kv.create_revision());
+        for kv in candidates {
+            let Ok(value) = StoredValue::parse(kv.value()) else {
+                continue;
+            };
+            let lease = kv.lease();
+            if value.holder == me || lease == 0 {
+                continue;
+            }
+            let ttl = self
+                .call("lease time-to-live", |c| async move {
+                    c.lease_client().time_to_live(lease, None).await
+                })
+                .await
+                .ok()?;
+            let granted = i64::try_from(value.lease_duration_seconds).unwrap_or(i64::MAX);
+            if ttl.ttl() > 0
+                && ttl.granted_ttl() == granted
+                && granted - ttl.ttl() <= granted / 3 + 1
+            {
+                return Some(Successor {
+                    key: kv.key().to_vec(),
+                    mod_rev: kv.mod_revision(),
+                    lease,
+                    handed: StoredValue::handed_to(&value).encode(),
+                    holder: value.holder,
+                });
+            }
+            debug!(key = %self.key_text, candidate = %value.holder, lease, ttl = ttl.ttl(),
+                granted = ttl.granted_ttl(), "passing over a candidate whose spare lease is not kept alive");
+        }
+        None
+    }
+}
+
+/// Whether `kv` is a key a release handed to `me`: the handover write, naming us.
+pub(crate) fn handed_to(kv: &KeyValue, me: &str) -> bool {
+    StoredValue::parse(kv.value())
+        .is_ok_and(|v| v.holder == me && v.handover && v.renew_time.is_none())
+}
