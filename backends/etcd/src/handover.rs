@@ -1,7 +1,9 @@
 //! The handover in one write (docs/etcd.md, "Handover: one write"): which candidate a release
 //! hands the key to, and how that candidate takes it without a write of its own.
 
-use etcd_client::{GetOptions, GetResponse, KeyValue};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, GetResponse, KeyValue, Txn, TxnOp, TxnOpResponse,
+};
 use leader_lock::{LockError, Term};
 use tokio::time::Instant;
 use tracing::{debug, info};
@@ -152,6 +154,80 @@ impl Inner {
                 granted = ttl.granted_ttl(), "passing over a candidate whose spare lease is not kept alive");
         }
         None
+    }
+}
+
+impl Inner {
+    /// Takes our candidacy back: a follower stopping (`LeaderLock::withdraw`).
+    ///
+    /// One transaction deletes it unless the key is already on our spare lease (handed to us by
+    /// a release that read our candidacy before this); then the key is released as its holder
+    /// would release it, so the followers take it at once instead of waiting out a vanished
+    /// record. The spare lease is let go either way.
+    pub(crate) async fn withdraw(&self, me: &str) -> Result<(), LockError> {
+        // No attempt under way meanwhile: it could take the spare or the key.
+        let _st = self.state.lock().await;
+        let Some(spare) = self.spare.lock().await.take() else {
+            return Ok(());
+        };
+        *self.registered.lock().unwrap_or_else(|p| p.into_inner()) = 0;
+        let id = spare.id();
+        let own = self.candidacy(me);
+        let txn = Txn::new()
+            .when([Compare::lease(self.key.clone(), CompareOp::NotEqual, id)])
+            .and_then([TxnOp::delete(own.clone(), None)])
+            .or_else([TxnOp::get(self.key.clone(), None)]);
+        let withdrawn = self
+            .call("candidacy withdrawal", |c| async move {
+                c.kv_client().txn(txn).await
+            })
+            .await;
+        let handed = match &withdrawn {
+            Ok(r) if !r.succeeded() => r.op_responses().into_iter().find_map(|o| match o {
+                TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+                _ => None,
+            }),
+            _ => None,
+        };
+        let outcome = match handed {
+            Some(kv) => self.release_handed(&kv, own).await,
+            None => withdrawn.map(|_| ()),
+        };
+        self.abandon(spare);
+        outcome
+    }
+
+    /// Releases a key handed to us that we never took, as a holder releases: deleted with the
+    /// release marker naming its term, our candidacy with it.
+    async fn release_handed(&self, kv: &KeyValue, own: Vec<u8>) -> Result<(), LockError> {
+        let t = StoredValue::parse(kv.value())
+            .map(|v| term(&v, kv.create_revision(), kv.mod_revision()))
+            .map_err(LockError::malformed)?;
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(self.key.clone(), CompareOp::Equal, kv.create_revision()),
+                Compare::mod_revision(self.key.clone(), CompareOp::Equal, kv.mod_revision()),
+                Compare::lease(self.key.clone(), CompareOp::Equal, kv.lease()),
+            ])
+            .and_then([
+                TxnOp::delete(self.key.clone(), None),
+                TxnOp::put(self.marker.clone(), t.to_string(), None),
+                TxnOp::delete(own.clone(), None),
+            ])
+            .or_else([TxnOp::delete(own, None)]);
+        let r = self
+            .call("release of a key handed to us", |c| async move {
+                c.kv_client().txn(txn).await
+            })
+            .await?;
+        if r.succeeded() {
+            info!(key = %self.key_text, term = %t, "released the lock key a release handed to us while we were stopping");
+            let at = r.header().map(|x| x.revision()).unwrap_or(0);
+            let mut k = self.knowledge();
+            k.deleted(at, None, Instant::now());
+            k.released(t);
+        }
+        Ok(())
     }
 }
 

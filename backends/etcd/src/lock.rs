@@ -586,6 +586,10 @@ impl Inner {
         let Some(h) = st.held.take() else {
             return Ok(false);
         };
+        // Our candidacy goes in the same write, whatever else it does: it is on the lease we
+        // let go after, whose revoke this process may not live to send, and a candidacy that
+        // outlives its process would be handed the lock by the next release.
+        let own = self.candidacy(&h.holder);
         let release = Txn::new()
             .when([
                 Compare::create_revision(self.key.clone(), CompareOp::Equal, h.create_rev),
@@ -594,7 +598,9 @@ impl Inner {
             .and_then([
                 TxnOp::delete(self.key.clone(), None),
                 TxnOp::put(self.marker.clone(), rev.to_string(), None),
-            ]);
+                TxnOp::delete(own.clone(), None),
+            ])
+            .or_else([TxnOp::delete(own.clone(), None)]);
         let successor = self.successor(&h.holder).await;
         let txn = match &successor {
             // The key moves onto the successor's lease under its name, if it is still the
@@ -607,11 +613,14 @@ impl Inner {
                     Compare::mod_revision(self.key.clone(), CompareOp::Equal, h.mod_rev),
                     Compare::mod_revision(s.key.clone(), CompareOp::Equal, s.mod_rev),
                 ])
-                .and_then([TxnOp::put(
-                    self.key.clone(),
-                    s.handed.clone(),
-                    Some(PutOptions::new().with_lease(s.lease)),
-                )])
+                .and_then([
+                    TxnOp::put(
+                        self.key.clone(),
+                        s.handed.clone(),
+                        Some(PutOptions::new().with_lease(s.lease)),
+                    ),
+                    TxnOp::delete(own, None),
+                ])
                 .or_else([TxnOp::txn(release)]),
             None => release,
         };
@@ -689,6 +698,10 @@ impl LeaderLock for EtcdLock {
 
     async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {
         self.inner.release(c, term).await
+    }
+
+    async fn withdraw(&self, c: &Candidate) -> Result<(), LockError> {
+        self.inner.withdraw(&c.holder()).await
     }
 
     async fn get(&self) -> Result<Option<LockRecord>, LockError> {

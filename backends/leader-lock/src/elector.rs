@@ -212,6 +212,18 @@ impl Elector {
         budget: Duration,
     ) -> Result<bool, LockError> {
         let Some(term) = held else {
+            // A follower leaving: its lock may keep a candidacy that a leader's release could
+            // hand the lock to; taken back before this process is gone.
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.lock.withdraw(&self.candidate)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    warn!(error = %e, "withdrawing the candidacy failed; it ends with its lease")
+                }
+                Err(_) => {
+                    warn!(budget = ?budget, "withdrawing the candidacy did not finish within the shutdown budget; it ends with its lease")
+                }
+            }
             return Ok(false);
         };
         if !self.config.release_on_shutdown {

@@ -229,6 +229,19 @@ pub trait LeaderLock: Send + Sync {
     /// Releases the lock if the candidate still holds it under `term`; returns whether it did.
     async fn release(&self, candidate: &Candidate, term: Term) -> Result<bool, LockError>;
 
+    /// Withdraws a candidate that holds nothing and is stopping (the elector's graceful
+    /// shutdown calls it once, instead of [`release`](Self::release)). A lock that keeps state
+    /// on the server for its candidates takes it back here, so that no release hands the lock
+    /// to a process that is gone (etcd's candidacy, docs/etcd.md); should the lock have been
+    /// handed to this candidate meanwhile, it releases it. The default does nothing.
+    ///
+    /// # Errors
+    /// The backend's; the state it would have taken back then ends with its lease.
+    async fn withdraw(&self, candidate: &Candidate) -> Result<(), LockError> {
+        let _ = candidate;
+        Ok(())
+    }
+
     /// Reads the current record (`None` when nobody holds the lock).
     async fn get(&self) -> Result<Option<LockRecord>, LockError>;
 
