@@ -215,6 +215,13 @@ impl LeaderLock for InstrumentedLock {
         r
     }
 
+    async fn withdraw(&self, candidate: &Candidate) -> Result<(), LockError> {
+        let started = Instant::now();
+        let r = self.inner.withdraw(candidate).await;
+        self.record("withdraw", started, &r);
+        r
+    }
+
     async fn get(&self) -> Result<Option<LockRecord>, LockError> {
         let started = Instant::now();
         let r = self.inner.get().await;

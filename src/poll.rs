@@ -52,6 +52,10 @@ impl LeaderLock for PollingLock {
         self.inner.release(candidate, term).await
     }
 
+    async fn withdraw(&self, candidate: &Candidate) -> Result<(), LockError> {
+        self.inner.withdraw(candidate).await
+    }
+
     async fn get(&self) -> Result<Option<LockRecord>, LockError> {
         self.inner.get().await
     }

@@ -76,6 +76,10 @@ impl LeaderLock for Faulty {
         self.gate().await?;
         self.inner.release(c, term).await
     }
+    async fn withdraw(&self, c: &Candidate) -> Result<(), LockError> {
+        self.gate().await?;
+        self.inner.withdraw(c).await
+    }
     async fn get(&self) -> Result<Option<LockRecord>, LockError> {
         self.gate().await?;
         self.inner.get().await
