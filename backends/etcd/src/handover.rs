@@ -1,10 +1,11 @@
-//! The handover in one write (docs/etcd.md, "Handover: one write"): which candidate a release
-//! hands the key to, and how that candidate takes it without a write of its own.
+//! The release and the handover in one write (docs/etcd.md, "Handover: one write"): which
+//! candidate a release hands the key to, how that candidate takes it without a write of its own,
+//! and how a stopping follower takes its candidacy back.
 
 use etcd_client::{
-    Compare, CompareOp, GetOptions, GetResponse, KeyValue, Txn, TxnOp, TxnOpResponse,
+    Compare, CompareOp, GetOptions, GetResponse, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
-use leader_lock::{LockError, Term};
+use leader_lock::{Candidate, LockError, Term};
 use tokio::time::Instant;
 use tracing::{debug, info};
 
@@ -158,6 +159,105 @@ impl Inner {
 }
 
 impl Inner {
+    /// Releases what we hold: hands the key to a live candidate in the release transaction, or
+    /// deletes it and writes the release marker; one write either way.
+    pub(crate) async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {
+        let Ok(rev) = i64::try_from(term.0) else {
+            return Ok(false);
+        };
+        let mut st = self.state.lock().await;
+        let ours = st
+            .held
+            .as_ref()
+            .is_some_and(|h| h.holder == c.holder() && h.term == rev);
+        if !ours {
+            return Ok(false);
+        }
+        let Some(h) = st.held.take() else {
+            return Ok(false);
+        };
+        // Our candidacy goes in the same write, whatever else it does: it is on the lease we
+        // let go after, whose revoke this process may not live to send, and a candidacy that
+        // outlives its process would be handed the lock by the next release.
+        let own = self.candidacy(&h.holder);
+        let release = Txn::new()
+            .when([
+                Compare::create_revision(self.key.clone(), CompareOp::Equal, h.create_rev),
+                Compare::lease(self.key.clone(), CompareOp::Equal, h.lease.id()),
+            ])
+            .and_then([
+                TxnOp::delete(self.key.clone(), None),
+                TxnOp::put(self.marker.clone(), rev.to_string(), None),
+                TxnOp::delete(own.clone(), None),
+            ])
+            .or_else([TxnOp::delete(own.clone(), None)]);
+        let successor = self.successor(&h.holder).await;
+        let txn = match &successor {
+            // The key moves onto the successor's lease under its name, if it is still the
+            // version we wrote last and the candidacy is still the one we read (a candidate
+            // whose lease ended has no candidacy left); else the plain release.
+            Some(s) => Txn::new()
+                .when([
+                    Compare::create_revision(self.key.clone(), CompareOp::Equal, h.create_rev),
+                    Compare::lease(self.key.clone(), CompareOp::Equal, h.lease.id()),
+                    Compare::mod_revision(self.key.clone(), CompareOp::Equal, h.mod_rev),
+                    Compare::mod_revision(s.key.clone(), CompareOp::Equal, s.mod_rev),
+                ])
+                .and_then([
+                    TxnOp::put(
+                        self.key.clone(),
+                        s.handed.clone(),
+                        Some(PutOptions::new().with_lease(s.lease)),
+                    ),
+                    TxnOp::delete(own, None),
+                ])
+                .or_else([TxnOp::txn(release)]),
+            None => release,
+        };
+        let answer = self
+            .call("release transaction", |c| async move {
+                c.kv_client().txn(txn).await
+            })
+            .await;
+        let outcome = answer.map(|r| {
+            let at = r.header().map(|x| x.revision()).unwrap_or(0);
+            let released = match &successor {
+                Some(s) if r.succeeded() => {
+                    info!(key = %self.key_text, term = %rev, successor = %s.holder, successor_term = %at,
+                        "handed the lock over to a live candidate");
+                    self.knowledge().present(
+                        at,
+                        Seen {
+                            create_rev: h.create_rev,
+                            mod_rev: at,
+                            value: &s.handed,
+                        },
+                        Instant::now(),
+                    );
+                    return true;
+                }
+                Some(_) => r.op_responses().into_iter().any(|o| match o {
+                    TxnOpResponse::Txn(t) => t.succeeded(),
+                    _ => false,
+                }),
+                None => r.succeeded(),
+            };
+            if released {
+                let mut k = self.knowledge();
+                k.deleted(at, None, Instant::now());
+                k.released(rev);
+            }
+            released
+        });
+        // Off the followers' path: they act on the transaction, and a revoke awaited here would
+        // be a second raft write competing with a follower's acquire (when there was no live
+        // candidate to hand the key to). The lease holds no key now (or,
+        // if the transaction failed, revoking it removes what is left of ours); should the
+        // process exit first, it expires on its own.
+        self.abandon(h.lease);
+        outcome
+    }
+
     /// Takes our candidacy back: a follower stopping (`LeaderLock::withdraw`).
     ///
     /// One transaction deletes it unless the key is already on our spare lease (handed to us by
