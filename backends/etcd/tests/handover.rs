@@ -13,7 +13,7 @@ use etcd_client::{EventType, KeyValue, PutOptions, WatchOptions, WatchStream};
 use leader_lock::conformance::{
     patience, wait_following, wait_leader, Fault, Faulty, SplitBrainChecker,
 };
-use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Term, Timing};
+use leader_lock::{Elector, Identity, LeaderState, Term, Timing};
 use serde_json::Value;
 use testkit::etcd::EtcdServer;
 use tokio::time::Instant;
@@ -336,15 +336,7 @@ async fn a_key_handed_to_a_candidate_that_never_takes_it_is_freed_by_its_keeper(
     checker.watch(a.leadership());
     wait_leader(&a.leadership(), patience(&timing), "a").await;
     let faulty = Faulty::new(common::lock(&server, name).await);
-    let b = Elector::spawn(
-        faulty.clone(),
-        ElectorConfig {
-            identity: Identity::new("b"),
-            timing,
-            release_on_shutdown: true,
-        },
-    )
-    .expect("a valid timing");
+    let b = common::elector(faulty.clone(), "b", timing);
     checker.watch(b.leadership());
     wait_following(&b.leadership(), patience(&timing), "b").await;
     // Registered after b: b is the oldest candidate, the one a release hands the key to.
@@ -508,26 +500,15 @@ async fn no_candidacy_outlives_a_graceful_stop() {
     let name = "handover";
     let checker = SplitBrainChecker::new();
     let mut raw = common::raw_client(&server).await;
-    let spawn = |lock: std::sync::Arc<dyn leader_lock::LeaderLock>, id: &str| {
-        Elector::spawn(
-            lock,
-            ElectorConfig {
-                identity: Identity::new(id),
-                timing,
-                release_on_shutdown: true,
-            },
-        )
-        .expect("a valid timing")
-    };
     let a = common::contender(&server, name, "a").await;
     checker.watch(a.leadership());
     wait_leader(&a.leadership(), patience(&timing), "a").await;
     let b_lock = common::lock(&server, name).await;
-    let b = spawn(b_lock.clone(), "b");
+    let b = common::elector(b_lock.clone(), "b", timing);
     checker.watch(b.leadership());
     wait_following(&b.leadership(), patience(&timing), "b").await;
     let c_lock = common::lock(&server, name).await;
-    let c = spawn(c_lock.clone(), "c");
+    let c = common::elector(c_lock.clone(), "c", timing);
     checker.watch(c.leadership());
     wait_following(&c.leadership(), patience(&timing), "c").await;
     let d = common::contender(&server, name, "d").await;

@@ -18,7 +18,7 @@ use std::time::Duration;
 use leader_lock::conformance::{
     patience, wait_following, wait_leader, Fault as LockFault, Faulty, SplitBrainChecker,
 };
-use leader_lock::{Elector, ElectorConfig, Identity, LeaderLock, LeaderState, Timing};
+use leader_lock::{Elector, LeaderLock, LeaderState, Timing};
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
 use testkit::etcd_cluster::EtcdCluster;
 use tokio::time::Instant;
@@ -77,19 +77,7 @@ async fn lock(cluster: &EtcdCluster, first: usize, timing: Timing) -> Arc<dyn Le
 
 /// A contender whose endpoints start with member `first`.
 async fn contender(cluster: &EtcdCluster, first: usize, id: &str, timing: Timing) -> Elector {
-    elector(lock(cluster, first, timing).await, id, timing)
-}
-
-fn elector(lock: Arc<dyn LeaderLock>, id: &str, timing: Timing) -> Elector {
-    Elector::spawn(
-        lock,
-        ElectorConfig {
-            identity: Identity::new(id),
-            timing,
-            release_on_shutdown: true,
-        },
-    )
-    .expect("a valid timing")
+    common::elector(lock(cluster, first, timing).await, id, timing)
 }
 
 /// The least validity a renewal had left when the next one landed, and the longest time between
@@ -289,7 +277,7 @@ async fn member_killed_with_the_leader_is_taken_over_without_overlap() {
         .expect("a Raft leader");
     let checker = SplitBrainChecker::new();
     let faulty = Faulty::new(lock(&cluster, victim, timing).await);
-    let a = elector(faulty.clone(), "a", timing);
+    let a = common::elector(faulty.clone(), "a", timing);
     checker.watch(a.leadership());
     let t1 = wait_leader(&a.leadership(), patience(&timing), "a").await;
     let b = contender(&cluster, victim, "b", timing).await;

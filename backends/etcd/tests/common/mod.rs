@@ -43,8 +43,13 @@ pub async fn contender(server: &EtcdServer, name: &str, id: &str) -> Elector {
 
 /// An elector for `id` on lock `name` with its own `timing`.
 pub async fn contender_with(server: &EtcdServer, name: &str, id: &str, timing: Timing) -> Elector {
+    elector(lock(server, name).await, id, timing)
+}
+
+/// An elector for `id` on `lock`, releasing on shutdown.
+pub fn elector(lock: Arc<dyn LeaderLock>, id: &str, timing: Timing) -> Elector {
     Elector::spawn(
-        lock(server, name).await,
+        lock,
         ElectorConfig {
             identity: Identity::new(id),
             timing,
