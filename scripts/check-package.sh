@@ -12,6 +12,14 @@ crates=(leader-lock leader-lock-kubernetes leader-lock-etcd leader-lock-redis ga
 for c in "${crates[@]}"; do
   rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/"$c"-[0-9]*
 done
+# Cargo also takes a registry package of a name and version it has built before as unchanged,
+# whatever its sources now say; these are our own, changed since, so a warm target dir would
+# verify a crate against the previous run's build of its workspace dependencies (seen: a new
+# trait method "not a member" of the old build). Their build fingerprints go too.
+target="${CARGO_TARGET_DIR:-target}"
+for c in "${crates[@]}"; do
+  rm -rf "$target"/debug/.fingerprint/"$c"-[0-9a-f]*
+done
 args=()
 for c in "${crates[@]}"; do args+=(-p "$c"); done
 cargo package --locked --allow-dirty "${args[@]}" "$@"
