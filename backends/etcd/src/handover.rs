@@ -180,17 +180,14 @@ impl Inner {
         // let go after, whose revoke this process may not live to send, and a candidacy that
         // outlives its process would be handed the lock by the next release.
         let own = self.candidacy(&h.holder);
-        let release = Txn::new()
-            .when([
+        let release = self.marked_release(
+            vec![
                 Compare::create_revision(self.key.clone(), CompareOp::Equal, h.create_rev),
                 Compare::lease(self.key.clone(), CompareOp::Equal, h.lease.id()),
-            ])
-            .and_then([
-                TxnOp::delete(self.key.clone(), None),
-                TxnOp::put(self.marker.clone(), rev.to_string(), None),
-                TxnOp::delete(own.clone(), None),
-            ])
-            .or_else([TxnOp::delete(own.clone(), None)]);
+            ],
+            rev,
+            &own,
+        );
         let successor = self.successor(&h.holder).await;
         let txn = match &successor {
             // The key moves onto the successor's lease under its name, if it is still the
@@ -243,9 +240,7 @@ impl Inner {
                 None => r.succeeded(),
             };
             if released {
-                let mut k = self.knowledge();
-                k.deleted(at, None, Instant::now());
-                k.released(rev);
+                self.note_released(at, rev);
             }
             released
         });
@@ -308,18 +303,15 @@ impl Inner {
         let t = StoredValue::parse(kv.value())
             .map(|v| term(&v, kv.create_revision(), kv.mod_revision()))
             .map_err(LockError::malformed)?;
-        let txn = Txn::new()
-            .when([
+        let txn = self.marked_release(
+            vec![
                 Compare::create_revision(self.key.clone(), CompareOp::Equal, kv.create_revision()),
                 Compare::mod_revision(self.key.clone(), CompareOp::Equal, kv.mod_revision()),
                 Compare::lease(self.key.clone(), CompareOp::Equal, kv.lease()),
-            ])
-            .and_then([
-                TxnOp::delete(self.key.clone(), None),
-                TxnOp::put(self.marker.clone(), t.to_string(), None),
-                TxnOp::delete(own.clone(), None),
-            ])
-            .or_else([TxnOp::delete(own, None)]);
+            ],
+            t,
+            &own,
+        );
         let r = self
             .call("release of a key handed to us", |c| async move {
                 c.kv_client().txn(txn).await
@@ -327,12 +319,29 @@ impl Inner {
             .await?;
         if r.succeeded() {
             info!(key = %self.key_text, term = %t, "released the lock key a release handed to us while we were stopping");
-            let at = r.header().map(|x| x.revision()).unwrap_or(0);
-            let mut k = self.knowledge();
-            k.deleted(at, None, Instant::now());
-            k.released(t);
+            self.note_released(r.header().map(|x| x.revision()).unwrap_or(0), t);
         }
         Ok(())
+    }
+
+    /// The release that deletes the key and writes `term` to the release marker, if `when`
+    /// holds; our candidacy `own` goes either way.
+    fn marked_release(&self, when: Vec<Compare>, term: i64, own: &[u8]) -> Txn {
+        Txn::new()
+            .when(when)
+            .and_then([
+                TxnOp::delete(self.key.clone(), None),
+                TxnOp::put(self.marker.clone(), term.to_string(), None),
+                TxnOp::delete(own.to_vec(), None),
+            ])
+            .or_else([TxnOp::delete(own.to_vec(), None)])
+    }
+
+    /// What this contender knows after its release of `term` went through at revision `at`.
+    fn note_released(&self, at: i64, term: i64) {
+        let mut k = self.knowledge();
+        k.deleted(at, None, Instant::now());
+        k.released(term);
     }
 }
 

@@ -11,8 +11,8 @@
 //! - Release: one transaction that hands the key to the oldest live candidate (onto its spare
 //!   lease, under its name; it leads on that write with a keep-alive and a read, and its term is
 //!   that write's revision), or else deletes the key and writes the released term to the
-//!   release marker `<key>#released`, so followers tell a release from a deletion by hand. The
-//!   lease is revoked afterwards, off the followers' path.
+//!   release marker `<key>#released`, so followers tell a release from a deletion by hand. Our
+//!   candidacy goes in the same write; the lease, holding nothing then, is left to expire.
 //! - Follow: a watch on the key. A release wakes followers at once; a record that vanished
 //!   without a release is free `lease` after its last version was first seen; a record that
 //!   stops changing for `lease` (its holder no longer renews it, e.g. it was moved onto another
