@@ -389,18 +389,23 @@ async fn a_key_handed_to_a_candidate_that_never_takes_it_is_freed_by_its_keeper(
     checker.finish().await;
 }
 
-/// Without a watch (the lock alone, no elector), a candidate learns of the handover from its
-/// next attempt's read, and takes the key on the pass after it, still without a write.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_candidate_without_a_watch_takes_the_key_on_its_next_attempt() {
+/// Two contenders on locks alone (no elector, so no watch acts for them): `a` led and released,
+/// and its release handed the key to `b`, who followed (and so registered) before it.
+struct Watchless {
+    la: std::sync::Arc<dyn leader_lock::LeaderLock>,
+    lb: std::sync::Arc<dyn leader_lock::LeaderLock>,
+    a: leader_lock::Candidate,
+    b: leader_lock::Candidate,
+    /// a's term.
+    old: Term,
+}
+
+async fn a_releases_with_b_following(server: &EtcdServer, name: &str) -> Watchless {
     use leader_lock::{Attempt, Candidate};
-    common::init_tracing();
-    let server = EtcdServer::start().await.expect("etcd starts");
     let timing = common::timing();
-    let name = "handover";
     let (la, lb) = (
-        common::lock(&server, name).await,
-        common::lock(&server, name).await,
+        common::lock(server, name).await,
+        common::lock(server, name).await,
     );
     let candidate = |id: &str| Candidate {
         identity: Identity::new(id),
@@ -415,6 +420,18 @@ async fn a_candidate_without_a_watch_takes_the_key_on_its_next_attempt() {
         Ok(Attempt::Follower { .. })
     ));
     assert!(la.release(&a, old).await.expect("a releases"), "released");
+    Watchless { la, lb, a, b, old }
+}
+
+/// Without a watch (the lock alone, no elector), a candidate learns of the handover from its
+/// next attempt's read, and takes the key on the pass after it, still without a write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_without_a_watch_takes_the_key_on_its_next_attempt() {
+    use leader_lock::Attempt;
+    common::init_tracing();
+    let server = EtcdServer::start().await.expect("etcd starts");
+    let name = "handover";
+    let Watchless { la, lb, a, b, old } = a_releases_with_b_following(&server, name).await;
     let mut raw = common::raw_client(&server).await;
     let handed = raw.get(key(name), None).await.expect("get the key");
     let handed = handed
@@ -565,4 +582,54 @@ async fn no_candidacy_outlives_a_graceful_stop() {
     drop((b_lock, c_lock));
     d.abort().await;
     checker.finish().await;
+}
+
+/// A follower that stops after a release handed it the key, but before it took it, releases
+/// that key as its holder would: deleted, with the release marker naming the handover's term,
+/// so the next candidate takes it at once instead of waiting out a vanished record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_stops_with_the_key_handed_to_it_releases_it() {
+    use leader_lock::{Attempt, Candidate};
+    common::init_tracing();
+    let server = EtcdServer::start().await.expect("etcd starts");
+    let name = "handover";
+    let Watchless { lb, b, old, .. } = a_releases_with_b_following(&server, name).await;
+    let mut raw = common::raw_client(&server).await;
+    let handed = raw.get(key(name), None).await.expect("get the key");
+    let handed = handed.kvs().first().expect("the key was handed over");
+    let handover_term = handed.mod_revision();
+    assert!(handover_term.unsigned_abs() > old.0);
+
+    lb.withdraw(&b).await.expect("b withdraws");
+    let after = raw.get(key(name), None).await.expect("get the key");
+    assert!(
+        after.kvs().is_empty(),
+        "the handed key is released: {:?}",
+        after.kvs()
+    );
+    let marker = raw
+        .get(format!("{}#released", key(name)), None)
+        .await
+        .expect("get the marker");
+    assert_eq!(
+        marker.kvs().first().map(|kv| kv.value().to_vec()),
+        Some(handover_term.to_string().into_bytes()),
+        "the release marker names the handover's term"
+    );
+    let left = raw
+        .get(candidacy(name, &b.holder()), None)
+        .await
+        .expect("get");
+    assert!(left.kvs().is_empty(), "b's candidacy went with it");
+
+    // The next candidate saw the handed key and takes it at once: it was released.
+    let lc = common::lock(&server, name).await;
+    let c = Candidate {
+        identity: Identity::new("c"),
+        lease_duration: common::timing().lease_duration,
+    };
+    match lc.try_acquire_or_renew(&c).await {
+        Ok(Attempt::Leader { term }) => assert!(term.0 > handover_term.unsigned_abs()),
+        other => panic!("c takes the released key at once: {other:?}"),
+    }
 }
