@@ -277,4 +277,23 @@ mod tests {
             .encode()
             .contains("gateway_leader_lock_request_seconds_count{op=\"get\",outcome=\"ok\"} 1"));
     }
+
+    /// A follower's withdrawal reaches the backend through both of the binary's wrappers (the
+    /// trait's default would answer `Ok` without asking it), and is timed.
+    #[tokio::test]
+    async fn a_withdrawal_goes_through_the_wrappers_to_the_backend() {
+        use leader_lock::conformance::{Fault, Faulty};
+        let m = Metrics::new("x");
+        let faulty = Faulty::new(Arc::new(leader_lock::MemoryStore::new().lock("x")));
+        faulty.set(Some(Fault::Fail));
+        let lock = InstrumentedLock::new(crate::poll::PollingLock::wrap(faulty.clone()), m.clone());
+        let c = leader_lock::Candidate {
+            identity: leader_lock::Identity::new("a"),
+            lease_duration: std::time::Duration::from_secs(10),
+        };
+        assert!(lock.withdraw(&c).await.is_err(), "the backend's answer");
+        assert!(m.encode().contains(
+            "gateway_leader_lock_request_seconds_count{op=\"withdraw\",outcome=\"error\"} 1"
+        ));
+    }
 }
