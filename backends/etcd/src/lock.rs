@@ -456,7 +456,7 @@ impl Inner {
         // whole lease instead of milliseconds.
         if let Some(h) = st.held.as_mut().filter(|h| h.holder == me) {
             match self.renew(h).await {
-                Ok(Renewed::Yes(term)) => return Ok(Attempt::Leader { term }),
+                Ok(Renewed::Yes(term)) => return Ok(Attempt::leader(term)),
                 Ok(Renewed::Lost) => {
                     if let Some(h) = st.held.take() {
                         self.abandon(h.lease);
@@ -466,7 +466,7 @@ impl Inner {
             }
         }
         if let Some(term) = self.adopt(&mut st, &me).await? {
-            return Ok(Attempt::Leader { term });
+            return Ok(Attempt::leader(term));
         }
 
         // Each pass either answers or learns something new (a read, a replay, a release).
@@ -486,7 +486,7 @@ impl Inner {
                 let handed = self.knowledge().names(&me);
                 let resp = if handed {
                     match self.take_handover(&mut st, &me, ttl).await? {
-                        Handover::Taken(term) => return Ok(Attempt::Leader { term }),
+                        Handover::Taken(term) => return Ok(Attempt::leader(term)),
                         Handover::Not(resp) => resp,
                     }
                 } else {
@@ -523,7 +523,7 @@ impl Inner {
             let free_at = free_at.unwrap_or(now);
             let guard = holder.as_ref().map(|h| h.term).filter(|_| free_at > now);
             match self.acquire(&mut st, &me, ttl, guard).await? {
-                Acquired::Yes(term) => return Ok(Attempt::Leader { term }),
+                Acquired::Yes(term) => return Ok(Attempt::leader(term)),
                 Acquired::Taken(rev, kv) => {
                     self.knowledge()
                         .present(rev, Seen::from(&kv), Instant::now());

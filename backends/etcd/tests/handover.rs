@@ -412,7 +412,7 @@ async fn a_releases_with_b_following(server: &EtcdServer, name: &str) -> Watchle
         lease_duration: timing.lease_duration,
     };
     let (a, b) = (candidate("a"), candidate("b"));
-    let Ok(Attempt::Leader { term: old }) = la.try_acquire_or_renew(&a).await else {
+    let Ok(Attempt::Leader { term: old, .. }) = la.try_acquire_or_renew(&a).await else {
         panic!("a leads an empty lock");
     };
     assert!(matches!(
@@ -439,7 +439,7 @@ async fn a_candidate_without_a_watch_takes_the_key_on_its_next_attempt() {
         .first()
         .expect("the key was handed over, not deleted");
     let txns_before = common::calls(server.client_port(), "Txn").started;
-    let Ok(Attempt::Leader { term }) = lb.try_acquire_or_renew(&b).await else {
+    let Ok(Attempt::Leader { term, .. }) = lb.try_acquire_or_renew(&b).await else {
         panic!("b takes the key handed to it");
     };
     assert_eq!(term, Term(handed.mod_revision().unsigned_abs()));
@@ -629,7 +629,7 @@ async fn a_follower_that_stops_with_the_key_handed_to_it_releases_it() {
         lease_duration: common::timing().lease_duration,
     };
     match lc.try_acquire_or_renew(&c).await {
-        Ok(Attempt::Leader { term }) => assert!(term.0 > handover_term.unsigned_abs()),
+        Ok(Attempt::Leader { term, .. }) => assert!(term.0 > handover_term.unsigned_abs()),
         other => panic!("c takes the released key at once: {other:?}"),
     }
 }

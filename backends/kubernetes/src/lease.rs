@@ -485,7 +485,7 @@ impl Inner {
         self.state().fallback = c.lease_duration;
         let me = c.holder();
         if let Some(term) = self.fast_renew(c, &me).await? {
-            return Ok(Attempt::Leader { term });
+            return Ok(Attempt::leader(term));
         }
         // A lost race re-reads once: the winner's record decides (or our own retried write).
         for _ in 0..2 {
@@ -511,7 +511,7 @@ impl Inner {
             match result {
                 Ok((lease, term)) => {
                     self.won(lease);
-                    return Ok(Attempt::Leader { term });
+                    return Ok(Attempt::leader(term));
                 }
                 Err(e) if is_conflict(&e) => {
                     debug!(lease = %self.name, "{op} lost a race; reading the winner");

@@ -37,7 +37,7 @@ async fn a_release_writes_back_the_lease_it_last_wrote_without_reading_it() {
         lease_duration: Duration::from_secs(3),
     };
     let term = match lock.try_acquire_or_renew(&c).await.expect("acquire") {
-        Attempt::Leader { term } => term,
+        Attempt::Leader { term, .. } => term,
         other => panic!("expected to lead, got {other:?}"),
     };
     // A renew, as a leader's loop sends: the copy the release starts from is its reply.
@@ -71,7 +71,7 @@ async fn a_release_writes_back_the_lease_it_last_wrote_without_reading_it() {
     // A write by someone else that leaves the Lease ours (an operator's edit): the copy
     // conflicts, the release reads the Lease again, and still releases it.
     let term = match lock.try_acquire_or_renew(&c).await.expect("acquire again") {
-        Attempt::Leader { term } => term,
+        Attempt::Leader { term, .. } => term,
         other => panic!("expected to lead again, got {other:?}"),
     };
     let mut spec = common::get_raw(s, &ns, "l").await["spec"].clone();
@@ -96,7 +96,7 @@ async fn a_release_writes_back_the_lease_it_last_wrote_without_reading_it() {
         .await
         .expect("acquire once more")
     {
-        Attempt::Leader { term } => term,
+        Attempt::Leader { term, .. } => term,
         other => panic!("expected to lead again, got {other:?}"),
     };
     let mut spec = common::get_raw(s, &ns, "l").await["spec"].clone();

@@ -268,7 +268,7 @@ impl KvLock {
         };
         let ours = Value::decode(&raw, version).observed(version, c.lease_duration);
         self.seen().observe(&ours, Instant::now());
-        Ok(Attempt::Leader { term })
+        Ok(Attempt::leader(term))
     }
 
     /// The answer while a record that vanished under a live holder is held off.

@@ -3,7 +3,8 @@
 //!
 //! Invariants (docs/leader-election.md):
 //! 1. Validity is counted from the instant an attempt was *sent*: a successful attempt sent at
-//!    `sent` makes us leader until `sent + renew_deadline`, however late its reply arrives.
+//!    `sent` makes us leader until `sent + renew_deadline`, however late its reply arrives (or
+//!    from the earlier instant the lock says its hold counts from: `Attempt::Leader::held_from`).
 //! 2. A leader that has not renewed by that deadline steps down at that instant, on its own timer,
 //!    without waiting for the lock to answer.
 //! 3. Only a lock's positive answer under a real term makes us leader: a failure, a timeout, a

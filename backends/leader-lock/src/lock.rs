@@ -2,6 +2,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
+use tokio::time::Instant;
 
 use crate::config::ConfigError;
 use crate::record::{Candidate, LockRecord, Term};
@@ -122,6 +123,15 @@ pub enum Attempt {
     Leader {
         /// The fencing term of our leadership.
         term: Term,
+        /// The instant the backend's hold counts from, when that is before the attempt was
+        /// sent; `None` (as [`Attempt::leader`] gives) counts it from the sending, as usual.
+        ///
+        /// For a backend that learns it holds the lock without asking the server: etcd's
+        /// successor takes a key handed to it from its watch, on a lease whose last keep-alive
+        /// went out before the handover (docs/etcd.md, "Handover: one write"). The elector
+        /// counts validity from the earlier of the two instants, so such a leadership ends a
+        /// renew deadline after that keep-alive, however late the backend says it.
+        held_from: Option<Instant>,
     },
     /// Someone else holds the lock (or it cannot be taken yet).
     Follower {
@@ -132,6 +142,16 @@ pub enum Attempt {
         /// When the lock can be taken at the earliest, if the backend knows (expiry, PTTL).
         retry_after: Option<Duration>,
     },
+}
+
+impl Attempt {
+    /// We hold the lock under `term`, counted from the attempt's sending.
+    pub fn leader(term: Term) -> Self {
+        Attempt::Leader {
+            term,
+            held_from: None,
+        }
+    }
 }
 
 /// A change of the lock seen on the backend's change stream.

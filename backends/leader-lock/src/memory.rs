@@ -218,7 +218,7 @@ impl LeaderLock for MemoryLock {
                             .map_err(|e| LockError::malformed_from(e.to_string(), e))?;
                         slot.value = Some((raw, now + c.lease_duration));
                         slot.version += 1;
-                        Ok(Attempt::Leader { term: rec.term })
+                        Ok(Attempt::leader(rec.term))
                     }
                     Ok(rec) => Ok(Attempt::Follower {
                         holder: Some(rec.holder),
@@ -268,7 +268,7 @@ impl LeaderLock for MemoryLock {
             self.seen().observe(rec, now);
         }
         MemoryStore::notify(&mut g, &self.name, Some(LockEvent::Changed(rec)));
-        Ok(Attempt::Leader { term })
+        Ok(Attempt::leader(term))
     }
 
     async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {

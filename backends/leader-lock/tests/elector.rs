@@ -199,7 +199,7 @@ impl LeaderLock for Scripted {
         };
         tokio::time::sleep(delay).await;
         match answer {
-            Answer::Lead(t) => Ok(Attempt::Leader { term: Term(t) }),
+            Answer::Lead(t) => Ok(Attempt::leader(Term(t))),
             Answer::Follow(t) => Ok(Attempt::Follower {
                 holder: Some("b_1".into()),
                 term: Some(Term(t)),

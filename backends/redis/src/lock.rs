@@ -404,7 +404,7 @@ impl LeaderLock for RedisLock {
                 // Held, but only counted once enough replicas have it: until then a failover
                 // could promote a replica without the record.
                 self.wait_for_replicas().await?;
-                Ok(Attempt::Leader { term })
+                Ok(Attempt::leader(term))
             }
             Some(2) => {
                 k.drop_held(&me);

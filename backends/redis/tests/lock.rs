@@ -20,7 +20,7 @@ async fn wait_for_uptime(lock: &dyn LeaderLock, c: &Candidate) -> Term {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         match lock.try_acquire_or_renew(c).await.expect("attempt") {
-            Attempt::Leader { term } => return term,
+            Attempt::Leader { term, .. } => return term,
             Attempt::Follower {
                 holder: None,
                 retry_after: Some(wait),
@@ -52,7 +52,7 @@ async fn acquire_renew_release_and_layout() {
     // Renewals keep the term; the other candidate follows with the remaining TTL.
     assert_eq!(
         lock.try_acquire_or_renew(&a).await.expect("renew"),
-        Attempt::Leader { term: t1 }
+        Attempt::leader(t1)
     );
     match lock.try_acquire_or_renew(&b).await.expect("attempt") {
         Attempt::Follower {
@@ -108,7 +108,7 @@ async fn acquire_renew_release_and_layout() {
 
     // The next holder gets a greater term, and the watch reports its record.
     let t2 = match lock.try_acquire_or_renew(&b).await.expect("acquire") {
-        Attempt::Leader { term } => term,
+        Attempt::Leader { term, .. } => term,
         other => panic!("b takes the free lock: {other:?}"),
     };
     assert!(t2 > t1);
@@ -138,7 +138,7 @@ async fn acquire_renew_release_and_layout() {
     );
     // Its next attempt is a fresh acquisition with a new term.
     match lock.try_acquire_or_renew(&b).await.expect("acquire") {
-        Attempt::Leader { term } => assert!(term > t2),
+        Attempt::Leader { term, .. } => assert!(term > t2),
         other => panic!("{other:?}"),
     }
 }

@@ -59,7 +59,7 @@ async fn terms_stay_exact_beyond_2_pow_53() {
     // Renewals keep the exact term.
     assert_eq!(
         lock.try_acquire_or_renew(&c).await.expect("renew"),
-        leader_lock::Attempt::Leader { term: t }
+        leader_lock::Attempt::leader(t)
     );
     assert!(lock.release(&c, t).await.expect("release"));
 

@@ -214,7 +214,7 @@ async fn released_is_free_vanished_waits_one_lease() {
     // A release is free at once, message or not.
     assert!(la.release(&a, ta).await.expect("release"));
     let tb = match lb.try_acquire_or_renew(&b).await.expect("attempt") {
-        Attempt::Leader { term } => term,
+        Attempt::Leader { term, .. } => term,
         other => panic!("a released lock is free at once: {other:?}"),
     };
     assert!(tb > ta);
@@ -224,7 +224,7 @@ async fn released_is_free_vanished_waits_one_lease() {
     let renewed = Instant::now();
     assert_eq!(
         lb.try_acquire_or_renew(&b).await.expect("renew"),
-        Attempt::Leader { term: tb }
+        Attempt::leader(tb)
     );
     let _: i64 = support::raw(&r.server.url(), &["DEL", lb.holder_key()]).await;
     let fresh = r.connect("marker").await;

@@ -119,14 +119,16 @@ pub(super) fn decide(
         d
     };
     match result {
-        Ok(Attempt::Leader { term }) if !term.is_elected() => {
+        Ok(Attempt::Leader { term, .. }) if !term.is_elected() => {
             let mut d = failed(None);
             d.note = Note::NotElected(*term);
             d
         }
-        Ok(Attempt::Leader { term }) => {
+        Ok(Attempt::Leader { term, held_from }) => {
             let term = *term;
-            let valid_until = sent + t.renew_deadline;
+            // A hold the backend made sure of before we asked counts from then (never later).
+            let from = held_from.map_or(sent, |at| at.min(sent));
+            let valid_until = from + t.renew_deadline;
             let regressed_from = regression(c.last_term, term);
             if now >= valid_until {
                 // As a failure: a leader's validity ended too (it was sent before this one).
@@ -145,7 +147,9 @@ pub(super) fn decide(
             Decision {
                 held: Some(Held { term, valid_until }),
                 publish: Some(LeaderState::Leader { term, valid_until }),
-                next: sent + t.retry_period,
+                // Due a retry period after the hold began, so that the renew still comes a
+                // `renew_deadline - retry_period` before the validity ends.
+                next: from + t.retry_period,
                 last_term: Some(term),
                 regressed_from,
                 note,

@@ -21,7 +21,7 @@ fn context(held: Option<Held>, last_term: Option<Term>) -> Context {
 }
 
 fn leader(term: u64) -> Result<Attempt, LockError> {
-    Ok(Attempt::Leader { term: Term(term) })
+    Ok(Attempt::leader(Term(term)))
 }
 
 fn follower(holder: &str, term: u64, retry_after: Option<Duration>) -> Result<Attempt, LockError> {
@@ -55,6 +55,33 @@ fn validity_counts_from_the_send_instant_not_the_reply() {
         "renews a retry period after the last send"
     );
     assert_eq!(d.note, Note::Became(Term(4)));
+}
+
+#[test]
+fn a_hold_made_sure_of_before_the_attempt_counts_from_then_never_later() {
+    let sent = Instant::now() + S(5);
+    let now = sent + MS(1);
+    let held_from = |at| {
+        Ok(Attempt::Leader {
+            term: Term(4),
+            held_from: Some(at),
+        })
+    };
+    // A keep-alive 4 s before the attempt: the leadership ends 4 s sooner.
+    let d = decide(&context(None, None), sent, now, &held_from(sent - S(4)));
+    assert_eq!(d.held.map(|h| h.valid_until), Some(sent + S(6)));
+    assert_eq!(
+        d.next,
+        sent - S(2),
+        "renews a retry period after the hold began: at once"
+    );
+    // An instant after the sending never lengthens it.
+    let d = decide(&context(None, None), sent, now, &held_from(now));
+    assert_eq!(d.held.map(|h| h.valid_until), Some(sent + S(10)));
+    // Counted from then, a hold already past its deadline is no leadership.
+    let d = decide(&context(None, None), sent, now, &held_from(sent - S(10)));
+    assert_eq!(d.held, None);
+    assert_eq!(d.note, Note::TooLate(Term(4)));
 }
 
 #[test]
@@ -151,7 +178,7 @@ fn a_failure_never_leads_and_a_candidate_backs_off_with_jitter() {
 fn term_zero_and_the_disabled_marker_are_no_leadership() {
     let t0 = Instant::now();
     for term in [Term(0), Term::DISABLED] {
-        let d = decide(&context(None, None), t0, t0, &Ok(Attempt::Leader { term }));
+        let d = decide(&context(None, None), t0, t0, &Ok(Attempt::leader(term)));
         assert_eq!(d.held, None, "{term:?}");
         assert_eq!(d.note, Note::NotElected(term));
         assert!(!matches!(d.publish, Some(LeaderState::Leader { .. })));

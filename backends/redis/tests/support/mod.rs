@@ -24,7 +24,7 @@ pub async fn acquire(lock: &dyn LeaderLock, c: &Candidate, limit: Duration) -> T
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         match lock.try_acquire_or_renew(c).await.expect("attempt") {
-            Attempt::Leader { term } => return term,
+            Attempt::Leader { term, .. } => return term,
             Attempt::Follower { retry_after, .. } => {
                 assert!(
                     tokio::time::Instant::now() < deadline,
