@@ -12,6 +12,7 @@ use leader_lock::LockError;
 use tokio::sync::Mutex;
 
 use crate::error::map_error;
+use crate::handover::Successor;
 use crate::keepalive::{KeepAliveError, LeaseStream};
 use crate::knowledge::Knowledge;
 use crate::value::StoredValue;
@@ -77,6 +78,22 @@ pub(crate) struct State {
     pub(crate) pending: Option<Pending>,
 }
 
+/// A live candidate chosen while leading, so that a release hands over without reads first
+/// (`handover.rs`).
+pub(crate) struct Chosen {
+    pub(crate) successor: Successor,
+    /// When the look-up that chose it was sent.
+    pub(crate) checked: Instant,
+}
+
+/// The last choice made ahead, and whether one is under way.
+#[derive(Default)]
+pub(crate) struct Choice {
+    pub(crate) chosen: Option<Chosen>,
+    /// A choice under way: no second one starts beside it.
+    pub(crate) choosing: bool,
+}
+
 pub(crate) struct Inner {
     /// One client per endpoint; requests go to the current member.
     pub(crate) members: Members,
@@ -94,6 +111,8 @@ pub(crate) struct Inner {
     pub(crate) spare: Mutex<Option<LeaseStream>>,
     /// The spare lease our candidacy (`<key>#candidates/<holder>`) is attached to, 0 for none.
     pub(crate) registered: std::sync::Mutex<i64>,
+    /// The successor a release would hand the key to, chosen ahead while leading.
+    pub(crate) choice: std::sync::Mutex<Choice>,
     /// When an elector last used this lock (an attempt, or a change its watch delivered): a
     /// candidacy is kept only while someone campaigns with it (`lease::keep_spare`).
     pub(crate) used: Arc<std::sync::Mutex<Instant>>,

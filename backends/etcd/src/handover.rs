@@ -5,24 +5,31 @@
 use etcd_client::{
     Compare, CompareOp, GetOptions, GetResponse, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
+use std::time::Duration;
+
 use leader_lock::{Candidate, LockError, Term};
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-use crate::client::{Held, Inner, State, Unanswered};
-use crate::keepalive::LeaseState;
-use crate::knowledge::Seen;
+use crate::client::{Chosen, Held, Inner, State, Unanswered};
+use crate::keepalive::{LeaseState, LeaseStream};
+use crate::knowledge::{Seen, Version};
 use crate::value::{revision, term, StoredValue};
 
 /// How a look for a key handed to us ended.
 pub(crate) enum Handover {
-    /// It was ours to take: we lead under this term.
-    Taken(Term),
+    /// It was ours to take: we lead under this term, held from `held_from` when that is
+    /// before the attempt (`Attempt::Leader`).
+    Taken {
+        term: Term,
+        held_from: Option<Instant>,
+    },
     /// Not ours (or not now): the read, to go on with as with any other.
     Not(GetResponse),
 }
 
 /// A live candidate a release hands the key to.
+#[derive(Clone)]
 pub(crate) struct Successor {
     /// Its registration's key and mod revision, compared by the release transaction.
     pub(crate) key: Vec<u8>,
@@ -37,15 +44,21 @@ pub(crate) struct Successor {
 impl Inner {
     /// Takes the key when a leader's release handed it to us: it names us, on our spare lease.
     ///
-    /// One round trip, no write: the spare's keep-alive joined with a read of the key. Why that
-    /// is safe: the elector counts our validity from the instant it sent this attempt, before
-    /// both. The keep-alive makes the lease, and so the key, live at least a lease beyond that
-    /// instant; the read shows the key naming us, on that lease, after it. From then on only a
-    /// holder's guarded write (ours: the old holder's all compare the mod revision the handover
-    /// changed), a deletion, or the lease's end change it. The handover value carries no
-    /// `renewTime`, so no follower deletes it as stale (it was timed by no write of ours), and
-    /// a key deleted without a release makes every follower wait a lease from when it saw the
-    /// deletion. Our first renew then writes our term and `renewTime`, as every renew does.
+    /// No request at all when the watch showed the handover and a request that made sure of
+    /// the spare lease (its grant, a keep-alive) was answered as of a revision before the
+    /// handover's, within the spare keeper's period and a second: our hold counts from when
+    /// that request was sent (`Attempt::Leader::held_from`). Why that is safe: the lease, and
+    /// so the key on it, lives at least a lease past that instant; and that instant came
+    /// before the handover was written, so before any deletion of the key, from whose sight
+    /// every follower waits a lease (a key deleted without a release). From then on only a
+    /// holder's guarded write (ours: the old holder's all compare the mod revision the
+    /// handover changed), a deletion, or the lease's end change the key. The handover value
+    /// carries no `renewTime`, so no follower deletes it as stale (it was timed by no write of
+    /// ours). Our first renew, a retry period after the hold began, writes our term and
+    /// `renewTime`, as every renew does.
+    ///
+    /// Otherwise one round trip, no write: the spare's keep-alive joined with a read of the
+    /// key; the hold counts from the attempt, sent before both, as any other.
     ///
     /// A key naming us on any other lease (a stale or duplicate record) is not taken.
     pub(crate) async fn take_handover(
@@ -55,6 +68,26 @@ impl Inner {
         ttl: i64,
     ) -> Result<Handover, LockError> {
         let mut slot = self.spare.lock().await;
+        let handed = slot
+            .as_ref()
+            .filter(|s| s.ttl() == ttl)
+            .and_then(|s| self.handed_by_watch(s, me, ttl));
+        if let Some((version, from)) = handed {
+            if let Some(lease) = slot.take() {
+                drop(slot);
+                let seen = Seen {
+                    create_rev: version.create_rev,
+                    mod_rev: version.mod_rev,
+                    lease: version.lease,
+                    value: &version.value,
+                };
+                let term = self.lead_handed(st, me, seen, lease, "its watch event")?;
+                return Ok(Handover::Taken {
+                    term,
+                    held_from: Some(from),
+                });
+            }
+        }
         let Some(spare) = slot.as_mut().filter(|s| s.ttl() == ttl) else {
             drop(slot);
             return Ok(Handover::Not(self.read().await?));
@@ -71,12 +104,11 @@ impl Inner {
         let Some(kv) = resp
             .kvs()
             .first()
-            .filter(|kv| kv.lease() == spare_id && handed_to(kv, me))
+            .filter(|kv| kv.lease() == spare_id && handed_to(kv.value(), me))
             .cloned()
         else {
             return Ok(Handover::Not(resp));
         };
-        let value = StoredValue::parse(kv.value()).map_err(LockError::malformed)?;
         // Ours, but without a live lease behind it no validity: the next attempt looks again.
         alive.map_err(|e| self.keep_alive_error(spare_id, e))?;
         let Some(lease) = slot.take() else {
@@ -86,23 +118,104 @@ impl Inner {
         let rev = resp.header().map(|x| x.revision()).unwrap_or(0);
         self.knowledge()
             .present(rev, Seen::from(&kv), Instant::now());
-        let t = term(&value, kv.create_revision(), kv.mod_revision());
-        info!(key = %self.key_text, term = %t, "took the lock key handed over by the last holder's release");
+        let term = self.lead_handed(st, me, Seen::from(&kv), lease, "a read")?;
+        Ok(Handover::Taken {
+            term,
+            held_from: None,
+        })
+    }
+
+    /// The key as the watch last showed it, when it is handed to `me` on `spare`, and the
+    /// instant our hold of it counts from (`take_handover`).
+    fn handed_by_watch(
+        &self,
+        spare: &LeaseStream,
+        me: &str,
+        ttl: i64,
+    ) -> Option<(Version, Instant)> {
+        let version = self.knowledge().current()?.clone();
+        if version.lease != spare.id() || !handed_to(&version.value, me) {
+            return None;
+        }
+        let from = spare.sure_before(version.mod_rev)?;
+        // Older than the keeper's period and a second: the keeper is failing; the round trip
+        // makes sure of the lease again.
+        let fresh = Duration::from_secs(ttl.unsigned_abs()) / 3 + Duration::from_secs(1);
+        (from.elapsed() <= fresh).then_some((version, from))
+    }
+
+    /// Leads on the key a release handed to us, seen as `kv`, on `lease` (our spare).
+    fn lead_handed(
+        &self,
+        st: &mut State,
+        me: &str,
+        kv: Seen<'_>,
+        lease: LeaseStream,
+        seen_by: &'static str,
+    ) -> Result<Term, LockError> {
+        let value = StoredValue::parse(kv.value).map_err(LockError::malformed)?;
+        let t = term(&value, kv.create_rev, kv.mod_rev);
+        info!(key = %self.key_text, term = %t, seen_by, "took the lock key handed over by the last holder's release");
         st.held = Some(Held {
             holder: me.to_string(),
-            create_rev: kv.create_revision(),
+            create_rev: kv.create_rev,
             term: t,
-            mod_rev: kv.mod_revision(),
+            mod_rev: kv.mod_rev,
             // Every renew carries the term from now on: the handover write is renewed away.
             value: StoredValue {
                 term: Some(revision(t)),
                 ..value
             },
-            written: kv.value().to_vec(),
+            written: kv.value.to_vec(),
             unanswered: Unanswered::default(),
             lease,
         });
-        Ok(Handover::Taken(Term(revision(t))))
+        Ok(Term(revision(t)))
+    }
+
+    /// Whether a leader's successor is due to be chosen ahead (`choose_ahead`): the last choice
+    /// is older than a sixth of the TTL and none is under way. Claims the choice if so.
+    pub(crate) fn choice_due(&self, ttl: i64) -> bool {
+        let every = Duration::from_secs(ttl.unsigned_abs()) / 6;
+        let mut choice = self.choice.lock().unwrap_or_else(|p| p.into_inner());
+        let due = !choice.choosing
+            && choice
+                .chosen
+                .as_ref()
+                .is_none_or(|c| c.checked.elapsed() > every);
+        choice.choosing |= due;
+        due
+    }
+
+    /// Chooses the successor ahead, after an attempt that kept us leading, when `choice_due`
+    /// claimed it: a release then hands over at once, without the reads of `choose`, if the
+    /// choice is at most a third of the TTL old (`chosen`). Renewing every retry period, a
+    /// leader keeps its choice that fresh whenever the retry period is at most a sixth of the
+    /// TTL, or at most a third and every renew chooses (the bench's 1 s of 4 s). Two reads per
+    /// choice (with one live candidate), sent after the attempt, never delaying it.
+    pub(crate) async fn choose_ahead(&self, me: &str) {
+        let checked = Instant::now();
+        let made = self.choose(me).await;
+        let mut choice = self.choice.lock().unwrap_or_else(|p| p.into_inner());
+        choice.choosing = false;
+        match made {
+            Ok(Some(successor)) => choice.chosen = Some(Chosen { successor, checked }),
+            Ok(None) => choice.chosen = None,
+            // Kept: it ages out, and a release looks again.
+            Err(_) => {}
+        }
+    }
+
+    /// The successor chosen ahead, if chosen at most a third of the TTL ago; used once.
+    fn chosen(&self, ttl: i64) -> Option<Successor> {
+        let fresh = Duration::from_secs(ttl.unsigned_abs()) / 3;
+        self.choice
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .chosen
+            .take()
+            .filter(|c| c.checked.elapsed() <= fresh)
+            .map(|c| c.successor)
     }
 
     /// The oldest live candidate other than `me`, if any: one range read on the candidates'
@@ -111,8 +224,8 @@ impl Inner {
     /// Alive means its spare lease was kept alive within the spare keeper's period (a third of
     /// its TTL) and a second of slack: a candidate whose process died still has a registration
     /// until its lease runs out, and a key handed to it would wait out that lease and then a
-    /// lease more. Any failure here only means a plain release.
-    pub(crate) async fn successor(&self, me: &str) -> Option<Successor> {
+    /// lease more.
+    pub(crate) async fn choose(&self, me: &str) -> Result<Option<Successor>, LockError> {
         let prefix = self.candidates.clone();
         let resp = self
             .call("candidates get", |c| async move {
@@ -120,8 +233,7 @@ impl Inner {
                     .get(prefix, Some(GetOptions::new().with_prefix()))
                     .await
             })
-            .await
-            .ok()?;
+            .await?;
         let mut candidates: Vec<&KeyValue> = resp.kvs().iter().collect();
         candidates.sort_by_key(|kv| kv.create_revision());
         for kv in candidates {
@@ -136,25 +248,24 @@ impl Inner {
                 .call("lease time-to-live", |c| async move {
                     c.lease_client().time_to_live(lease, None).await
                 })
-                .await
-                .ok()?;
+                .await?;
             let granted = i64::try_from(value.lease_duration_seconds).unwrap_or(i64::MAX);
             if ttl.ttl() > 0
                 && ttl.granted_ttl() == granted
                 && granted - ttl.ttl() <= granted / 3 + 1
             {
-                return Some(Successor {
+                return Ok(Some(Successor {
                     key: kv.key().to_vec(),
                     mod_rev: kv.mod_revision(),
                     lease,
                     handed: StoredValue::handed_to(&value).encode(),
                     holder: value.holder,
-                });
+                }));
             }
             debug!(key = %self.key_text, candidate = %value.holder, lease, ttl = ttl.ttl(),
                 granted = ttl.granted_ttl(), "passing over a candidate whose spare lease is not kept alive");
         }
-        None
+        Ok(None)
     }
 }
 
@@ -188,7 +299,11 @@ impl Inner {
             rev,
             &own,
         );
-        let successor = self.successor(&h.holder).await;
+        // Chosen ahead, or now (any failure here only means a plain release).
+        let successor = match self.chosen(h.lease.ttl()) {
+            Some(s) => Some(s),
+            None => self.choose(&h.holder).await.ok().flatten(),
+        };
         let txn = match &successor {
             // The key moves onto the successor's lease under its name, if it is still the
             // version we wrote last and the candidacy is still the one we read (a candidate
@@ -227,6 +342,7 @@ impl Inner {
                         Seen {
                             create_rev: h.create_rev,
                             mod_rev: at,
+                            lease: s.lease,
                             value: &s.handed,
                         },
                         Instant::now(),
@@ -345,8 +461,7 @@ impl Inner {
     }
 }
 
-/// Whether `kv` is a key a release handed to `me`: the handover write, naming us.
-pub(crate) fn handed_to(kv: &KeyValue, me: &str) -> bool {
-    StoredValue::parse(kv.value())
-        .is_ok_and(|v| v.holder == me && v.handover && v.renew_time.is_none())
+/// Whether `value` is a key's a release handed to `me`: the handover write, naming us.
+pub(crate) fn handed_to(value: &[u8], me: &str) -> bool {
+    StoredValue::parse(value).is_ok_and(|v| v.holder == me && v.handover && v.renew_time.is_none())
 }

@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
+use tokio::time::Instant;
 
 use crate::members::{member_fault, Members};
 
@@ -33,12 +34,22 @@ pub(crate) enum KeepAliveError {
     Connect(leader_lock::LockError),
 }
 
+/// A request that made sure of the lease (its grant, a keep-alive answered alive): the lease
+/// lives at least its TTL past `sent`, and the answer carried the store's revision `rev`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sure {
+    sent: Instant,
+    rev: i64,
+}
+
 /// A lease and its keep-alive stream (opened on first use, reopened after a failure).
 pub(crate) struct LeaseStream {
     id: i64,
     ttl: i64,
     /// The stream and the member it is open on.
     stream: Option<(LeaseKeeper, LeaseKeepAliveStream, usize)>,
+    /// The last two requests that made sure of the lease, oldest first.
+    sure: [Option<Sure>; 2],
 }
 
 impl LeaseStream {
@@ -48,7 +59,34 @@ impl LeaseStream {
             id,
             ttl,
             stream: None,
+            sure: [None; 2],
         }
+    }
+
+    /// A lease granted by a request sent at `sent`, answered as of revision `rev`.
+    pub fn granted(id: i64, ttl: i64, sent: Instant, rev: i64) -> Self {
+        let mut lease = LeaseStream::new(id, ttl);
+        lease.note_sure(sent, rev);
+        lease
+    }
+
+    fn note_sure(&mut self, sent: Instant, rev: i64) {
+        if rev > 0 {
+            self.sure = [self.sure[1], Some(Sure { sent, rev })];
+        }
+    }
+
+    /// When the last request that made sure of the lease before revision `rev` was sent: the
+    /// lease lives at least its TTL past that instant, and that instant came before `rev` was
+    /// written (the answer's revision was older; etcd renews a lease only once it has applied
+    /// what it committed). `None` when neither of the last two was.
+    pub fn sure_before(&self, rev: i64) -> Option<Instant> {
+        self.sure
+            .iter()
+            .rev()
+            .flatten()
+            .find(|s| s.rev < rev)
+            .map(|s| s.sent)
     }
 
     /// The lease id.
@@ -101,11 +139,17 @@ impl LeaseStream {
         client: &Client,
         member: usize,
     ) -> Result<LeaseState, etcd_client::Error> {
+        let sent = Instant::now();
         if let Some((keeper, stream, _)) = &mut self.stream {
             // A send fails only when the stream already broke: open a new one below.
             if keeper.keep_alive().await.is_ok() {
                 return match stream.message().await? {
-                    Some(r) if r.ttl() > 0 => Ok(LeaseState::Alive),
+                    Some(r) if r.ttl() > 0 => {
+                        if let Some(h) = r.header() {
+                            self.note_sure(sent, h.revision());
+                        }
+                        Ok(LeaseState::Alive)
+                    }
                     Some(_) => {
                         self.close();
                         Ok(LeaseState::Gone)
@@ -120,7 +164,8 @@ impl LeaseStream {
             }
             self.stream = None;
         }
-        // Opening sends the first keep-alive and waits for its answer.
+        // Opening sends the first keep-alive and waits for its answer (which the client keeps
+        // to itself: no revision to note).
         match client.lease_client().keep_alive(self.id).await {
             Ok((keeper, stream)) => {
                 self.stream = Some((keeper, stream, member));
@@ -155,5 +200,44 @@ impl LeaseStream {
 impl Drop for LeaseStream {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn the_hold_counts_from_the_last_request_answered_before_the_revision() {
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        let mut lease = LeaseStream::granted(7, 15, at(0), 10);
+        assert_eq!(
+            lease.sure_before(10),
+            None,
+            "answered as of the revision itself"
+        );
+        assert_eq!(lease.sure_before(11), Some(at(0)));
+        lease.note_sure(at(5), 20);
+        lease.note_sure(at(10), 30);
+        assert_eq!(
+            lease.sure_before(31),
+            Some(at(10)),
+            "the newest one before it"
+        );
+        assert_eq!(
+            lease.sure_before(25),
+            Some(at(5)),
+            "not a keep-alive answered after the revision was written"
+        );
+        assert_eq!(lease.sure_before(15), None, "only the last two are kept");
+        lease.note_sure(at(11), 0);
+        assert_eq!(
+            lease.sure_before(31),
+            Some(at(10)),
+            "an answer without a revision tells nothing"
+        );
     }
 }

@@ -27,7 +27,12 @@ pub(crate) enum Content {
 /// One version of the key, as this process first saw it.
 #[derive(Debug, Clone)]
 pub(crate) struct Version {
+    pub create_rev: i64,
     pub mod_rev: i64,
+    /// The lease the version is on (0: none).
+    pub lease: i64,
+    /// Its bytes, for a successor that takes a key handed to it without reading it again.
+    pub value: Vec<u8>,
     pub content: Content,
     /// When this process first saw this version (never before etcd wrote it).
     pub first_seen: Instant,
@@ -50,6 +55,7 @@ pub(crate) struct HolderSeen {
 pub(crate) struct Seen<'a> {
     pub create_rev: i64,
     pub mod_rev: i64,
+    pub lease: i64,
     pub value: &'a [u8],
 }
 
@@ -58,6 +64,7 @@ impl<'a> From<&'a etcd_client::KeyValue> for Seen<'a> {
         Seen {
             create_rev: kv.create_revision(),
             mod_rev: kv.mod_revision(),
+            lease: kv.lease(),
             value: kv.value(),
         }
     }
@@ -108,7 +115,10 @@ impl Knowledge {
             Err(_) => Content::Foreign,
         };
         self.current = Some(Version {
+            create_rev: kv.create_rev,
             mod_rev: kv.mod_rev,
+            lease: kv.lease,
+            value: kv.value.to_vec(),
             content,
             first_seen: now,
         });
@@ -247,6 +257,7 @@ mod tests {
         Seen {
             create_rev: 10,
             mod_rev,
+            lease: 0,
             value,
         }
     }

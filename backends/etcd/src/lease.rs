@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use etcd_client::PutOptions;
 use leader_lock::LockError;
+use tokio::time::Instant;
 use tracing::debug;
 
 use crate::client::Inner;
@@ -62,6 +63,7 @@ pub(crate) async fn keep_spare(inner: Weak<Inner>) {
 impl Inner {
     /// Grants a fresh lease of `ttl` seconds; refuses a TTL the server rounded up to its minimum.
     pub(crate) async fn grant(&self, ttl: i64) -> Result<LeaseStream, LockError> {
+        let sent = Instant::now();
         let resp = self
             .call("lease grant", |c| async move {
                 c.lease_client().grant(ttl, None).await
@@ -82,7 +84,8 @@ impl Inner {
                 resp.ttl()
             )));
         }
-        Ok(LeaseStream::new(resp.id(), ttl))
+        let rev = resp.header().map_or(0, |h| h.revision());
+        Ok(LeaseStream::granted(resp.id(), ttl, sent, rev))
     }
 
     /// Revokes a lease in the background; it expires on its own if this fails.

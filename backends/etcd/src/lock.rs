@@ -162,6 +162,7 @@ impl Inner {
                 Seen {
                     create_rev: h.create_rev,
                     mod_rev: rev,
+                    lease: h.lease.id(),
                     value: &h.written,
                 },
                 Instant::now(),
@@ -324,6 +325,7 @@ impl Inner {
             Seen {
                 create_rev: rev,
                 mod_rev: rev,
+                lease: lease_id,
                 value: &bytes,
             },
             Instant::now(),
@@ -367,7 +369,7 @@ impl Inner {
             .kvs()
             .first()
             .filter(|kv| kv.lease() == p.lease.id());
-        if let Some(kv) = on_lease.filter(|kv| kv.value() != p.value && handed_to(kv, me)) {
+        if let Some(kv) = on_lease.filter(|kv| kv.value() != p.value && handed_to(kv.value(), me)) {
             // Not our acquire but a release that handed us the key on this lease (our spare
             // before the acquire took it): it is the spare again, for the handover to take.
             self.knowledge()
@@ -486,7 +488,9 @@ impl Inner {
                 let handed = self.knowledge().names(&me);
                 let resp = if handed {
                     match self.take_handover(&mut st, &me, ttl).await? {
-                        Handover::Taken(term) => return Ok(Attempt::leader(term)),
+                        Handover::Taken { term, held_from } => {
+                            return Ok(Attempt::Leader { term, held_from })
+                        }
                         Handover::Not(resp) => resp,
                     }
                 } else {
@@ -501,7 +505,7 @@ impl Inner {
                     continue;
                 };
                 let now = Instant::now();
-                if !handed && handed_to(kv, &me) {
+                if !handed && handed_to(kv.value(), &me) {
                     // Handed to us before the watch told us: the next pass takes it.
                     self.knowledge().present(rev, Seen::from(kv), now);
                     continue;
@@ -527,7 +531,7 @@ impl Inner {
                 Acquired::Taken(rev, kv) => {
                     self.knowledge()
                         .present(rev, Seen::from(&kv), Instant::now());
-                    if handed_to(&kv, &me) {
+                    if handed_to(kv.value(), &me) {
                         // Handed to us meanwhile: the next pass takes it.
                         continue;
                     }
@@ -594,7 +598,27 @@ impl LeaderLock for EtcdLock {
     }
 
     async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {
-        self.inner.try_acquire_or_renew(c).await
+        let holder = c.holder();
+        let renewing = self
+            .inner
+            .state
+            .lock()
+            .await
+            .held
+            .as_ref()
+            .is_some_and(|h| h.holder == holder);
+        let attempt = self.inner.try_acquire_or_renew(c).await;
+        if let (true, Ok(Attempt::Leader { .. }), Ok(ttl)) =
+            (renewing, &attempt, whole_seconds(c.lease_duration))
+        {
+            // After a renew, not the attempt that made us leader (its first writes go first),
+            // and off the attempt's path, so that its reads never delay a renew's answer.
+            if self.inner.choice_due(ttl) {
+                let inner = Arc::clone(&self.inner);
+                tokio::spawn(async move { inner.choose_ahead(&holder).await });
+            }
+        }
+        attempt
     }
 
     async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {

@@ -202,7 +202,8 @@ async fn a_release_hands_the_key_to_the_follower_in_one_write() {
 }
 
 /// A candidate registered on a lease that nobody keeps alive, a lease of `ttl` seconds; returns
-/// once its TTL has dropped below what a release takes for alive (a third of it and a second).
+/// once its TTL has dropped below what a release takes for alive: a third of it and a second,
+/// when a leader chose its successor ahead a third of its own lease before the release.
 async fn dead_candidate(raw: &mut etcd_client::Client, name: &str, ttl: i64) -> String {
     let holder = "dead_00000000".to_string();
     let lease = raw.lease_grant(ttl, None).await.expect("grant").id();
@@ -225,7 +226,8 @@ async fn dead_candidate(raw: &mut etcd_client::Client, name: &str, ttl: i64) -> 
             left > 0,
             "the dead candidate's lease ran out before the test used it"
         );
-        if ttl - left > ttl / 3 + 1 {
+        let ahead = common::timing().lease_duration.as_secs() / 3;
+        if ttl - left > ttl / 3 + 1 + i64::try_from(ahead).expect("a short lease") {
             return holder;
         }
         assert!(
@@ -248,7 +250,7 @@ async fn a_dead_candidate_is_passed_over_for_a_live_one() {
     checker.watch(a.leadership());
     wait_leader(&a.leadership(), patience(&timing), "a").await;
     // Registered before b, so the oldest candidate: the first one a release would look at.
-    let dead = dead_candidate(&mut raw, name, 6).await;
+    let dead = dead_candidate(&mut raw, name, 9).await;
     let b = common::contender_with(&server, name, "b", timing).await;
     checker.watch(b.leadership());
     wait_following(&b.leadership(), patience(&timing), "b").await;
@@ -286,7 +288,7 @@ async fn with_only_a_dead_candidate_the_release_deletes_the_key_as_before() {
     let a = common::contender_with(&server, name, "a", timing).await;
     checker.watch(a.leadership());
     let term = wait_leader(&a.leadership(), patience(&timing), "a").await;
-    dead_candidate(&mut raw, name, 6).await;
+    dead_candidate(&mut raw, name, 9).await;
 
     let mut history = History::from_now(&mut raw, name).await;
     let a_holder = a.candidate().holder();

@@ -1,0 +1,175 @@
+//! What each side of a graceful handover sends (docs/etcd.md, "Handover: one write"): a leader
+//! that chose its successor while renewing releases with its transaction alone, and a successor
+//! whose watch showed the key handed to it takes it without a request, its hold counted from an
+//! instant the lease the server keeps outlives by a lease.
+
+mod common;
+
+use std::time::Duration;
+
+use leader_lock::conformance::patience;
+use leader_lock::{Identity, Term};
+use testkit::etcd::EtcdServer;
+use tokio::time::Instant;
+
+/// A successor whose watch showed the handover takes the key without a single request, and
+/// its hold counts from a request that made sure of its spare lease before the release: the
+/// server's lease outlasts that instant by a lease, and that instant precedes the handover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_that_saw_the_handover_takes_it_without_a_request() {
+    use futures::StreamExt;
+    use leader_lock::{Attempt, LockEvent};
+    common::init_tracing();
+    let server = EtcdServer::start().await.expect("etcd starts");
+    let timing = common::timing();
+    let name = "handover";
+    let (la, lb) = (
+        common::lock(&server, name).await,
+        common::lock(&server, name).await,
+    );
+    let candidate = |id: &str| leader_lock::Candidate {
+        identity: Identity::new(id),
+        lease_duration: timing.lease_duration,
+    };
+    let (a, b) = (candidate("a"), candidate("b"));
+    let Ok(Attempt::Leader { term: old, .. }) = la.try_acquire_or_renew(&a).await else {
+        panic!("a leads an empty lock");
+    };
+    let mut events = lb.watch().await.expect("b watches");
+    let followed = lb.try_acquire_or_renew(&b).await;
+    assert!(
+        matches!(followed, Ok(Attempt::Follower { .. })),
+        "{followed:?}"
+    );
+    let released = Instant::now();
+    assert!(la.release(&a, old).await.expect("a releases"), "released");
+    let limit = Instant::now() + patience(&timing);
+    loop {
+        let event = tokio::time::timeout_at(limit, events.next())
+            .await
+            .expect("b's watch shows the handover in time")
+            .expect("the watch stays open");
+        if matches!(&event, Ok(LockEvent::Changed(Some(r))) if r.holder == b.holder()) {
+            break;
+        }
+    }
+    let requests =
+        |port| ["Range", "Txn", "LeaseTimeToLive"].map(|m| common::calls(port, m).received);
+    let before = requests(server.client_port());
+    let Ok(Attempt::Leader {
+        term,
+        held_from: Some(from),
+    }) = lb.try_acquire_or_renew(&b).await
+    else {
+        panic!("b takes the key from its watch, its hold counted from before the attempt");
+    };
+    assert_eq!(
+        requests(server.client_port()),
+        before,
+        "b took the key without a request"
+    );
+    assert!(term > old);
+    assert!(
+        from < released,
+        "the hold counts from before the handover was even sent"
+    );
+    let mut raw = common::raw_client(&server).await;
+    let got = raw
+        .get(format!("/gateway-leader/{name}"), None)
+        .await
+        .expect("get the key");
+    let kv = got.kvs().first().expect("the key");
+    assert_eq!(Term(kv.mod_revision().unsigned_abs()), term);
+    let ttl = raw
+        .lease_time_to_live(kv.lease(), None)
+        .await
+        .expect("the key's lease")
+        .ttl();
+    // The server rounds the TTL left down to whole seconds.
+    assert!(
+        Duration::from_secs(ttl.unsigned_abs() + 1) + from.elapsed() >= timing.lease_duration,
+        "the lease lives at least a lease past the hold's start: {ttl}s left {:?} after it",
+        from.elapsed()
+    );
+}
+
+/// Reads and transactions the server received, by method.
+fn requests(port: u16) -> [f64; 3] {
+    ["Range", "Txn", "LeaseTimeToLive"].map(|m| common::calls(port, m).received)
+}
+
+/// A leader that renewed with a follower registered hands the key over in its release with no
+/// read before its transaction; a choice older than a third of the lease is looked up again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_chose_while_renewing_releases_without_a_read() {
+    use leader_lock::Attempt;
+    common::init_tracing();
+    let server = EtcdServer::start().await.expect("etcd starts");
+    let timing = common::timing();
+    let port = server.client_port();
+    let name = "handover";
+    let candidate = |id: &str| leader_lock::Candidate {
+        identity: Identity::new(id),
+        lease_duration: timing.lease_duration,
+    };
+    for (round, wait) in [(0, Duration::ZERO), (1, timing.lease_duration / 3)] {
+        let (la, lb) = (
+            common::lock(&server, name).await,
+            common::lock(&server, name).await,
+        );
+        let (a, b) = (
+            candidate(&format!("a{round}")),
+            candidate(&format!("b{round}")),
+        );
+        let Ok(Attempt::Leader { term, .. }) = la.try_acquire_or_renew(&a).await else {
+            panic!("a leads");
+        };
+        let followed = lb.try_acquire_or_renew(&b).await;
+        assert!(
+            matches!(followed, Ok(Attempt::Follower { .. })),
+            "{followed:?}"
+        );
+        // a renews, with b registered: it chooses b, after the renew (the server sees the
+        // choice's look-up of b's lease).
+        let looked = requests(port)[2];
+        let renewed = la.try_acquire_or_renew(&a).await;
+        assert!(matches!(renewed, Ok(Attempt::Leader { .. })), "{renewed:?}");
+        let limit = Instant::now() + patience(&timing);
+        while requests(port)[2] == looked {
+            assert!(
+                Instant::now() < limit,
+                "a chose no successor after its renew"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The choice is kept when the look-up's answer comes back, well within this; it stays
+        // fresh for a third of the lease (1 s).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(wait + Duration::from_millis(100) * round).await;
+        let before = requests(port);
+        assert!(la.release(&a, term).await.expect("a releases"), "released");
+        let [ranges, txns, ttls] = requests(port);
+        assert_eq!(txns, before[1] + 1.0, "one transaction");
+        if round == 0 {
+            assert_eq!([ranges, ttls], [before[0], before[2]], "no read before it");
+        } else {
+            assert!(
+                ranges > before[0] && ttls > before[2],
+                "an old choice is looked up again"
+            );
+        }
+        let mut raw = common::raw_client(&server).await;
+        let got = raw
+            .get(format!("/gateway-leader/{name}"), None)
+            .await
+            .expect("get the key");
+        let kv = got.kvs().first().expect("handed over, not deleted");
+        let value: serde_json::Value = serde_json::from_slice(kv.value()).expect("json");
+        assert_eq!(value["holder"].as_str(), Some(b.holder().as_str()));
+        // The next round starts from an empty lock.
+        let Ok(Attempt::Leader { term, .. }) = lb.try_acquire_or_renew(&b).await else {
+            panic!("b takes the key handed to it");
+        };
+        assert!(lb.release(&b, term).await.expect("b releases"));
+    }
+}
