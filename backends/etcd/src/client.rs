@@ -81,7 +81,8 @@ pub(crate) struct State {
 /// A live candidate chosen while leading, so that a release hands over without reads first
 /// (`handover.rs`).
 pub(crate) struct Chosen {
-    pub(crate) successor: Successor,
+    /// `None`: nobody was alive to hand over to (a release looks again).
+    pub(crate) successor: Option<Successor>,
     /// When the look-up that chose it was sent.
     pub(crate) checked: Instant,
 }

@@ -198,15 +198,14 @@ impl Inner {
         let made = self.choose(me).await;
         let mut choice = self.choice.lock().unwrap_or_else(|p| p.into_inner());
         choice.choosing = false;
-        match made {
-            Ok(Some(successor)) => choice.chosen = Some(Chosen { successor, checked }),
-            Ok(None) => choice.chosen = None,
-            // Kept: it ages out, and a release looks again.
-            Err(_) => {}
+        // A failed look-up keeps the last choice: it ages out, and a release looks again.
+        if let Ok(successor) = made {
+            choice.chosen = Some(Chosen { successor, checked });
         }
     }
 
-    /// The successor chosen ahead, if chosen at most a third of the TTL ago; used once.
+    /// The successor chosen ahead, if chosen at most a third of the TTL ago; used once. A
+    /// choice of nobody is not used: a candidate may have registered since.
     fn chosen(&self, ttl: i64) -> Option<Successor> {
         let fresh = Duration::from_secs(ttl.unsigned_abs()) / 3;
         self.choice
@@ -215,7 +214,7 @@ impl Inner {
             .chosen
             .take()
             .filter(|c| c.checked.elapsed() <= fresh)
-            .map(|c| c.successor)
+            .and_then(|c| c.successor)
     }
 
     /// The oldest live candidate other than `me`, if any: one range read on the candidates'
@@ -300,7 +299,9 @@ impl Inner {
             &own,
         );
         // Chosen ahead, or now (any failure here only means a plain release).
-        let successor = match self.chosen(h.lease.ttl()) {
+        let ahead = self.chosen(h.lease.ttl());
+        let chosen_ahead = ahead.is_some();
+        let successor = match ahead {
             Some(s) => Some(s),
             None => self.choose(&h.holder).await.ok().flatten(),
         };
@@ -336,7 +337,7 @@ impl Inner {
             let released = match &successor {
                 Some(s) if r.succeeded() => {
                     info!(key = %self.key_text, term = %rev, successor = %s.holder, successor_term = %at,
-                        "handed the lock over to a live candidate");
+                        chosen_ahead, "handed the lock over to a live candidate");
                     self.knowledge().present(
                         at,
                         Seen {

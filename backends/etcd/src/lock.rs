@@ -598,23 +598,12 @@ impl LeaderLock for EtcdLock {
     }
 
     async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {
-        let holder = c.holder();
-        let renewing = self
-            .inner
-            .state
-            .lock()
-            .await
-            .held
-            .as_ref()
-            .is_some_and(|h| h.holder == holder);
         let attempt = self.inner.try_acquire_or_renew(c).await;
-        if let (true, Ok(Attempt::Leader { .. }), Ok(ttl)) =
-            (renewing, &attempt, whole_seconds(c.lease_duration))
-        {
-            // After a renew, not the attempt that made us leader (its first writes go first),
-            // and off the attempt's path, so that its reads never delay a renew's answer.
+        if let (Ok(Attempt::Leader { .. }), Ok(ttl)) = (&attempt, whole_seconds(c.lease_duration)) {
+            // Off the attempt's path, so that its reads never delay its answer; from the
+            // attempt that made us leader on, so that even a short leadership hands over at once.
             if self.inner.choice_due(ttl) {
-                let inner = Arc::clone(&self.inner);
+                let (inner, holder) = (Arc::clone(&self.inner), c.holder());
                 tokio::spawn(async move { inner.choose_ahead(&holder).await });
             }
         }
