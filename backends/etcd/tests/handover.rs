@@ -403,17 +403,9 @@ struct Watchless {
 }
 
 async fn a_releases_with_b_following(server: &EtcdServer, name: &str) -> Watchless {
-    use leader_lock::{Attempt, Candidate};
-    let timing = common::timing();
-    let (la, lb) = (
-        common::lock(server, name).await,
-        common::lock(server, name).await,
-    );
-    let candidate = |id: &str| Candidate {
-        identity: Identity::new(id),
-        lease_duration: timing.lease_duration,
-    };
-    let (a, b) = (candidate("a"), candidate("b"));
+    use leader_lock::Attempt;
+    let (la, lb) = common::two_locks(server, name).await;
+    let (a, b) = (common::candidate("a"), common::candidate("b"));
     let Ok(Attempt::Leader { term: old, .. }) = la.try_acquire_or_renew(&a).await else {
         panic!("a leads an empty lock");
     };

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use leader_lock::conformance::patience;
-use leader_lock::{Identity, Term};
+use leader_lock::Term;
 use testkit::etcd::EtcdServer;
 use tokio::time::Instant;
 
@@ -23,15 +23,8 @@ async fn a_successor_that_saw_the_handover_takes_it_without_a_request() {
     let server = EtcdServer::start().await.expect("etcd starts");
     let timing = common::timing();
     let name = "handover";
-    let (la, lb) = (
-        common::lock(&server, name).await,
-        common::lock(&server, name).await,
-    );
-    let candidate = |id: &str| leader_lock::Candidate {
-        identity: Identity::new(id),
-        lease_duration: timing.lease_duration,
-    };
-    let (a, b) = (candidate("a"), candidate("b"));
+    let (la, lb) = common::two_locks(&server, name).await;
+    let (a, b) = (common::candidate("a"), common::candidate("b"));
     let Ok(Attempt::Leader { term: old, .. }) = la.try_acquire_or_renew(&a).await else {
         panic!("a leads an empty lock");
     };
@@ -126,18 +119,14 @@ async fn a_leader_that_chose_while_renewing_releases_without_a_read() {
     let timing = common::timing();
     let port = server.client_port();
     let name = "handover";
-    let candidate = |id: &str| leader_lock::Candidate {
-        identity: Identity::new(id),
-        lease_duration: timing.lease_duration,
-    };
     for (round, wait) in [(0, Duration::ZERO), (1, timing.lease_duration / 3)] {
         let (la, lb) = (
             common::lock(&server, name).await,
             common::lock(&server, name).await,
         );
         let (a, b) = (
-            candidate(&format!("a{round}")),
-            candidate(&format!("b{round}")),
+            common::candidate(&format!("a{round}")),
+            common::candidate(&format!("b{round}")),
         );
         let ranges = requests(port)[0];
         let Ok(Attempt::Leader { term, .. }) = la.try_acquire_or_renew(&a).await else {

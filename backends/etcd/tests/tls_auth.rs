@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use leader_lock::conformance::{patience, wait_leader};
-use leader_lock::{Candidate, Identity, LeaderLock, LockError};
+use leader_lock::{Identity, LeaderLock, LockError};
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -84,16 +84,9 @@ fn pki(dir: &Path) -> Pki {
     }
 }
 
-fn candidate(id: &str) -> Candidate {
-    Candidate {
-        identity: Identity::new(id),
-        lease_duration: common::timing().lease_duration,
-    }
-}
-
 async fn acquires(lock: &EtcdLock) {
     let attempt = lock
-        .try_acquire_or_renew(&candidate("tls"))
+        .try_acquire_or_renew(&common::candidate("tls"))
         .await
         .expect("acquire works");
     assert!(

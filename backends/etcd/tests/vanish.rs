@@ -379,20 +379,13 @@ async fn crash_hands_over_at_lease_expiry_not_a_lease_later() {
 /// saw make it wait a lease from now, not from its last read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_without_a_watch_replays_the_history() {
-    use leader_lock::{Attempt, Candidate};
+    use leader_lock::Attempt;
     common::init_tracing();
     let server = EtcdServer::start().await.expect("etcd starts");
     let timing = common::timing();
     let name = "replay";
-    let (la, lb) = (
-        common::lock(&server, name).await,
-        common::lock(&server, name).await,
-    );
-    let candidate = |id: &str| Candidate {
-        identity: Identity::new(id),
-        lease_duration: timing.lease_duration,
-    };
-    let (a, b) = (candidate("a"), candidate("b"));
+    let (la, lb) = common::two_locks(&server, name).await;
+    let (a, b) = (common::candidate("a"), common::candidate("b"));
     assert!(matches!(
         la.try_acquire_or_renew(&a).await,
         Ok(Attempt::Leader { .. })
@@ -431,10 +424,7 @@ async fn a_follower_without_a_watch_replays_the_history() {
 
     // When b did see the last version, the replay recognises it: the wait counts from then.
     let name = "replay-seen";
-    let (la, lb) = (
-        common::lock(&server, name).await,
-        common::lock(&server, name).await,
-    );
+    let (la, lb) = common::two_locks(&server, name).await;
     assert!(matches!(
         la.try_acquire_or_renew(&a).await,
         Ok(Attempt::Leader { .. })

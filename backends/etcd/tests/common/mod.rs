@@ -6,7 +6,9 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
-use leader_lock::{ConfigError, Elector, ElectorConfig, Identity, LeaderLock, LockError, Timing};
+use leader_lock::{
+    Candidate, ConfigError, Elector, ElectorConfig, Identity, LeaderLock, LockError, Timing,
+};
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
 use testkit::etcd::EtcdServer;
 
@@ -34,6 +36,23 @@ pub async fn lock(server: &EtcdServer, name: &str) -> Arc<dyn LeaderLock> {
             .await
             .expect("connects to etcd"),
     )
+}
+
+/// Two lock clients on `name`, as two processes would have, for tests that drive locks alone
+/// (no elector, so no watch acts for them).
+pub async fn two_locks(
+    server: &EtcdServer,
+    name: &str,
+) -> (Arc<dyn LeaderLock>, Arc<dyn LeaderLock>) {
+    (lock(server, name).await, lock(server, name).await)
+}
+
+/// A candidate `id` with the tests' lease.
+pub fn candidate(id: &str) -> Candidate {
+    Candidate {
+        identity: Identity::new(id),
+        lease_duration: timing().lease_duration,
+    }
 }
 
 /// An elector for `id` on lock `name`.
