@@ -112,8 +112,9 @@ pub(crate) struct Inner {
     pub(crate) spare: Mutex<Option<LeaseStream>>,
     /// The spare lease our candidacy (`<key>#candidates/<holder>`) is attached to, 0 for none.
     pub(crate) registered: std::sync::Mutex<i64>,
-    /// The successor a release would hand the key to, chosen ahead while leading.
-    pub(crate) choice: std::sync::Mutex<Choice>,
+    /// The successor a release would hand the key to, chosen ahead while leading; the watch
+    /// feeds it too (a registration it shows is a live candidate).
+    pub(crate) choice: Arc<std::sync::Mutex<Choice>>,
     /// When an elector last used this lock (an attempt, or a change its watch delivered): a
     /// candidacy is kept only while someone campaigns with it (`lease::keep_spare`).
     pub(crate) used: Arc<std::sync::Mutex<Instant>>,

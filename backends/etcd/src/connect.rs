@@ -112,7 +112,7 @@ impl EtcdLock {
             knowledge: Arc::new(std::sync::Mutex::new(Knowledge::default())),
             spare: Mutex::new(None),
             registered: std::sync::Mutex::new(0),
-            choice: std::sync::Mutex::default(),
+            choice: Arc::default(),
             used: Arc::new(std::sync::Mutex::new(tokio::time::Instant::now())),
         });
         // The channels connect lazily: one read proves reachability, TLS and permissions. The

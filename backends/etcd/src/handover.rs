@@ -11,7 +11,7 @@ use leader_lock::{Candidate, LockError, Term};
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-use crate::client::{Chosen, Held, Inner, State, Unanswered};
+use crate::client::{Choice, Chosen, Held, Inner, State, Unanswered};
 use crate::keepalive::{LeaseState, LeaseStream};
 use crate::knowledge::{Seen, Version};
 use crate::value::{revision, term, StoredValue};
@@ -36,9 +36,56 @@ pub(crate) struct Successor {
     pub(crate) mod_rev: i64,
     /// Its spare lease, which the key moves onto.
     pub(crate) lease: i64,
-    pub(crate) holder: String,
-    /// The value that hands it the key (`StoredValue::handed_to`).
-    pub(crate) handed: Vec<u8>,
+    /// Its registration's value.
+    pub(crate) value: StoredValue,
+}
+
+impl Successor {
+    /// The candidate a registration names, if it parses and is on a lease.
+    pub(crate) fn of(kv: &KeyValue) -> Option<Self> {
+        let value = StoredValue::parse(kv.value()).ok()?;
+        (kv.lease() != 0).then(|| Successor {
+            key: kv.key().to_vec(),
+            mod_rev: kv.mod_revision(),
+            lease: kv.lease(),
+            value,
+        })
+    }
+
+    /// The value that hands it the key now (`StoredValue::handed_to`).
+    fn handed(&self) -> Vec<u8> {
+        StoredValue::handed_to(&self.value).encode()
+    }
+}
+
+impl Choice {
+    /// A registration the watch showed written just now: its candidate is alive now (it wrote
+    /// it on a lease it had just granted), so it is the choice unless a fresh one is kept.
+    pub(crate) fn registered(&mut self, kv: &KeyValue, now: Instant) {
+        let Some(successor) = Successor::of(kv) else {
+            return;
+        };
+        let fresh = Duration::from_secs(successor.value.lease_duration_seconds) / 3;
+        let keep = self
+            .chosen
+            .as_ref()
+            .is_some_and(|c| c.successor.is_some() && now.duration_since(c.checked) <= fresh);
+        if !keep {
+            self.chosen = Some(Chosen {
+                successor: Some(successor),
+                checked: now,
+            });
+        }
+    }
+
+    /// A registration the watch showed deleted: no longer a candidate to hand over to.
+    pub(crate) fn withdrawn(&mut self, key: &[u8]) {
+        if let Some(c) = self.chosen.as_mut() {
+            if c.successor.as_ref().is_some_and(|s| s.key == key) {
+                c.successor = None;
+            }
+        }
+    }
 }
 
 impl Inner {
@@ -173,16 +220,17 @@ impl Inner {
         Ok(Term(revision(t)))
     }
 
-    /// Whether a leader's successor is due to be chosen ahead (`choose_ahead`): the last choice
-    /// is older than a sixth of the TTL and none is under way. Claims the choice if so.
-    pub(crate) fn choice_due(&self, ttl: i64) -> bool {
+    /// Whether `me`'s successor is due to be chosen ahead (`choose_ahead`): the last choice is
+    /// older than a sixth of the TTL (or is `me`, registered while following) and none is
+    /// under way. Claims the choice if so.
+    pub(crate) fn choice_due(&self, ttl: i64, me: &str) -> bool {
         let every = Duration::from_secs(ttl.unsigned_abs()) / 6;
         let mut choice = self.choice.lock().unwrap_or_else(|p| p.into_inner());
         let due = !choice.choosing
-            && choice
-                .chosen
-                .as_ref()
-                .is_none_or(|c| c.checked.elapsed() > every);
+            && choice.chosen.as_ref().is_none_or(|c| {
+                c.checked.elapsed() > every
+                    || c.successor.as_ref().is_some_and(|s| s.value.holder == me)
+            });
         choice.choosing |= due;
         due
     }
@@ -198,15 +246,18 @@ impl Inner {
         let made = self.choose(me).await;
         let mut choice = self.choice.lock().unwrap_or_else(|p| p.into_inner());
         choice.choosing = false;
-        // A failed look-up keeps the last choice: it ages out, and a release looks again.
+        // A failed look-up keeps the last choice: it ages out, and a release looks again. A
+        // choice the watch made meanwhile is newer news than this look-up.
         if let Ok(successor) = made {
-            choice.chosen = Some(Chosen { successor, checked });
+            if choice.chosen.as_ref().is_none_or(|c| c.checked <= checked) {
+                choice.chosen = Some(Chosen { successor, checked });
+            }
         }
     }
 
-    /// The successor chosen ahead, if chosen at most a third of the TTL ago; used once. A
-    /// choice of nobody is not used: a candidate may have registered since.
-    fn chosen(&self, ttl: i64) -> Option<Successor> {
+    /// The successor chosen ahead, if chosen at most a third of the TTL ago and not `me`; used
+    /// once. A choice of nobody is not used: a candidate may have registered since.
+    fn chosen(&self, ttl: i64, me: &str) -> Option<Successor> {
         let fresh = Duration::from_secs(ttl.unsigned_abs()) / 3;
         self.choice
             .lock()
@@ -215,6 +266,7 @@ impl Inner {
             .take()
             .filter(|c| c.checked.elapsed() <= fresh)
             .and_then(|c| c.successor)
+            .filter(|s| s.value.holder != me)
     }
 
     /// The oldest live candidate other than `me`, if any: one range read on the candidates'
@@ -236,11 +288,11 @@ impl Inner {
         let mut candidates: Vec<&KeyValue> = resp.kvs().iter().collect();
         candidates.sort_by_key(|kv| kv.create_revision());
         for kv in candidates {
-            let Ok(value) = StoredValue::parse(kv.value()) else {
+            let Some(candidate) = Successor::of(kv) else {
                 continue;
             };
-            let lease = kv.lease();
-            if value.holder == me || lease == 0 {
+            let (lease, value) = (candidate.lease, &candidate.value);
+            if value.holder == me {
                 continue;
             }
             let ttl = self
@@ -253,13 +305,7 @@ impl Inner {
                 && ttl.granted_ttl() == granted
                 && granted - ttl.ttl() <= granted / 3 + 1
             {
-                return Ok(Some(Successor {
-                    key: kv.key().to_vec(),
-                    mod_rev: kv.mod_revision(),
-                    lease,
-                    handed: StoredValue::handed_to(&value).encode(),
-                    holder: value.holder,
-                }));
+                return Ok(Some(candidate));
             }
             debug!(key = %self.key_text, candidate = %value.holder, lease, ttl = ttl.ttl(),
                 granted = ttl.granted_ttl(), "passing over a candidate whose spare lease is not kept alive");
@@ -299,12 +345,16 @@ impl Inner {
             &own,
         );
         // Chosen ahead, or now (any failure here only means a plain release).
-        let ahead = self.chosen(h.lease.ttl());
+        let ahead = self.chosen(h.lease.ttl(), &h.holder);
         let chosen_ahead = ahead.is_some();
         let successor = match ahead {
             Some(s) => Some(s),
             None => self.choose(&h.holder).await.ok().flatten(),
         };
+        let handed = successor
+            .as_ref()
+            .map(Successor::handed)
+            .unwrap_or_default();
         let txn = match &successor {
             // The key moves onto the successor's lease under its name, if it is still the
             // version we wrote last and the candidacy is still the one we read (a candidate
@@ -319,7 +369,7 @@ impl Inner {
                 .and_then([
                     TxnOp::put(
                         self.key.clone(),
-                        s.handed.clone(),
+                        handed.clone(),
                         Some(PutOptions::new().with_lease(s.lease)),
                     ),
                     TxnOp::delete(own, None),
@@ -336,7 +386,7 @@ impl Inner {
             let at = r.header().map(|x| x.revision()).unwrap_or(0);
             let released = match &successor {
                 Some(s) if r.succeeded() => {
-                    info!(key = %self.key_text, term = %rev, successor = %s.holder, successor_term = %at,
+                    info!(key = %self.key_text, term = %rev, successor = %s.value.holder, successor_term = %at,
                         chosen_ahead, "handed the lock over to a live candidate");
                     self.knowledge().present(
                         at,
@@ -344,7 +394,7 @@ impl Inner {
                             create_rev: h.create_rev,
                             mod_rev: at,
                             lease: s.lease,
-                            value: &s.handed,
+                            value: &handed,
                         },
                         Instant::now(),
                     );

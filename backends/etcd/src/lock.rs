@@ -602,8 +602,9 @@ impl LeaderLock for EtcdLock {
         if let (Ok(Attempt::Leader { .. }), Ok(ttl)) = (&attempt, whole_seconds(c.lease_duration)) {
             // Off the attempt's path, so that its reads never delay its answer; from the
             // attempt that made us leader on, so that even a short leadership hands over at once.
-            if self.inner.choice_due(ttl) {
-                let (inner, holder) = (Arc::clone(&self.inner), c.holder());
+            let holder = c.holder();
+            if self.inner.choice_due(ttl, &holder) {
+                let inner = Arc::clone(&self.inner);
                 tokio::spawn(async move { inner.choose_ahead(&holder).await });
             }
         }

@@ -7,7 +7,7 @@ use futures::StreamExt;
 use leader_lock::{LockError, LockEvent, LockEventStream};
 use tokio::time::Instant;
 
-use crate::client::Inner;
+use crate::client::{Choice, Inner};
 use crate::error::map_error;
 use crate::knowledge::{Knowledge, Seen};
 use crate::value::record;
@@ -45,7 +45,7 @@ impl Inner {
             if resp.created() && resp.events().is_empty() {
                 continue;
             }
-            apply_events(&self.knowledge, &resp);
+            apply_events(&self.knowledge, &self.key, &resp);
             if resp.header().map_or(0, |x| x.revision()) >= until {
                 return Ok(());
             }
@@ -64,8 +64,15 @@ impl Inner {
                 event(kv)
             }
         };
+        // The key and the candidates' registrations (`<key>#candidates/…`), which sort right
+        // after it: a leader learns of a new candidate as it registers (`Choice::registered`).
         let key = self.key.clone();
+        let mut end = self.candidates.clone();
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
         let options = WatchOptions::new()
+            .with_range(end)
             .with_start_revision(rev + 1)
             .with_prev_key();
         // The member it is opened on: should the lock leave that member, the watch ends too.
@@ -83,6 +90,9 @@ impl Inner {
             endpoints: self.endpoints.clone(),
             knowledge: self.knowledge.clone(),
             used: self.used.clone(),
+            key: self.key.clone(),
+            candidates: self.candidates.clone(),
+            choice: self.choice.clone(),
         });
         let changes = futures::stream::unfold(state, |state| async move {
             let mut st = state?;
@@ -114,11 +124,17 @@ impl Inner {
                             return Some((Err(e), None));
                         }
                         // Knowledge first, so an attempt woken by this event finds it there.
-                        apply_events(&st.knowledge, &resp);
+                        apply_events(&st.knowledge, &st.key, &resp);
+                        note_candidacies(&st.choice, &st.candidates, &resp);
                         // An elector reads this stream: our candidacy is still wanted.
                         *st.used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
                         // Several events on our one key: only the latest state matters.
-                        if let Some(kv) = resp.events().last().and_then(|e| e.kv()) {
+                        let last = resp
+                            .events()
+                            .iter()
+                            .filter_map(|e| e.kv())
+                            .rfind(|kv| kv.key() == st.key.as_slice());
+                        if let Some(kv) = last {
                             return Some((Ok(event(kv)), Some(st)));
                         }
                     }
@@ -136,18 +152,46 @@ impl Inner {
     }
 }
 
-/// Feeds a watch response's events into the knowledge, oldest first.
-fn apply_events(knowledge: &std::sync::Mutex<Knowledge>, resp: &etcd_client::WatchResponse) {
+/// Feeds a watch response's events on `key` into the knowledge, oldest first.
+fn apply_events(
+    knowledge: &std::sync::Mutex<Knowledge>,
+    key: &[u8],
+    resp: &etcd_client::WatchResponse,
+) {
     let now = Instant::now();
     let mut k = knowledge.lock().unwrap_or_else(|p| p.into_inner());
     for ev in resp.events() {
-        let Some(kv) = ev.kv() else { continue };
+        let Some(kv) = ev.kv().filter(|kv| kv.key() == key) else {
+            continue;
+        };
         // A delete carries a key-value with version 0; reading that avoids the client's
         // event-type accessor, which panics on types it does not know.
         if kv.version() == 0 {
             k.deleted(kv.mod_revision(), ev.prev_kv().map(Seen::from), now);
         } else {
             k.present(kv.mod_revision(), Seen::from(kv), now);
+        }
+    }
+}
+
+/// Feeds the registrations a watch response shows written or deleted into the choice of a
+/// successor, oldest first.
+fn note_candidacies(
+    choice: &std::sync::Mutex<Choice>,
+    candidates: &[u8],
+    resp: &etcd_client::WatchResponse,
+) {
+    let now = Instant::now();
+    let mut choice = choice.lock().unwrap_or_else(|p| p.into_inner());
+    for kv in resp.events().iter().filter_map(|e| e.kv()) {
+        if !kv.key().starts_with(candidates) {
+            continue;
+        }
+        // A delete carries a key-value with version 0 (see `apply_events`).
+        if kv.version() == 0 {
+            choice.withdrawn(kv.key());
+        } else {
+            choice.registered(kv, now);
         }
     }
 }
@@ -162,6 +206,10 @@ struct WatchState {
     knowledge: Arc<std::sync::Mutex<Knowledge>>,
     /// When an elector last used the lock (`Inner::used`).
     used: Arc<std::sync::Mutex<Instant>>,
+    key: Vec<u8>,
+    /// The candidates' prefix, and the choice their registrations feed (`Inner::choice`).
+    candidates: Vec<u8>,
+    choice: Arc<std::sync::Mutex<Choice>>,
 }
 
 /// A change of the key as a lock event (a delete carries a key-value with version 0).

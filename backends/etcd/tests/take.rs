@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use etcd_client::WatchOptions;
 use leader_lock::conformance::patience;
 use leader_lock::Term;
 use testkit::etcd::EtcdServer;
@@ -174,4 +175,69 @@ async fn a_leader_that_chose_while_renewing_releases_without_a_read() {
         };
         assert!(lb.release(&b, term).await.expect("b releases"));
     }
+}
+
+/// A leader whose watch shows a candidate register chooses it then: its release, with no renew
+/// since, reads nothing before its transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_learns_of_a_new_candidate_from_its_watch() {
+    use futures::StreamExt;
+    use leader_lock::Attempt;
+    common::init_tracing();
+    let server = EtcdServer::start().await.expect("etcd starts");
+    let port = server.client_port();
+    let name = "handover";
+    let (la, lb) = common::two_locks(&server, name).await;
+    let (a, b) = (common::candidate("a"), common::candidate("b"));
+    let ranges = requests(port)[0];
+    let Ok(Attempt::Leader { term, .. }) = la.try_acquire_or_renew(&a).await else {
+        panic!("a leads");
+    };
+    // Its first choice, as it leads, finds nobody.
+    settled(port, 0, ranges).await;
+    // a's watch, read as an elector reads it.
+    let mut changes = la.watch().await.expect("a watches");
+    let reader = tokio::spawn(async move { while changes.next().await.is_some() {} });
+    let mut raw = common::raw_client(&server).await;
+    let mut registrations = raw
+        .watch(
+            format!("/gateway-leader/{name}#candidates/"),
+            Some(WatchOptions::new().with_prefix()),
+        )
+        .await
+        .expect("the test watches the registrations");
+    let followed = lb.try_acquire_or_renew(&b).await;
+    assert!(
+        matches!(followed, Ok(Attempt::Follower { .. })),
+        "{followed:?}"
+    );
+    let limit = Instant::now() + Duration::from_secs(10);
+    loop {
+        let msg = tokio::time::timeout_at(limit, registrations.message())
+            .await
+            .expect("b registers in time")
+            .expect("the watch works")
+            .expect("the watch stays open");
+        if !msg.events().is_empty() {
+            break;
+        }
+    }
+    // a's watch delivers the same write: well within this.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = requests(port);
+    assert!(la.release(&a, term).await.expect("a releases"), "released");
+    let after = requests(port);
+    assert_eq!(
+        after,
+        [before[0], before[1] + 1.0, before[2]],
+        "the release sent its transaction alone"
+    );
+    let got = raw
+        .get(format!("/gateway-leader/{name}"), None)
+        .await
+        .expect("get the key");
+    let kv = got.kvs().first().expect("handed over, not deleted");
+    let value: serde_json::Value = serde_json::from_slice(kv.value()).expect("json");
+    assert_eq!(value["holder"].as_str(), Some(b.holder().as_str()));
+    reader.abort();
 }
