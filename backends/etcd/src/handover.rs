@@ -1,12 +1,13 @@
 //! The release and the handover in one write (docs/etcd.md, "Handover: one write"): which
-//! candidate a release hands the key to, how that candidate takes it without a write of its own,
-//! and how a stopping follower takes its candidacy back.
+//! candidate a release hands the key to (chosen while leading, so that the release reads
+//! nothing first), how that candidate takes it without a request of its own, and how a
+//! stopping follower takes its candidacy back.
+
+use std::time::Duration;
 
 use etcd_client::{
     Compare, CompareOp, GetOptions, GetResponse, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
-use std::time::Duration;
-
 use leader_lock::{Candidate, LockError, Term};
 use tokio::time::Instant;
 use tracing::{debug, info};
