@@ -62,10 +62,12 @@ async fn a_watching_follower_sends_no_read_over_several_leases() {
         timing.lease_duration, timing.retry_period,
     );
     assert!(txns >= 4.0, "the leader renewed ({txns} transactions)");
-    // A look by the follower is a `Range` without a `LeaseTimeToLive`.
-    assert_eq!(
-        reads, ttls,
-        "the follower read the key while its watch showed it renewed"
+    // A look by the follower is a `Range` without a `LeaseTimeToLive`. A choice under way as a
+    // count is taken may have one of its pair on each side of it: one either way is that.
+    assert!(
+        (reads - ttls).abs() <= 1.0,
+        "the follower read the key while its watch showed it renewed: {reads} Range, {ttls} \
+         LeaseTimeToLive"
     );
     let choices = window.as_secs_f64() / (timing.lease_duration.as_secs_f64() / 6.0) + 1.0;
     assert!(
