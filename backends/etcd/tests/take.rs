@@ -67,13 +67,9 @@ async fn a_successor_that_saw_the_handover_takes_it_without_a_request() {
         from < released,
         "the hold counts from before the handover was even sent"
     );
-    let mut raw = common::raw_client(&server).await;
-    let got = raw
-        .get(format!("/gateway-leader/{name}"), None)
-        .await
-        .expect("get the key");
-    let kv = got.kvs().first().expect("the key");
+    let kv = handed_key(&server, name).await;
     assert_eq!(Term(kv.mod_revision().unsigned_abs()), term);
+    let mut raw = common::raw_client(&server).await;
     let ttl = raw
         .lease_time_to_live(kv.lease(), None)
         .await
@@ -85,6 +81,25 @@ async fn a_successor_that_saw_the_handover_takes_it_without_a_request() {
         "the lease lives at least a lease past the hold's start: {ttl}s left {:?} after it",
         from.elapsed()
     );
+}
+
+/// The lock key as the server holds it, after a release that handed it over (not deleted).
+async fn handed_key(server: &EtcdServer, name: &str) -> etcd_client::KeyValue {
+    let mut raw = common::raw_client(server).await;
+    let got = raw
+        .get(format!("/gateway-leader/{name}"), None)
+        .await
+        .expect("get the key");
+    got.kvs()
+        .first()
+        .cloned()
+        .expect("the key was handed over, not deleted")
+}
+
+/// The holder a key's value names.
+fn holder(kv: &etcd_client::KeyValue) -> String {
+    let value: serde_json::Value = serde_json::from_slice(kv.value()).expect("json");
+    value["holder"].as_str().unwrap_or_default().to_string()
 }
 
 /// `Range`s, `Txn`s and `LeaseTimeToLive`s the server received.
@@ -161,14 +176,7 @@ async fn a_leader_that_chose_while_renewing_releases_without_a_read() {
                 "an old choice is looked up again"
             );
         }
-        let mut raw = common::raw_client(&server).await;
-        let got = raw
-            .get(format!("/gateway-leader/{name}"), None)
-            .await
-            .expect("get the key");
-        let kv = got.kvs().first().expect("handed over, not deleted");
-        let value: serde_json::Value = serde_json::from_slice(kv.value()).expect("json");
-        assert_eq!(value["holder"].as_str(), Some(b.holder().as_str()));
+        assert_eq!(holder(&handed_key(&server, name).await), b.holder());
         // The next round starts from an empty lock.
         let Ok(Attempt::Leader { term, .. }) = lb.try_acquire_or_renew(&b).await else {
             panic!("b takes the key handed to it");
@@ -178,26 +186,16 @@ async fn a_leader_that_chose_while_renewing_releases_without_a_read() {
 }
 
 /// A leader whose watch shows a candidate register chooses it then: its release, with no renew
-/// since, reads nothing before its transaction.
+/// since, reads nothing before its transaction. When the watch then shows that candidate take
+/// its registration back, the release looks again instead (and, with nobody left, deletes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_learns_of_a_new_candidate_from_its_watch() {
+async fn a_leader_learns_of_candidates_from_its_watch() {
     use futures::StreamExt;
     use leader_lock::Attempt;
     common::init_tracing();
     let server = EtcdServer::start().await.expect("etcd starts");
     let port = server.client_port();
     let name = "handover";
-    let (la, lb) = common::two_locks(&server, name).await;
-    let (a, b) = (common::candidate("a"), common::candidate("b"));
-    let ranges = requests(port)[0];
-    let Ok(Attempt::Leader { term, .. }) = la.try_acquire_or_renew(&a).await else {
-        panic!("a leads");
-    };
-    // Its first choice, as it leads, finds nobody.
-    settled(port, 0, ranges).await;
-    // a's watch, read as an elector reads it.
-    let mut changes = la.watch().await.expect("a watches");
-    let reader = tokio::spawn(async move { while changes.next().await.is_some() {} });
     let mut raw = common::raw_client(&server).await;
     let mut registrations = raw
         .watch(
@@ -206,38 +204,73 @@ async fn a_leader_learns_of_a_new_candidate_from_its_watch() {
         )
         .await
         .expect("the test watches the registrations");
-    let followed = lb.try_acquire_or_renew(&b).await;
-    assert!(
-        matches!(followed, Ok(Attempt::Follower { .. })),
-        "{followed:?}"
-    );
-    let limit = Instant::now() + Duration::from_secs(10);
-    loop {
-        let msg = tokio::time::timeout_at(limit, registrations.message())
-            .await
-            .expect("b registers in time")
-            .expect("the watch works")
-            .expect("the watch stays open");
-        if !msg.events().is_empty() {
-            break;
+    for withdrawn in [false, true] {
+        let (la, lb) = common::two_locks(&server, name).await;
+        let (a, b) = (
+            common::candidate(&format!("a{withdrawn}")),
+            common::candidate(&format!("b{withdrawn}")),
+        );
+        let ranges = requests(port)[0];
+        let Ok(Attempt::Leader { term, .. }) = la.try_acquire_or_renew(&a).await else {
+            panic!("a leads");
+        };
+        // Its first choice, as it leads, finds nobody.
+        settled(port, 0, ranges).await;
+        // a's watch, read as an elector reads it.
+        let mut changes = la.watch().await.expect("a watches");
+        let reader = tokio::spawn(async move { while changes.next().await.is_some() {} });
+        let followed = lb.try_acquire_or_renew(&b).await;
+        assert!(
+            matches!(followed, Ok(Attempt::Follower { .. })),
+            "{followed:?}"
+        );
+        let mut steps: usize = 1;
+        if withdrawn {
+            lb.withdraw(&b).await.expect("b withdraws");
+            steps += 1;
         }
+        let limit = Instant::now() + Duration::from_secs(10);
+        while steps > 0 {
+            let msg = tokio::time::timeout_at(limit, registrations.message())
+                .await
+                .expect("b's registration changes in time")
+                .expect("the watch works")
+                .expect("the watch stays open");
+            steps = steps.saturating_sub(msg.events().len());
+        }
+        // a's watch delivers the same writes: well within this.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let before = requests(port);
+        assert!(la.release(&a, term).await.expect("a releases"), "released");
+        let after = requests(port);
+        if withdrawn {
+            assert!(
+                after[0] > before[0],
+                "a chosen candidate gone is looked up again"
+            );
+            let mut raw = common::raw_client(&server).await;
+            let got = raw.get(format!("/gateway-leader/{name}"), None).await;
+            assert!(
+                got.expect("get the key").kvs().is_empty(),
+                "nobody to hand to: deleted"
+            );
+        } else {
+            assert_eq!(
+                after,
+                [before[0], before[1] + 1.0, before[2]],
+                "the release sent its transaction alone"
+            );
+            assert_eq!(holder(&handed_key(&server, name).await), b.holder());
+            let Ok(Attempt::Leader { term, .. }) = lb.try_acquire_or_renew(&b).await else {
+                panic!("b takes the key handed to it");
+            };
+            // b's release takes its registration with it: one more event.
+            assert!(lb.release(&b, term).await.expect("b releases"));
+            let msg = tokio::time::timeout_at(limit, registrations.message())
+                .await
+                .expect("b's registration goes in time");
+            assert!(msg.expect("the watch works").is_some());
+        }
+        reader.abort();
     }
-    // a's watch delivers the same write: well within this.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let before = requests(port);
-    assert!(la.release(&a, term).await.expect("a releases"), "released");
-    let after = requests(port);
-    assert_eq!(
-        after,
-        [before[0], before[1] + 1.0, before[2]],
-        "the release sent its transaction alone"
-    );
-    let got = raw
-        .get(format!("/gateway-leader/{name}"), None)
-        .await
-        .expect("get the key");
-    let kv = got.kvs().first().expect("handed over, not deleted");
-    let value: serde_json::Value = serde_json::from_slice(kv.value()).expect("json");
-    assert_eq!(value["holder"].as_str(), Some(b.holder().as_str()));
-    reader.abort();
 }
