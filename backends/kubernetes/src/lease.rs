@@ -98,6 +98,16 @@ struct State {
     observed: ObservedRecord,
     /// The Lease our last successful write returned, while we hold it (client-go's fast path).
     own: Option<Lease>,
+    /// The running watch, by the number [`LeaderLock::watch`] gave it: only that one's pump
+    /// writes or clears [`watched`](Self::watched).
+    watching: Option<u64>,
+    /// The Lease as the running watch last delivered it (or the list it started from). A
+    /// follower's attempt decides from this copy and writes over it without reading first: one
+    /// request between a release and the new leader, not two. A stale copy costs a conflict and
+    /// a read, never a wrong write: the replace carries the copy's resourceVersion.
+    watched: Option<Lease>,
+    /// How many watches this lock has started: the next one's number.
+    watches: u64,
     /// Our own lease duration (from the last candidate): stands in for a missing recorded one.
     fallback: Duration,
     /// The highest `leaseTransitions` this client has seen. A deleted and recreated Lease starts
@@ -131,6 +141,9 @@ impl LeaseLock {
                 state: Mutex::new(State {
                     observed: ObservedRecord::default(),
                     own: None,
+                    watching: None,
+                    watched: None,
+                    watches: 0,
                     fallback: DEFAULT_LEASE,
                     highest: None,
                     renew_deadline: None,
@@ -226,6 +239,10 @@ impl LeaseLock {
                     state: Mutex::new(State {
                         observed: s.observed.clone(),
                         own: s.own.clone(),
+                        // A copy's watch belongs to the lock it was started on.
+                        watching: None,
+                        watched: None,
+                        watches: s.watches,
                         fallback: s.fallback,
                         highest: s.highest,
                         renew_deadline: s.renew_deadline,
@@ -324,6 +341,7 @@ impl Inner {
         let last = last.map(|l| spec::record(l, self.clamp()));
         let mut s = self.state();
         s.own = None;
+        s.watched = None;
         let now = Instant::now();
         let before = s.observed.hold_off(now).map(|(_, until)| until);
         let fallback = s.fallback;
@@ -487,9 +505,16 @@ impl Inner {
         if let Some(term) = self.fast_renew(c, &me).await? {
             return Ok(Attempt::leader(term));
         }
-        // A lost race re-reads once: the winner's record decides (or our own retried write).
-        for _ in 0..2 {
-            let current = self.read().await?;
+        // The watch's copy first (no request unless we write); a lost race re-reads once: the
+        // winner's record decides (or our own retried write).
+        let mut copy = self.state().watched.clone();
+        let tries = if copy.is_some() { 3 } else { 2 };
+        for _ in 0..tries {
+            let from_copy = copy.is_some();
+            let current = match copy.take() {
+                Some(lease) => Some(lease),
+                None => self.read().await?,
+            };
             let (result, op) = match self.plan(current, c, &me)? {
                 Plan::Follow(a) => return Ok(a),
                 Plan::Create(lease, term) => (
@@ -513,8 +538,8 @@ impl Inner {
                     self.won(lease);
                     return Ok(Attempt::leader(term));
                 }
-                Err(e) if is_conflict(&e) => {
-                    debug!(lease = %self.name, "{op} lost a race; reading the winner");
+                Err(e) if is_conflict(&e) || (from_copy && status(&e) == Some(404)) => {
+                    debug!(lease = %self.name, from_copy, "{op} lost a race; reading the winner");
                     continue;
                 }
                 Err(e) => return Err(classify(&self.what(op), e)),
@@ -575,6 +600,9 @@ impl Inner {
 
 mod watch;
 
+#[cfg(test)]
+mod tests;
+
 fn term_of(transitions: i32) -> Term {
     Term(u64::from(transitions.max(0).unsigned_abs()))
 }
@@ -632,8 +660,15 @@ impl LeaderLock for LeaseLock {
         }
         let version = list.metadata.resource_version.unwrap_or_default();
         let stream = inner.open_watch(&version).await?;
+        let number = {
+            let mut s = inner.state();
+            s.watches += 1;
+            s.watching = Some(s.watches);
+            s.watched = list.items.into_iter().next();
+            s.watches
+        };
         let (tx, rx) = mpsc::channel(32);
-        tokio::spawn(watch::pump(self.inner.clone(), stream, version, tx));
+        tokio::spawn(watch::pump(self.inner.clone(), number, stream, version, tx));
         Ok(ReceiverStream::new(rx).boxed())
     }
 }

@@ -9,23 +9,6 @@ use std::time::Duration;
 
 use leader_lock::{Attempt, Candidate, Identity, LeaderLock};
 
-/// The apiserver's count of requests on Leases with `verb`, all codes.
-async fn lease_requests(s: &testkit::kube::KubeApiServer, verb: &str) -> f64 {
-    let req = http::Request::get("/metrics")
-        .body(Vec::new())
-        .expect("a request");
-    let text = s
-        .admin_client()
-        .request_text(req)
-        .await
-        .expect("the apiserver's metrics");
-    text.lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| l.contains("resource=\"leases\"") && l.contains(&format!("verb=\"{verb}\"")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_writes_back_the_lease_it_last_wrote_without_reading_it() {
     common::init_tracing();
@@ -44,14 +27,13 @@ async fn a_release_writes_back_the_lease_it_last_wrote_without_reading_it() {
     lock.try_acquire_or_renew(&c).await.expect("renew");
     let held = common::get_raw(s, &ns, "l").await;
 
-    let (gets, puts) = (
-        lease_requests(s, "GET").await,
-        lease_requests(s, "PUT").await,
-    );
+    let before = common::lease_requests(s).await;
     assert!(lock.release(&c, term).await.expect("release"), "released");
-    let gets = lease_requests(s, "GET").await - gets;
-    let puts = lease_requests(s, "PUT").await - puts;
-    assert_eq!((gets, puts), (0.0, 1.0), "a release is one PUT and no GET");
+    assert_eq!(
+        common::lease_requests(s).await.since(&before),
+        (0.0, 1.0),
+        "a release is one PUT and no GET"
+    );
 
     // What the server holds: client-go's released record, the transitions (our term) kept.
     let released = common::get_raw(s, &ns, "l").await;

@@ -26,9 +26,27 @@ impl Inner {
     }
 }
 
-/// Forwards watch events until the receiver goes away or the watch breaks.
+/// Forwards watch events until the receiver goes away or the watch breaks, keeping the lock's
+/// copy of the Lease (`watched`) while it runs: watch `number` of this lock.
 pub(super) async fn pump(
     inner: Arc<Inner>,
+    number: u64,
+    stream: BoxStream<'static, kube::Result<WatchEvent<Lease>>>,
+    version: String,
+    tx: mpsc::Sender<Result<LockEvent, LockError>>,
+) {
+    forward(&inner, number, stream, version, tx).await;
+    // A copy nobody keeps up to date would only cost conflicts: attempts read again.
+    let mut s = inner.state();
+    if s.watching == Some(number) {
+        s.watching = None;
+        s.watched = None;
+    }
+}
+
+async fn forward(
+    inner: &Inner,
+    number: u64,
     mut stream: BoxStream<'static, kube::Result<WatchEvent<Lease>>>,
     mut version: String,
     tx: mpsc::Sender<Result<LockEvent, LockError>>,
@@ -51,7 +69,13 @@ pub(super) async fn pump(
                 if let Some(v) = &l.metadata.resource_version {
                     version.clone_from(v);
                 }
-                Ok(LockEvent::Changed(Some(inner.observe(&l))))
+                let rec = inner.observe(&l);
+                let mut s = inner.state();
+                if s.watching == Some(number) {
+                    s.watched = Some(l);
+                }
+                drop(s);
+                Ok(LockEvent::Changed(Some(rec)))
             }
             Some(Ok(WatchEvent::Deleted(l))) => {
                 if let Some(v) = &l.metadata.resource_version {

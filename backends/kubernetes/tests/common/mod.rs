@@ -94,3 +94,43 @@ pub async fn get_raw(server: &KubeApiServer, ns: &str, name: &str) -> serde_json
     let o = api.get(name).await.expect("reading the Lease");
     serde_json::to_value(o).expect("json")
 }
+
+/// The apiserver's counts of requests on Leases, all codes: (GET, PUT).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeaseRequests {
+    pub gets: f64,
+    pub puts: f64,
+}
+
+impl LeaseRequests {
+    /// The requests since `before`: (GET, PUT).
+    pub fn since(&self, before: &LeaseRequests) -> (f64, f64) {
+        (self.gets - before.gets, self.puts - before.puts)
+    }
+}
+
+/// Reads the apiserver's `apiserver_request_total` for Leases. Only meaningful in a test binary
+/// of its own, where nobody else sends requests meanwhile.
+pub async fn lease_requests(server: &KubeApiServer) -> LeaseRequests {
+    let req = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("a request");
+    let text = server
+        .admin_client()
+        .request_text(req)
+        .await
+        .expect("the apiserver's metrics");
+    let count = |verb: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with("apiserver_request_total{"))
+            .filter(|l| {
+                l.contains("resource=\"leases\"") && l.contains(&format!("verb=\"{verb}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    LeaseRequests {
+        gets: count("GET"),
+        puts: count("PUT"),
+    }
+}

@@ -1,0 +1,50 @@
+//! The watched copy against the real apiserver: a stale copy costs a conflict and a read, never
+//! a write over a Lease someone took since.
+
+use std::time::Duration;
+
+use leader_lock::{Attempt, Candidate, Identity, LeaderLock};
+use testkit::kube::KubeApiServer;
+
+use super::LeaseLock;
+
+fn candidate(name: &str) -> Candidate {
+    Candidate {
+        identity: Identity::new(name),
+        lease_duration: Duration::from_secs(3),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_watched_copy_conflicts_and_the_follower_reads_the_holder() {
+    let server = KubeApiServer::shared()
+        .await
+        .unwrap_or_else(|e| panic!("no kube-apiserver for the tests: {e:#}"));
+    let ns = format!("stale-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    server.create_namespace(&ns).await.expect("a namespace");
+    let lock = || LeaseLock::new(server.admin_client(), &ns, "l");
+    let (a, b, c) = (lock(), lock(), lock());
+    let (ca, cb, cc) = (candidate("a"), candidate("b"), candidate("c"));
+
+    let Attempt::Leader { term, .. } = a.try_acquire_or_renew(&ca).await.expect("a") else {
+        panic!("a leads a fresh Lease");
+    };
+    assert!(a.release(&ca, term).await.expect("a releases"));
+    let released = a.inner.read().await.expect("read").expect("the Lease");
+    let Attempt::Leader { term: taken, .. } = c.try_acquire_or_renew(&cc).await.expect("c") else {
+        panic!("c takes the released Lease");
+    };
+
+    // b's watch fell behind: its copy still shows the release.
+    b.inner.state().watched = Some(released);
+    match b.try_acquire_or_renew(&cb).await.expect("b's attempt") {
+        Attempt::Follower { holder, term, .. } => {
+            assert_eq!(holder, Some(cc.holder()));
+            assert_eq!(term, Some(taken));
+        }
+        other => panic!("b wrote over c's Lease from a stale copy: {other:?}"),
+    }
+    let held = b.inner.read().await.expect("read").expect("the Lease");
+    assert_eq!(super::spec::holder(&held), cc.holder(), "c still holds it");
+    assert!(b.inner.state().own.is_none());
+}
