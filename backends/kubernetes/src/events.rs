@@ -18,10 +18,12 @@ pub const EVENT_POST_TIMEOUT: Duration = Duration::from_secs(2);
 /// Posts Kubernetes Events on the Lease whenever this replica becomes or stops being leader, as
 /// client-go does: reason `LeaderElection`, message `<holder> became leader` or `<holder> stopped
 /// leading`, source `component` (your controller's name). Each post is bounded by
-/// [`EVENT_POST_TIMEOUT`]; a failure is logged, never fatal. The task ends after the elector
-/// stops, with a last "stopped leading" when it was leading, posted once the elector has
-/// released the lock (or after [`EVENT_POST_TIMEOUT`]), so that it never competes with the
-/// release a follower is waiting for.
+/// [`EVENT_POST_TIMEOUT`]; a failure is logged, never fatal. Neither competes with the requests
+/// a takeover waits for: "became leader" is posted once the leadership has renewed (or ended),
+/// stamped with when it began, so a new leader's first writes go first; the task ends after the
+/// elector stops, with a last "stopped leading" when it was leading, posted once the elector has
+/// released the lock (or after [`EVENT_POST_TIMEOUT`]), as a follower is waiting for that
+/// release.
 ///
 /// `client` must be ungated (as the lock's, see [`LeaseLock`](crate::LeaseLock)): the "stopped
 /// leading" Event is posted after leadership ended. It needs RBAC `events: create`.
@@ -68,37 +70,49 @@ pub fn spawn_leader_events(
     tokio::spawn(async move {
         let mut rx = leadership.subscribe();
         let mut leading: Option<Term> = None;
+        // When the current leadership began, while its "became leader" Event waits for the
+        // leadership's first renewal: a new leader's first status writes go to the apiserver
+        // before that Event's read and write.
+        let mut unposted: Option<Time> = None;
         loop {
             let state = rx.borrow_and_update().clone();
             if matches!(state, LeaderState::Stopped) {
                 if leading.is_some() {
                     // `Stopped` comes before the release, and a follower is waiting for that
-                    // release: the Event (one more write to the apiserver, and its etcd) goes
+                    // release: the Events (more writes to the apiserver, and its etcd) go
                     // after it. The elector drops its side of the channel once it released.
                     let released = async { while rx.changed().await.is_ok() {} };
                     let _ = tokio::time::timeout(EVENT_POST_TIMEOUT, released).await;
-                    poster.post("stopped leading", false).await;
+                    poster.became(&mut unposted).await;
+                    poster.post("stopped leading", false, now()).await;
                 }
                 return;
             }
-            let now = state.term();
-            if now != leading {
+            let term = state.term();
+            if term != leading {
                 if leading.is_some() {
-                    poster.post("stopped leading", false).await;
+                    poster.became(&mut unposted).await;
+                    poster.post("stopped leading", false, now()).await;
                 }
-                if now.is_some() {
-                    poster.post("became leader", true).await;
-                }
-                leading = now;
+                unposted = term.map(|_| now());
+                leading = term;
+            } else if leading.is_some() {
+                // The same term again: renewed.
+                poster.became(&mut unposted).await;
             }
             if rx.changed().await.is_err() {
                 if leading.is_some() {
-                    poster.post("stopped leading", false).await;
+                    poster.became(&mut unposted).await;
+                    poster.post("stopped leading", false, now()).await;
                 }
                 return;
             }
         }
     })
+}
+
+fn now() -> Time {
+    Time(jiff::Timestamp::now())
 }
 
 struct Poster {
@@ -118,9 +132,9 @@ impl Poster {
     /// With `read_uid` (a new leadership, whose Lease may have been recreated) the Lease's uid
     /// is read first; otherwise the one read then is used, so that the Event for a leadership's
     /// end adds no read to a handover.
-    async fn post(&mut self, what: &str, read_uid: bool) {
+    async fn post(&mut self, what: &str, read_uid: bool, at: Time) {
         let message = format!("{} {what}", self.holder);
-        if tokio::time::timeout(EVENT_POST_TIMEOUT, self.send(&message, read_uid))
+        if tokio::time::timeout(EVENT_POST_TIMEOUT, self.send(&message, read_uid, at))
             .await
             .is_err()
         {
@@ -129,7 +143,15 @@ impl Poster {
         }
     }
 
-    async fn send(&mut self, message: &str, read_uid: bool) {
+    /// Posts the "became leader" Event of the current leadership, stamped with when it began,
+    /// unless it is out already.
+    async fn became(&mut self, unposted: &mut Option<Time>) {
+        if let Some(at) = unposted.take() {
+            self.post("became leader", true, at).await;
+        }
+    }
+
+    async fn send(&mut self, message: &str, read_uid: bool, at: Time) {
         // The uid ties the event to this Lease object; without it the event still lists by name.
         if read_uid || self.uid.is_none() {
             self.uid = match self.leases.get_opt(&self.lease).await {
@@ -138,7 +160,6 @@ impl Poster {
             };
         }
         let uid = self.uid.clone();
-        let now = Time(jiff::Timestamp::now());
         let ev = Event {
             metadata: ObjectMeta {
                 generate_name: Some(format!("{}.", self.lease)),
@@ -160,8 +181,8 @@ impl Poster {
                 component: Some(self.component.clone()),
                 host: None,
             }),
-            first_timestamp: Some(now.clone()),
-            last_timestamp: Some(now),
+            first_timestamp: Some(at.clone()),
+            last_timestamp: Some(at),
             count: Some(1),
             ..Event::default()
         };
@@ -227,11 +248,12 @@ mod tests {
         drop(leadership.wait_leader().await.expect("leads"));
         let stopped = Instant::now();
         assert!(elector.shutdown().await.expect("released"));
-        // "became leader" may still be hanging, then "stopped leading": each gives up in time.
-        tokio::time::timeout(EVENT_POST_TIMEOUT * 3, events)
+        // A leadership that ended before its first renewal posts "became leader" after the
+        // release, then "stopped leading": each gives up in time.
+        tokio::time::timeout(EVENT_POST_TIMEOUT * 4, events)
             .await
             .expect("the events task ends despite the hung apiserver")
             .expect("events task");
-        assert!(stopped.elapsed() <= EVENT_POST_TIMEOUT * 2);
+        assert!(stopped.elapsed() <= EVENT_POST_TIMEOUT * 3);
     }
 }

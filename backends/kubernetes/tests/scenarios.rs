@@ -7,11 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use kube::Api;
 use leader_lock::conformance::{patience, wait_leader, wait_state};
 use leader_lock::{
@@ -21,6 +22,14 @@ use leader_lock::{
 use leader_lock_kubernetes::{client, spawn_leader_events, LeaseLock};
 use serde_json::json;
 use tokio::time::Instant;
+
+/// A resourceVersion of the test apiserver, which are etcd revisions: ordered across objects.
+fn rv(m: &ObjectMeta) -> u64 {
+    m.resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .expect("a numeric resourceVersion from the test apiserver")
+}
 
 fn elector(lock: LeaseLock, name: &str) -> Elector {
     Elector::spawn(
@@ -277,12 +286,6 @@ async fn documented_role_is_enough_and_no_rbac_is_refused_clearly() {
         .get(lease)
         .await
         .expect("the released Lease");
-    let rv = |m: &ObjectMeta| -> u64 {
-        m.resource_version
-            .as_deref()
-            .and_then(|v| v.parse().ok())
-            .expect("a numeric resourceVersion from the test apiserver")
-    };
     assert!(
         rv(&stopped.metadata) > rv(&released.metadata),
         "the \"stopped leading\" Event (resourceVersion {:?}) was stored before the release (Lease at {:?})",
@@ -503,4 +506,77 @@ async fn the_leases_managed_fields_name_the_field_manager() {
     let raw = common::get_raw(s, &ns, "own-manager").await;
     assert_eq!(managers(&raw), vec!["my-controller".to_string()], "{raw}");
     assert!(e.shutdown().await.expect("release"));
+}
+
+/// "became leader" waits for the leadership's first renewal, so it does not compete with a new
+/// leader's first writes: the apiserver stores it after that renewal. The replica takes the Lease
+/// from a holder that stopped renewing, on its own clock, long after its watch started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn became_leader_is_posted_after_the_first_renewal() {
+    common::init_tracing();
+    let s = common::server().await;
+    let ns = common::namespace(s, "became").await;
+    let lease = "became-lock";
+    common::put_raw(
+        s,
+        &ns,
+        lease,
+        json!({ "spec": { "holderIdentity": "gone", "leaseDurationSeconds": 3 } }),
+    )
+    .await
+    .expect("a Lease held by a replica that is gone");
+    let leases: Api<Lease> = Api::namespaced(s.admin_client(), &ns);
+    let held = leases.get(lease).await.expect("the Lease");
+    let from = held.metadata.resource_version.expect("a resourceVersion");
+    let mut versions = leases
+        .watch(
+            &WatchParams::default().fields(&format!("metadata.name={lease}")),
+            &from,
+        )
+        .await
+        .expect("watching the Lease")
+        .boxed();
+    let e = elector(common::lock(s, &ns, lease), "taker");
+    let identity = e.candidate().identity.clone();
+    let events = spawn_leader_events(
+        s.admin_client(),
+        "scenarios",
+        &ns,
+        lease,
+        &identity,
+        e.leadership(),
+    );
+    // The taking write, then the first renewal: the first two versions of ours after `from`.
+    let mut ours = Vec::new();
+    while ours.len() < 2 {
+        let ev = tokio::time::timeout(Duration::from_secs(60), versions.next())
+            .await
+            .expect("the takeover and its first renewal within 60 s")
+            .expect("the watch goes on")
+            .expect("a watch event");
+        if let WatchEvent::Modified(l) = ev {
+            let spec = l.spec.as_ref().expect("a spec");
+            if spec.holder_identity.as_deref() == Some(identity.holder().as_str()) {
+                ours.push(l);
+            }
+        }
+    }
+    let renewed = &ours[1];
+    let spec = renewed.spec.as_ref().expect("a spec");
+    assert_ne!(
+        spec.acquire_time, spec.renew_time,
+        "a renewal, not the take"
+    );
+    let became = wait_event(s, &ns, &format!("{} became leader", identity.holder())).await;
+    assert!(
+        rv(&became.metadata) > rv(&renewed.metadata),
+        "the \"became leader\" Event (resourceVersion {:?}) was stored before the leadership's first renewal (Lease at {:?})",
+        became.metadata.resource_version,
+        renewed.metadata.resource_version
+    );
+    assert!(e.shutdown().await.expect("release"));
+    tokio::time::timeout(Duration::from_secs(30), events)
+        .await
+        .expect("the events task ends with the elector")
+        .expect("events task");
 }
