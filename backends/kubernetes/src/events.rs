@@ -83,16 +83,14 @@ pub fn spawn_leader_events(
                     // after it. The elector drops its side of the channel once it released.
                     let released = async { while rx.changed().await.is_ok() {} };
                     let _ = tokio::time::timeout(EVENT_POST_TIMEOUT, released).await;
-                    poster.became(&mut unposted).await;
-                    poster.post("stopped leading", false, now()).await;
+                    poster.ended(&mut unposted).await;
                 }
                 return;
             }
             let term = state.term();
             if term != leading {
                 if leading.is_some() {
-                    poster.became(&mut unposted).await;
-                    poster.post("stopped leading", false, now()).await;
+                    poster.ended(&mut unposted).await;
                 }
                 unposted = term.map(|_| now());
                 leading = term;
@@ -102,8 +100,7 @@ pub fn spawn_leader_events(
             }
             if rx.changed().await.is_err() {
                 if leading.is_some() {
-                    poster.became(&mut unposted).await;
-                    poster.post("stopped leading", false, now()).await;
+                    poster.ended(&mut unposted).await;
                 }
                 return;
             }
@@ -149,6 +146,12 @@ impl Poster {
         if let Some(at) = unposted.take() {
             self.post("became leader", true, at).await;
         }
+    }
+
+    /// Posts the end of a leadership: its "became leader" first when that was still waiting.
+    async fn ended(&mut self, unposted: &mut Option<Time>) {
+        self.became(unposted).await;
+        self.post("stopped leading", false, now()).await;
     }
 
     async fn send(&mut self, message: &str, read_uid: bool, at: Time) {
