@@ -339,7 +339,10 @@ impl Run {
                 _ = sleep_until(restart.unwrap_or(next)), if restart.is_some() => Wake::RestartWatch,
             };
             match wake {
-                Wake::Cancelled => break,
+                Wake::Cancelled => {
+                    debug!(mono_ms = clock::mono_ms(), "elector loop saw the cancel");
+                    break;
+                }
                 Wake::Expired => {
                     if self.step_down_if_expired(Instant::now()) {
                         next = Instant::now();
