@@ -1,6 +1,7 @@
 //! What a takeover sends: a follower whose watch delivered the released Lease writes over that
 //! copy without reading it first, so the new leader leads one request after the release, not
-//! two; and a follower whose watch shows the holder sends nothing at all. Counted on the
+//! two; a follower whose watch shows the holder sends nothing at all; and once that watch ends,
+//! its attempts read again (a copy nobody updates would go stale unnoticed). Counted on the
 //! apiserver's own `apiserver_request_total`; this file is its own test binary, so the
 //! apiserver serves nobody else meanwhile.
 
@@ -69,4 +70,30 @@ async fn a_follower_takes_the_released_lease_from_its_watch_without_reading_it()
     assert_eq!(lease["spec"]["holderIdentity"], cb.holder(), "{lease}");
     assert_eq!(lease["spec"]["leaseTransitions"], taken.0 as i64, "{lease}");
     assert!(taken > term, "{taken} after {term}");
+
+    // A copy is kept only while its watch runs: once the stream is dropped, a follower's
+    // attempts read the Lease again.
+    let c = common::lock(s, &ns, "l");
+    let cc = candidate("c");
+    let watching = c.watch().await.expect("c watches");
+    let before = common::lease_requests(s).await;
+    assert!(matches!(
+        c.try_acquire_or_renew(&cc).await.expect("c's attempt"),
+        Attempt::Follower { .. }
+    ));
+    assert_eq!(common::lease_requests(s).await.since(&before).0, 0.0);
+    drop(watching);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let before = common::lease_requests(s).await;
+        c.try_acquire_or_renew(&cc).await.expect("c's attempt");
+        if common::lease_requests(s).await.since(&before).0 == 1.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "30 s after its watch ended, c still decides from the copy without a read"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
