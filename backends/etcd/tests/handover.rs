@@ -391,18 +391,9 @@ async fn a_key_handed_to_a_candidate_that_never_takes_it_is_freed_by_its_keeper(
     checker.finish().await;
 }
 
-/// Two contenders on locks alone (no elector, so no watch acts for them): `a` led and released,
-/// and its release handed the key to `b`, who followed (and so registered) before it.
-struct Watchless {
-    la: std::sync::Arc<dyn leader_lock::LeaderLock>,
-    lb: std::sync::Arc<dyn leader_lock::LeaderLock>,
-    a: leader_lock::Candidate,
-    b: leader_lock::Candidate,
-    /// a's term.
-    old: Term,
-}
-
-async fn a_releases_with_b_following(server: &EtcdServer, name: &str) -> Watchless {
+/// `a` led and released, and its release handed the key to `b`, who followed (and so
+/// registered) before it.
+async fn a_releases_with_b_following(server: &EtcdServer, name: &str) -> common::Contenders {
     use leader_lock::Attempt;
     let (la, lb) = common::two_locks(server, name).await;
     let (a, b) = (common::candidate("a"), common::candidate("b"));
@@ -414,7 +405,13 @@ async fn a_releases_with_b_following(server: &EtcdServer, name: &str) -> Watchle
         Ok(Attempt::Follower { .. })
     ));
     assert!(la.release(&a, old).await.expect("a releases"), "released");
-    Watchless { la, lb, a, b, old }
+    common::Contenders {
+        la,
+        lb,
+        a,
+        b,
+        term: old,
+    }
 }
 
 /// Without a watch (the lock alone, no elector), a candidate learns of the handover from its
@@ -425,7 +422,13 @@ async fn a_candidate_without_a_watch_takes_the_key_on_its_next_attempt() {
     common::init_tracing();
     let server = EtcdServer::start().await.expect("etcd starts");
     let name = "handover";
-    let Watchless { la, lb, a, b, old } = a_releases_with_b_following(&server, name).await;
+    let common::Contenders {
+        la,
+        lb,
+        a,
+        b,
+        term: old,
+    } = a_releases_with_b_following(&server, name).await;
     let mut raw = common::raw_client(&server).await;
     let handed = raw.get(key(name), None).await.expect("get the key");
     let handed = handed
@@ -587,7 +590,9 @@ async fn a_follower_that_stops_with_the_key_handed_to_it_releases_it() {
     common::init_tracing();
     let server = EtcdServer::start().await.expect("etcd starts");
     let name = "handover";
-    let Watchless { lb, b, old, .. } = a_releases_with_b_following(&server, name).await;
+    let common::Contenders {
+        lb, b, term: old, ..
+    } = a_releases_with_b_following(&server, name).await;
     let mut raw = common::raw_client(&server).await;
     let handed = raw.get(key(name), None).await.expect("get the key");
     let handed = handed.kvs().first().expect("the key was handed over");

@@ -102,19 +102,13 @@ fn holder(kv: &etcd_client::KeyValue) -> String {
     value["holder"].as_str().unwrap_or_default().to_string()
 }
 
-/// Two contenders of one round, on locks alone: `a` leads, `b` has done nothing yet.
-struct Leading {
-    la: std::sync::Arc<dyn leader_lock::LeaderLock>,
-    lb: std::sync::Arc<dyn leader_lock::LeaderLock>,
-    a: leader_lock::Candidate,
-    b: leader_lock::Candidate,
-    /// a's term.
-    term: Term,
-}
-
 /// `a{round}` leads lock `name`, and its first choice of a successor, made as it leads, has
 /// reached the server and found nobody; `b{round}` has a lock of its own beside it.
-async fn a_leads(server: &EtcdServer, name: &str, round: impl std::fmt::Display) -> Leading {
+async fn a_leads(
+    server: &EtcdServer,
+    name: &str,
+    round: impl std::fmt::Display,
+) -> common::Contenders {
     let (la, lb) = common::two_locks(server, name).await;
     let (a, b) = (
         common::candidate(&format!("a{round}")),
@@ -126,7 +120,7 @@ async fn a_leads(server: &EtcdServer, name: &str, round: impl std::fmt::Display)
         panic!("a leads");
     };
     settled(port, 0, ranges).await;
-    Leading { la, lb, a, b, term }
+    common::Contenders { la, lb, a, b, term }
 }
 
 /// `Range`s, `Txn`s and `LeaseTimeToLive`s the server received.
@@ -163,7 +157,7 @@ async fn a_leader_that_chose_while_renewing_releases_without_a_read() {
     let port = server.client_port();
     let name = "handover";
     for (round, wait) in [(0, Duration::ZERO), (1, timing.lease_duration / 3)] {
-        let Leading { la, lb, a, b, term } = a_leads(&server, name, round).await;
+        let common::Contenders { la, lb, a, b, term } = a_leads(&server, name, round).await;
         let followed = lb.try_acquire_or_renew(&b).await;
         assert!(
             matches!(followed, Ok(Attempt::Follower { .. })),
@@ -219,7 +213,7 @@ async fn a_leader_learns_of_candidates_from_its_watch() {
         .await
         .expect("the test watches the registrations");
     for withdrawn in [false, true] {
-        let Leading { la, lb, a, b, term } = a_leads(&server, name, withdrawn).await;
+        let common::Contenders { la, lb, a, b, term } = a_leads(&server, name, withdrawn).await;
         // a's watch, read as an elector reads it.
         let mut changes = la.watch().await.expect("a watches");
         let reader = tokio::spawn(async move { while changes.next().await.is_some() {} });

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leader_lock::{
-    Candidate, ConfigError, Elector, ElectorConfig, Identity, LeaderLock, LockError, Timing,
+    Candidate, ConfigError, Elector, ElectorConfig, Identity, LeaderLock, LockError, Term, Timing,
 };
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
 use testkit::etcd::EtcdServer;
@@ -45,6 +45,17 @@ pub async fn two_locks(
     name: &str,
 ) -> (Arc<dyn LeaderLock>, Arc<dyn LeaderLock>) {
     (lock(server, name).await, lock(server, name).await)
+}
+
+/// Two contenders on locks alone (no elector, so no watch acts for them): `a` took the lock
+/// under `term` (and what became of it since is the test's), `b` beside it.
+pub struct Contenders {
+    pub la: Arc<dyn LeaderLock>,
+    pub lb: Arc<dyn LeaderLock>,
+    pub a: Candidate,
+    pub b: Candidate,
+    /// a's term.
+    pub term: Term,
 }
 
 /// A candidate `id` with the tests' lease.
