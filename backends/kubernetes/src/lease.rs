@@ -538,7 +538,9 @@ impl Inner {
                     self.won(lease);
                     return Ok(Attempt::leader(term));
                 }
-                Err(e) if is_conflict(&e) || (from_copy && status(&e) == Some(404)) => {
+                // A copy of a Lease deleted since conflicts too: the apiserver creates Leases
+                // on update, so the copy's resourceVersion precondition is what fails.
+                Err(e) if is_conflict(&e) => {
                     debug!(lease = %self.name, from_copy, "{op} lost a race; reading the winner");
                     continue;
                 }

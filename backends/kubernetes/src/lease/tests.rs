@@ -1,5 +1,5 @@
-//! The watched copy against the real apiserver: a stale copy costs a conflict and a read, never
-//! a write over a Lease someone took since.
+//! The watched copy against the real apiserver: a stale copy, or a copy of a Lease deleted
+//! since, costs a conflict and a read, never a write over a Lease someone took since.
 
 use std::time::Duration;
 
@@ -47,4 +47,48 @@ async fn a_stale_watched_copy_conflicts_and_the_follower_reads_the_holder() {
     let held = b.inner.read().await.expect("read").expect("the Lease");
     assert_eq!(super::spec::holder(&held), cc.holder(), "c still holds it");
     assert!(b.inner.state().own.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_copy_of_a_deleted_lease_conflicts_and_the_lease_is_read_again() {
+    let server = KubeApiServer::shared()
+        .await
+        .unwrap_or_else(|e| panic!("no kube-apiserver for the tests: {e:#}"));
+    let ns = format!("gone-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    server.create_namespace(&ns).await.expect("a namespace");
+    let lock = || LeaseLock::new(server.admin_client(), &ns, "l");
+    let (a, b) = (lock(), lock());
+    let (ca, cb) = (candidate("a"), candidate("b"));
+
+    let Attempt::Leader { term, .. } = a.try_acquire_or_renew(&ca).await.expect("a") else {
+        panic!("a leads a fresh Lease");
+    };
+    assert!(a.release(&ca, term).await.expect("a releases"));
+    let released = a.inner.read().await.expect("read").expect("the Lease");
+    kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(server.admin_client(), &ns)
+        .delete("l", &Default::default())
+        .await
+        .expect("deleted by hand");
+
+    // b's watch showed the release but not yet the deletion: its copy is the released Lease.
+    b.inner.observe(&released);
+    b.inner.state().watched = Some(released);
+    // The replace conflicts (the copy's resourceVersion matches nothing); b reads, finds the
+    // Lease gone, and, as a released Lease has no live holder, takes it by creating it, its term
+    // above the one it saw.
+    let Attempt::Leader { term: taken, .. } = b
+        .try_acquire_or_renew(&cb)
+        .await
+        .expect("a copy of a deleted Lease is read again, not an error")
+    else {
+        panic!("b leads the free Lease");
+    };
+    assert!(taken > term, "{taken} after {term}");
+    let held = b
+        .inner
+        .read()
+        .await
+        .expect("read")
+        .expect("the recreated Lease");
+    assert_eq!(super::spec::holder(&held), cb.holder());
 }
