@@ -52,23 +52,37 @@ pub fn etcdctl() -> Result<PathBuf> {
     testkit::require_binary("etcdctl", &["/usr/bin", "/usr/local/bin"], INSTALL_HINT)
 }
 
-/// The anchor's rounds beside one backend × scenario.
+/// A reference's rounds beside one backend × scenario: this module's `etcdctl elect`, or the
+/// Kubernetes floor ([`crate::floor`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct Anchor {
     /// The backend whose server it ran against.
     pub backend: String,
     /// The scenario it stands beside.
     pub scenario: String,
-    /// The tool ([`TOOL`]).
+    /// The tool ([`TOOL`], [`crate::floor::TOOL`]).
     pub tool: String,
-    /// Every round: `to_leader_ms` is signal → the waiting campaigner printed its election.
+    /// What its instants count from: `signal` (as ours do), or `release sent`.
+    pub from: String,
+    /// Every round. For `etcdctl elect`, `to_leader_ms` is signal → the waiting campaigner
+    /// printed its election; the floor has every instant but `to_release_sent_ms` (its 0).
     pub samples: Vec<Sample>,
 }
 
 impl Anchor {
-    /// Signal → new leader, over the rounds that have it.
+    /// → the lock released, over the rounds that have it.
+    pub fn to_released(&self) -> Option<Summary> {
+        Summary::over(self.samples.iter().filter_map(|s| s.to_released_ms))
+    }
+
+    /// → new leader, over the rounds that have it.
     pub fn to_leader(&self) -> Option<Summary> {
         Summary::over(self.samples.iter().filter_map(|s| s.to_leader_ms))
+    }
+
+    /// → first status write, over the rounds that have it.
+    pub fn to_write(&self) -> Option<Summary> {
+        Summary::over(self.samples.iter().filter_map(|s| s.to_write_ms))
     }
 
     /// Rounds that did not finish.

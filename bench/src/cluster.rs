@@ -195,6 +195,16 @@ impl Route {
         Ok(())
     }
 
+    /// The route's `metadata.generation` as the apiserver holds it now.
+    pub async fn generation(&self) -> Result<i64> {
+        let r = self
+            .api
+            .get(ROUTE)
+            .await
+            .with_context(|| format!("reading route {}/{ROUTE}", self.ns))?;
+        Ok(r.metadata.generation.unwrap_or_default())
+    }
+
     /// The `ResolvedRefs` status the route's current spec calls for.
     fn expected_resolved(&self) -> &'static str {
         if self.flips % 2 == 1 {

@@ -8,7 +8,8 @@
 //! One concept per file: [`args`] (flags and their check), [`scenario`], [`lockserver`] (the
 //! lock's server), [`cluster`] (the apiserver and the route), [`replica`] (one process),
 //! [`events`] (its log lines), [`lane`] (the replicas of one lock), [`round`] (one failover), [`member`] (one etcd member fault),
-//! [`cost`] (steady state), [`anchor`] (`etcdctl elect` beside etcd × graceful), [`plot`],
+//! [`cost`] (steady state), [`anchor`] (`etcdctl elect` beside etcd × graceful), [`floor`] (a bare
+//! Lease takeover beside Kubernetes × graceful), [`plot`],
 //! [`stats`], [`checker`], [`report`].
 
 pub mod anchor;
@@ -18,6 +19,7 @@ pub mod checker;
 pub mod cluster;
 pub mod cost;
 pub mod events;
+pub mod floor;
 pub mod lane;
 pub mod local;
 pub mod lockserver;
@@ -322,7 +324,7 @@ async fn run(plan: &Plan, programs: &Programs) -> Result<Report> {
                 verdict,
             });
         }
-        // After the lanes, on the same server with nothing else on it.
+        // The anchors: after the lanes, on the same server with nothing else on it.
         if let (Some(etcdctl), Backend::Etcd, LockServer::Etcd { endpoints, .. }) =
             (&programs.etcdctl, backend, &server)
         {
@@ -338,6 +340,23 @@ async fn run(plan: &Plan, programs: &Programs) -> Result<Report> {
                 backend: backend.to_string(),
                 scenario: Scenario::Graceful.to_string(),
                 tool: anchor::TOOL.to_string(),
+                from: "signal".to_string(),
+                samples,
+            });
+        }
+        if backend == Backend::Kubernetes && plan.scenarios.contains(&Scenario::Graceful) {
+            pb.set_message(format!("{backend}: the {} anchor", floor::TOOL));
+            let samples = floor::run(&cluster, plan.rounds)
+                .await
+                .unwrap_or_else(|e| vec![Sample::failed(0, Scenario::Graceful, format!("{e:#}"))]);
+            for s in samples.iter().filter_map(|s| s.error.as_ref()) {
+                say(&pb, format!("{backend} {} anchor: {s}", floor::TOOL));
+            }
+            anchors.push(anchor::Anchor {
+                backend: backend.to_string(),
+                scenario: Scenario::Graceful.to_string(),
+                tool: floor::TOOL.to_string(),
+                from: "release sent".to_string(),
                 samples,
             });
         }

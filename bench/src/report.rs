@@ -46,6 +46,25 @@ impl ScenarioResult {
         Summary::over(self.samples.iter().filter_map(|s| s.to_write_ms))
     }
 
+    /// The stopped leader's release sent → new leader (graceful), over the rounds that have both.
+    pub fn sent_to_leader(&self) -> Option<Summary> {
+        self.since_release_sent(|s| s.to_leader_ms)
+    }
+
+    /// The stopped leader's release sent → first status write (graceful), over the rounds that
+    /// have both.
+    pub fn sent_to_write(&self) -> Option<Summary> {
+        self.since_release_sent(|s| s.to_write_ms)
+    }
+
+    fn since_release_sent(&self, to: impl Fn(&Sample) -> Option<f64>) -> Option<Summary> {
+        Summary::over(
+            self.samples
+                .iter()
+                .filter_map(|s| Some(to(s)? - s.to_release_sent_ms?)),
+        )
+    }
+
     /// Rounds in which the stopping leader wrote the change itself.
     pub fn old_leader_wrote(&self) -> usize {
         self.samples.iter().filter(|s| s.old_leader_wrote).count()
@@ -229,11 +248,31 @@ impl Report {
                 .iter()
                 .filter(|a| a.backend == backend && a.scenario == scenario)
             {
-                row(
-                    &mut out,
-                    &format!("anchor: {}, signal → new leader", a.tool),
-                    a.to_leader(),
-                );
+                // An anchor that counts from elsewhere than the signal gets ours from there too.
+                if a.from == "release sent" {
+                    if let Some(w) = watch {
+                        row(
+                            &mut out,
+                            "release sent → new leader (watch)",
+                            w.sent_to_leader(),
+                        );
+                        row(
+                            &mut out,
+                            "release sent → first status write (watch)",
+                            w.sent_to_write(),
+                        );
+                    }
+                }
+                let _ = writeln!(out, "  anchor: {}", a.tool);
+                for (what, get) in [
+                    ("lock released", Anchor::to_released as fn(&_) -> _),
+                    ("new leader", Anchor::to_leader),
+                    ("first status write", Anchor::to_write),
+                ] {
+                    if let Some(s) = get(a) {
+                        row(&mut out, &format!("  {} → {what}", a.from), Some(s));
+                    }
+                }
                 if a.errors() > 0 {
                     let _ = writeln!(
                         out,
