@@ -106,11 +106,13 @@ const FIELD_MANAGER_MAX: usize = 128;
 /// (`terminationGracePeriodSeconds`; deploy/kubernetes/deployment.yaml keeps the default).
 const TERMINATION_GRACE: Duration = Duration::from_secs(30);
 /// What the whole stop after SIGTERM may take: the writer and the elector stop together within
-/// the elector's budget (drain, then release), then the last leader-election Event gets what is
-/// left. The rest of the grace period is margin for the exit itself.
+/// the elector's budget (drain, then release), a quiet moment for the successor follows, then
+/// the last leader-election Event gets what is left. The rest of the grace period is margin for the exit itself.
 const SHUTDOWN_BUDGET: Duration = Duration::from_secs(25);
 const _: () = assert!(
-    leader_lock::SHUTDOWN_BUDGET.as_secs() + EVENT_POST_TIMEOUT.as_secs()
+    leader_lock::SHUTDOWN_BUDGET.as_secs()
+        + leader_lock::AFTER_RELEASE_QUIET.as_secs()
+        + EVENT_POST_TIMEOUT.as_secs()
         <= SHUTDOWN_BUDGET.as_secs()
         && SHUTDOWN_BUDGET.as_secs() < TERMINATION_GRACE.as_secs()
 );
@@ -272,10 +274,17 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     );
     // The writer stops scheduling while the elector refuses new permits, waits for the writes
     // in flight (each bounded by its validity deadline), and only then releases the lock. The
-    // rest (watches, computation) is torn down after the release: a follower is waiting.
+    // rest (watches, computation, the last Event) is torn down a quiet moment after the
+    // release: a follower is waiting for it, then takes the lock and writes statuses, and those
+    // requests should not queue behind ours at the apiserver.
     let ((), stopped) = tokio::join!(status.stop_writing(), elector.shutdown());
     match stopped {
-        Ok(released) => info!(released, "elector stopped"),
+        Ok(released) => {
+            info!(released, "elector stopped");
+            if released {
+                tokio::time::sleep(leader_lock::AFTER_RELEASE_QUIET).await;
+            }
+        }
         Err(e) => warn!(error = %e, "elector stopped without a clean release"),
     }
     status.stop().await;

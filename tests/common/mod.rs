@@ -244,5 +244,14 @@ pub fn graceful_handover(args: &[&str]) -> Duration {
         Some(0),
         "a exits cleanly after SIGTERM"
     );
+    // Its watches and connections stay a quiet moment after the release (whose line is logged
+    // before that moment begins), while b takes over.
+    let stayed = SystemTime::now()
+        .duration_since(released.at)
+        .unwrap_or(Duration::ZERO);
+    assert!(
+        stayed >= leader_lock::AFTER_RELEASE_QUIET,
+        "a exited {stayed:?} after its release, with no quiet moment for b's takeover"
+    );
     led.at.duration_since(released.at).unwrap_or(Duration::ZERO)
 }

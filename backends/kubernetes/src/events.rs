@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::PostParams;
 use kube::Api;
-use leader_lock::{Identity, LeaderState, Leadership, Term};
+use leader_lock::{Identity, LeaderState, Leadership, Term, AFTER_RELEASE_QUIET};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
@@ -21,9 +21,10 @@ pub const EVENT_POST_TIMEOUT: Duration = Duration::from_secs(2);
 /// [`EVENT_POST_TIMEOUT`]; a failure is logged, never fatal. Neither competes with the requests
 /// a takeover waits for: "became leader" is posted once the leadership has renewed (or ended),
 /// stamped with when it began, so a new leader's first writes go first; the task ends after the
-/// elector stops, with a last "stopped leading" when it was leading, posted once the elector has
-/// released the lock (or after [`EVENT_POST_TIMEOUT`]), as a follower is waiting for that
-/// release.
+/// elector stops, with a last "stopped leading" when it was leading, posted
+/// [`AFTER_RELEASE_QUIET`] after the elector released the lock (or gave up on it after
+/// [`EVENT_POST_TIMEOUT`]): a follower is waiting for that release, then takes the Lease and
+/// writes, and those requests go first.
 ///
 /// `client` must be ungated (as the lock's, see [`LeaseLock`](crate::LeaseLock)): the "stopped
 /// leading" Event is posted after leadership ended. It needs RBAC `events: create`.
@@ -79,10 +80,12 @@ pub fn spawn_leader_events(
             if matches!(state, LeaderState::Stopped) {
                 if leading.is_some() {
                     // `Stopped` comes before the release, and a follower is waiting for that
-                    // release: the Events (more writes to the apiserver, and its etcd) go
-                    // after it. The elector drops its side of the channel once it released.
+                    // release to take the Lease and write: the Events (more writes to the
+                    // apiserver, and its etcd) go a quiet moment after it. The elector drops its
+                    // side of the channel once it released.
                     let released = async { while rx.changed().await.is_ok() {} };
                     let _ = tokio::time::timeout(EVENT_POST_TIMEOUT, released).await;
+                    tokio::time::sleep(AFTER_RELEASE_QUIET).await;
                     poster.ended(&mut unposted).await;
                 }
                 return;
@@ -251,12 +254,12 @@ mod tests {
         drop(leadership.wait_leader().await.expect("leads"));
         let stopped = Instant::now();
         assert!(elector.shutdown().await.expect("released"));
-        // A leadership that ended before its first renewal posts "became leader" after the
-        // release, then "stopped leading": each gives up in time.
+        // A leadership that ended before its first renewal posts "became leader" a quiet moment
+        // after the release, then "stopped leading": each gives up in time.
         tokio::time::timeout(EVENT_POST_TIMEOUT * 4, events)
             .await
             .expect("the events task ends despite the hung apiserver")
             .expect("events task");
-        assert!(stopped.elapsed() <= EVENT_POST_TIMEOUT * 3);
+        assert!(stopped.elapsed() <= AFTER_RELEASE_QUIET + EVENT_POST_TIMEOUT * 3);
     }
 }

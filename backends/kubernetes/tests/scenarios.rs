@@ -17,7 +17,7 @@ use kube::Api;
 use leader_lock::conformance::{patience, wait_leader, wait_state};
 use leader_lock::{
     Candidate, ConfigError, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, LockError,
-    TimingError,
+    TimingError, AFTER_RELEASE_QUIET,
 };
 use leader_lock_kubernetes::{client, spawn_leader_events, LeaseLock};
 use serde_json::json;
@@ -575,6 +575,102 @@ async fn became_leader_is_posted_after_the_first_renewal() {
         renewed.metadata.resource_version
     );
     assert!(e.shutdown().await.expect("release"));
+    tokio::time::timeout(Duration::from_secs(30), events)
+        .await
+        .expect("the events task ends with the elector")
+        .expect("events task");
+}
+
+/// The Events of a leadership's end wait [`AFTER_RELEASE_QUIET`] after the release, so that a
+/// successor's take and first writes go to the apiserver first: the test's watches, open before
+/// the release, see the "stopped leading" Event no sooner than half that after the released Lease
+/// (half: room for a watch that delivers the release late).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_a_leadership_is_posted_a_quiet_moment_after_the_release() {
+    common::init_tracing();
+    let s = common::server().await;
+    let ns = common::namespace(s, "quiet").await;
+    let lease = "quiet-lock";
+    let e = elector(common::lock(s, &ns, lease), "leaving");
+    let identity = e.candidate().identity.clone();
+    let events = spawn_leader_events(
+        s.admin_client(),
+        "scenarios",
+        &ns,
+        lease,
+        &identity,
+        e.leadership(),
+    );
+    wait_leader(&e.leadership(), patience(&common::timing()), "leaving").await;
+    let leases: Api<Lease> = Api::namespaced(s.admin_client(), &ns);
+    let from = leases.get(lease).await.expect("the Lease").metadata;
+    let mut lease_versions = leases
+        .watch(
+            &WatchParams::default().fields(&format!("metadata.name={lease}")),
+            from.resource_version.as_deref().expect("a resourceVersion"),
+        )
+        .await
+        .expect("watching the Lease")
+        .boxed();
+    let posted: Api<Event> = Api::namespaced(s.admin_client(), &ns);
+    let listed = posted
+        .list(&ListParams::default())
+        .await
+        .expect("listing events");
+    let mut new_events = posted
+        .watch(
+            &WatchParams::default(),
+            listed
+                .metadata
+                .resource_version
+                .as_deref()
+                .expect("a resourceVersion"),
+        )
+        .await
+        .expect("watching events")
+        .boxed();
+    let stopped = format!("{} stopped leading", identity.holder());
+    let released = async {
+        loop {
+            let ev = lease_versions
+                .next()
+                .await
+                .expect("the Lease watch goes on");
+            if let Ok(WatchEvent::Modified(l)) = ev {
+                let spec = l.spec.as_ref().expect("a spec");
+                if spec
+                    .holder_identity
+                    .as_deref()
+                    .unwrap_or_default()
+                    .is_empty()
+                {
+                    return Instant::now();
+                }
+            }
+        }
+    };
+    let ended = async {
+        loop {
+            let ev = new_events.next().await.expect("the Event watch goes on");
+            if let Ok(WatchEvent::Added(ev)) = ev {
+                if ev.message.as_deref() == Some(stopped.as_str()) {
+                    return Instant::now();
+                }
+            }
+        }
+    };
+    let (release, (released_at, ended_at)) = tokio::time::timeout(
+        Duration::from_secs(60),
+        futures::future::join(e.shutdown(), futures::future::join(released, ended)),
+    )
+    .await
+    .expect("the release and the Event within 60 s");
+    assert!(release.expect("release"));
+    let quiet = ended_at.saturating_duration_since(released_at);
+    assert!(
+        quiet >= AFTER_RELEASE_QUIET / 2,
+        "\"{stopped}\" was stored {quiet:?} after the release, not after a quiet moment"
+    );
     tokio::time::timeout(Duration::from_secs(30), events)
         .await
         .expect("the events task ends with the elector")

@@ -41,6 +41,17 @@ use stream::WatchTask;
 /// leaves room for the last leader-election Event and the exit itself.
 pub const SHUTDOWN_BUDGET: Duration = Duration::from_secs(20);
 
+/// How long a replica that has released the lock holds back the rest of its shutdown (closing
+/// its watches, a last Kubernetes Event): a successor is taking over at that moment, and its
+/// acquisition and first writes should have the servers to themselves.
+///
+/// Measured on a local apiserver (docs/benchmarks.md, "The apiserver's floor"): a takeover and
+/// its first status write take 10–30 ms there, and requests of the replica that just released
+/// (two Events, a read, ten watches closing) made them slower than two bare clients' in the
+/// same run. A second covers a takeover on a loaded cluster with room; it only delays the
+/// exit of a process that no longer leads.
+pub const AFTER_RELEASE_QUIET: Duration = Duration::from_secs(1);
+
 /// How an elector runs.
 #[derive(Debug, Clone)]
 pub struct ElectorConfig {

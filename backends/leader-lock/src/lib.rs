@@ -73,7 +73,7 @@ mod timing;
 pub mod conformance;
 
 pub use config::ConfigError;
-pub use elector::{Elector, ElectorConfig, SHUTDOWN_BUDGET};
+pub use elector::{Elector, ElectorConfig, AFTER_RELEASE_QUIET, SHUTDOWN_BUDGET};
 pub use gate::{GateError, WriteGate, WriteGateFuture, WriteGateLayer};
 #[cfg(feature = "conformance")]
 pub use leadership::Scripted;
