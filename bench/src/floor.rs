@@ -10,7 +10,9 @@
 //! writes the route's status for the changed spec from the version its watch delivered (one PUT).
 //! Three writes the apiserver commits one after the other, each behind a watch event: what any
 //! Lease-based takeover with a status write costs on this apiserver. The rounds alternate the
-//! two clients' roles, as a lane's replicas take turns.
+//! two clients' roles, as a lane's replicas take turns, and each runs right before one of the
+//! Kubernetes lane's graceful rounds, on its settled lane, so that the floor and ours meet the
+//! machine of the same minute (its tail beside ours says whose a slow round was).
 //!
 //! The floor's instants count from the release's sending, not from a signal: compare them with
 //! our rounds' "release sent →" figures ([`crate::report`]).
@@ -284,62 +286,96 @@ async fn held_by(c: &mut Contender) -> Result<()> {
     }
 }
 
-/// Runs `rounds` rounds of the floor on `cluster`. A round that fails ends the anchor (its error
-/// is in that round's sample); what was measured before stays.
-pub async fn run(cluster: &Cluster, rounds: usize) -> Result<Vec<Sample>> {
-    let mut route: Route = cluster.lane(NS, CONTROLLER).await?;
-    let client = |name: &'static str| async move {
-        leader_lock_kubernetes::client(Some(cluster.kubeconfig()), None, name)
-            .await
-            .map(|(c, _)| c)
-            .with_context(|| format!("a client for the floor's {name}"))
-    };
-    let mut pair = [
-        Contender::start(client("bench-floor-a").await?, "bench-floor-a").await?,
-        Contender::start(client("bench-floor-b").await?, "bench-floor-b").await?,
-    ];
-    held_by(&mut pair[0]).await?;
-    let mut samples = Vec::new();
-    for round in 0..rounds {
+/// The floor on one apiserver: its route and its two clients, between rounds.
+pub struct Floor {
+    route: Route,
+    pair: [Contender; 2],
+    rounds: usize,
+}
+
+impl Floor {
+    /// Creates the floor's objects on `cluster` (or takes them over from an earlier run) and
+    /// opens its two clients' watches; the first client holds the Lease.
+    ///
+    /// # Errors
+    /// The apiserver refuses or does not answer.
+    pub async fn start(cluster: &Cluster) -> Result<Floor> {
+        let route: Route = cluster.lane(NS, CONTROLLER).await?;
+        let client = |name: &'static str| async move {
+            leader_lock_kubernetes::client(Some(cluster.kubeconfig()), None, name)
+                .await
+                .map(|(c, _)| c)
+                .with_context(|| format!("a client for the floor's {name}"))
+        };
+        let mut pair = [
+            Contender::start(client("bench-floor-a").await?, "bench-floor-a").await?,
+            Contender::start(client("bench-floor-b").await?, "bench-floor-b").await?,
+        ];
+        held_by(&mut pair[0]).await?;
+        Ok(Floor {
+            route,
+            pair,
+            rounds: 0,
+        })
+    }
+
+    /// One takeover, from the holder to the other; what went wrong is in the sample.
+    pub async fn round(&mut self) -> Sample {
+        let round = self.rounds;
+        self.rounds += 1;
         let mut sample = Sample::begun(round, Scenario::Graceful, (0, 0));
-        let r = async {
-            let (a, b) = pair.split_at_mut(1);
-            let (holder, taker) = if round % 2 == 0 {
-                (&mut a[0], &mut b[0])
-            } else {
-                (&mut b[0], &mut a[0])
-            };
-            let held = holder
-                .own
-                .clone()
-                .ok_or_else(|| anyhow!("{} does not hold the Lease", holder.name))?;
-            let generation = route.generation().await?;
-            holder.settle(version(&held), generation).await?;
-            taker.settle(version(&held), generation).await?;
-            tokio::time::sleep(SETTLE).await;
-            let at = clock::mono_ms();
-            let released = async {
-                holder.release().await?;
-                Ok::<_, anyhow::Error>(clock::mono_ms() - at)
-            };
-            let (released, (), taken) =
-                tokio::try_join!(released, route.flip(), taker.take_over(generation, at))?;
-            Ok::<_, anyhow::Error>((released, taken))
-        }
-        .await;
-        match r {
-            Ok((released, (led, wrote))) => {
+        match self.take_turns(round).await {
+            Ok((released, led, wrote)) => {
                 sample.to_release_sent_ms = Some(0.0);
                 sample.to_released_ms = Some(released);
                 sample.to_leader_ms = Some(led);
                 sample.to_write_ms = Some(wrote);
-                samples.push(sample);
             }
-            Err(e) => {
-                sample.error = Some(format!("{e:#}"));
-                samples.push(sample);
-                break;
-            }
+            Err(e) => sample.error = Some(format!("{e:#}")),
+        }
+        sample
+    }
+
+    async fn take_turns(&mut self, round: usize) -> Result<(f64, f64, f64)> {
+        let (a, b) = self.pair.split_at_mut(1);
+        let (holder, taker) = if round.is_multiple_of(2) {
+            (&mut a[0], &mut b[0])
+        } else {
+            (&mut b[0], &mut a[0])
+        };
+        let held = holder
+            .own
+            .clone()
+            .ok_or_else(|| anyhow!("{} does not hold the Lease", holder.name))?;
+        let generation = self.route.generation().await?;
+        holder.settle(version(&held), generation).await?;
+        taker.settle(version(&held), generation).await?;
+        tokio::time::sleep(SETTLE).await;
+        let at = clock::mono_ms();
+        let released = async {
+            holder.release().await?;
+            Ok::<_, anyhow::Error>(clock::mono_ms() - at)
+        };
+        let (released, (), (led, wrote)) =
+            tokio::try_join!(released, self.route.flip(), taker.take_over(generation, at))?;
+        Ok((released, led, wrote))
+    }
+}
+
+/// Runs `rounds` rounds of the floor on `cluster`, one after the other. A round that fails ends
+/// the run (its error is in that round's sample); what was measured before stays.
+///
+/// # Errors
+/// The floor cannot start ([`Floor::start`]).
+pub async fn run(cluster: &Cluster, rounds: usize) -> Result<Vec<Sample>> {
+    let mut floor = Floor::start(cluster).await?;
+    let mut samples = Vec::new();
+    for _ in 0..rounds {
+        let s = floor.round().await;
+        let failed = s.error.is_some();
+        samples.push(s);
+        if failed {
+            break;
         }
     }
     Ok(samples)

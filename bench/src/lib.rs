@@ -232,6 +232,23 @@ async fn run(plan: &Plan, programs: &Programs) -> Result<Report> {
                     costs.push(c);
                 }
             }
+            // The Kubernetes floor's rounds go beside this lane's graceful ones, each right
+            // before ours on the same settled lane: both meet the machine of the same minute.
+            let mut floor = None;
+            let mut floor_samples = Vec::new();
+            if backend == Backend::Kubernetes
+                && wakeup == plan.wakeups[0]
+                && plan.scenarios.contains(&Scenario::Graceful)
+            {
+                pb.set_message(format!("{label}: starting the {} anchor", floor::TOOL));
+                match floor::Floor::start(&cluster).await {
+                    Ok(f) => floor = Some(f),
+                    Err(e) => {
+                        say(&pb, format!("{backend} {} anchor: {e:#}", floor::TOOL));
+                        floor_samples.push(Sample::failed(0, Scenario::Graceful, format!("{e:#}")));
+                    }
+                }
+            }
             for &scenario in &plan.scenarios {
                 let mut samples: Vec<Sample> = Vec::new();
                 let mut deck: Vec<Scenario> = Vec::new();
@@ -250,6 +267,17 @@ async fn run(plan: &Plan, programs: &Programs) -> Result<Report> {
                         s => s,
                     };
                     pb.set_message(format!("{label} {scenario} round {} ({this})", round + 1));
+                    if let (Scenario::Graceful, Some(f)) = (scenario, floor.as_mut()) {
+                        // A lane that does not settle fails in our round, reported there.
+                        if lane.settle(plan.leader_patience()).await.is_ok() {
+                            let s = f.round().await;
+                            if let Some(e) = &s.error {
+                                say(&pb, format!("{backend} {} anchor: {e}", floor::TOOL));
+                                floor = None;
+                            }
+                            floor_samples.push(s);
+                        }
+                    }
                     let sample =
                         round::run(&mut lane, plan, this, round, (&mut server, &mut cluster))
                             .await
@@ -323,8 +351,17 @@ async fn run(plan: &Plan, programs: &Programs) -> Result<Report> {
                 wakeup: wakeup.to_string(),
                 verdict,
             });
+            if !floor_samples.is_empty() {
+                anchors.push(anchor::Anchor {
+                    backend: backend.to_string(),
+                    scenario: Scenario::Graceful.to_string(),
+                    tool: floor::TOOL.to_string(),
+                    from: "release sent".to_string(),
+                    samples: floor_samples,
+                });
+            }
         }
-        // The anchors: after the lanes, on the same server with nothing else on it.
+        // `etcdctl elect`: after the lanes, on the same server with nothing else on it.
         if let (Some(etcdctl), Backend::Etcd, LockServer::Etcd { endpoints, .. }) =
             (&programs.etcdctl, backend, &server)
         {
@@ -341,22 +378,6 @@ async fn run(plan: &Plan, programs: &Programs) -> Result<Report> {
                 scenario: Scenario::Graceful.to_string(),
                 tool: anchor::TOOL.to_string(),
                 from: "signal".to_string(),
-                samples,
-            });
-        }
-        if backend == Backend::Kubernetes && plan.scenarios.contains(&Scenario::Graceful) {
-            pb.set_message(format!("{backend}: the {} anchor", floor::TOOL));
-            let samples = floor::run(&cluster, plan.rounds)
-                .await
-                .unwrap_or_else(|e| vec![Sample::failed(0, Scenario::Graceful, format!("{e:#}"))]);
-            for s in samples.iter().filter_map(|s| s.error.as_ref()) {
-                say(&pb, format!("{backend} {} anchor: {s}", floor::TOOL));
-            }
-            anchors.push(anchor::Anchor {
-                backend: backend.to_string(),
-                scenario: Scenario::Graceful.to_string(),
-                tool: floor::TOOL.to_string(),
-                from: "release sent".to_string(),
                 samples,
             });
         }
