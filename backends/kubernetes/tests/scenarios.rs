@@ -43,6 +43,43 @@ fn elector(lock: LeaseLock, name: &str) -> Elector {
     .expect("a valid timing")
 }
 
+/// An elector named `name` on Lease `lease` in `ns`, posting its leader election Events as the
+/// admin; its identity and the Events' task.
+fn elector_with_events(
+    s: &testkit::kube::KubeApiServer,
+    ns: &str,
+    lease: &str,
+    name: &str,
+) -> (Elector, Identity, tokio::task::JoinHandle<()>) {
+    let e = elector(common::lock(s, ns, lease), name);
+    let identity = e.candidate().identity.clone();
+    let events = spawn_leader_events(
+        s.admin_client(),
+        "scenarios",
+        ns,
+        lease,
+        &identity,
+        e.leadership(),
+    );
+    (e, identity, events)
+}
+
+/// The versions of Lease `lease` after resourceVersion `from`, as a watch delivers them.
+async fn watch_lease(
+    leases: &Api<Lease>,
+    lease: &str,
+    from: &str,
+) -> futures::stream::BoxStream<'static, kube::Result<WatchEvent<Lease>>> {
+    leases
+        .watch(
+            &WatchParams::default().fields(&format!("metadata.name={lease}")),
+            from,
+        )
+        .await
+        .expect("watching the Lease")
+        .boxed()
+}
+
 /// client-go's MicroTime: RFC 3339 with exactly six fractional digits, in UTC.
 fn is_micro_time(v: &serde_json::Value) -> bool {
     let Some(s) = v.as_str() else { return false };
@@ -528,24 +565,8 @@ async fn became_leader_is_posted_after_the_first_renewal() {
     let leases: Api<Lease> = Api::namespaced(s.admin_client(), &ns);
     let held = leases.get(lease).await.expect("the Lease");
     let from = held.metadata.resource_version.expect("a resourceVersion");
-    let mut versions = leases
-        .watch(
-            &WatchParams::default().fields(&format!("metadata.name={lease}")),
-            &from,
-        )
-        .await
-        .expect("watching the Lease")
-        .boxed();
-    let e = elector(common::lock(s, &ns, lease), "taker");
-    let identity = e.candidate().identity.clone();
-    let events = spawn_leader_events(
-        s.admin_client(),
-        "scenarios",
-        &ns,
-        lease,
-        &identity,
-        e.leadership(),
-    );
+    let mut versions = watch_lease(&leases, lease, &from).await;
+    let (e, identity, events) = elector_with_events(s, &ns, lease, "taker");
     // The taking write, then the first renewal: the first two versions of ours after `from`.
     let mut ours = Vec::new();
     while ours.len() < 2 {
@@ -591,27 +612,12 @@ async fn the_end_of_a_leadership_is_posted_a_quiet_moment_after_the_release() {
     let s = common::server().await;
     let ns = common::namespace(s, "quiet").await;
     let lease = "quiet-lock";
-    let e = elector(common::lock(s, &ns, lease), "leaving");
-    let identity = e.candidate().identity.clone();
-    let events = spawn_leader_events(
-        s.admin_client(),
-        "scenarios",
-        &ns,
-        lease,
-        &identity,
-        e.leadership(),
-    );
+    let (e, identity, events) = elector_with_events(s, &ns, lease, "leaving");
     wait_leader(&e.leadership(), patience(&common::timing()), "leaving").await;
     let leases: Api<Lease> = Api::namespaced(s.admin_client(), &ns);
     let from = leases.get(lease).await.expect("the Lease").metadata;
-    let mut lease_versions = leases
-        .watch(
-            &WatchParams::default().fields(&format!("metadata.name={lease}")),
-            from.resource_version.as_deref().expect("a resourceVersion"),
-        )
-        .await
-        .expect("watching the Lease")
-        .boxed();
+    let from = from.resource_version.expect("a resourceVersion");
+    let mut lease_versions = watch_lease(&leases, lease, &from).await;
     let posted: Api<Event> = Api::namespaced(s.admin_client(), &ns);
     let listed = posted
         .list(&ListParams::default())
