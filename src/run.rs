@@ -107,7 +107,8 @@ const FIELD_MANAGER_MAX: usize = 128;
 const TERMINATION_GRACE: Duration = Duration::from_secs(30);
 /// What the whole stop after SIGTERM may take: the writer and the elector stop together within
 /// the elector's budget (drain, then release), a quiet moment for the successor follows, then
-/// the last leader-election Event gets what is left. The rest of the grace period is margin for the exit itself.
+/// the last leader-election Event gets what is left. The rest of the grace period is margin for
+/// the exit itself.
 const SHUTDOWN_BUDGET: Duration = Duration::from_secs(25);
 const _: () = assert!(
     leader_lock::SHUTDOWN_BUDGET.as_secs()

@@ -62,11 +62,31 @@ pub struct Anchor {
     pub scenario: String,
     /// The tool ([`TOOL`], [`crate::floor::TOOL`]).
     pub tool: String,
-    /// What its instants count from: `signal` (as ours do), or `release sent`.
-    pub from: String,
+    /// What its instants count from.
+    pub from: Start,
     /// Every round. For `etcdctl elect`, `to_leader_ms` is signal → the waiting campaigner
     /// printed its election; the floor has every instant but `to_release_sent_ms` (its 0).
     pub samples: Vec<Sample>,
+}
+
+/// Where an anchor's instants count from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Start {
+    /// The leader's signal, as ours do (`etcdctl elect`).
+    #[serde(rename = "signal")]
+    Signal,
+    /// The release's sending (the floor: it has no signal).
+    #[serde(rename = "release sent")]
+    ReleaseSent,
+}
+
+impl std::fmt::Display for Start {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Start::Signal => "signal",
+            Start::ReleaseSent => "release sent",
+        })
+    }
 }
 
 impl Anchor {

@@ -356,7 +356,7 @@ async fn run(plan: &Plan, programs: &Programs) -> Result<Report> {
                     backend: backend.to_string(),
                     scenario: Scenario::Graceful.to_string(),
                     tool: floor::TOOL.to_string(),
-                    from: "release sent".to_string(),
+                    from: anchor::Start::ReleaseSent,
                     samples: floor_samples,
                 });
             }
@@ -377,7 +377,7 @@ async fn run(plan: &Plan, programs: &Programs) -> Result<Report> {
                 backend: backend.to_string(),
                 scenario: Scenario::Graceful.to_string(),
                 tool: anchor::TOOL.to_string(),
-                from: "signal".to_string(),
+                from: anchor::Start::Signal,
                 samples,
             });
         }

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::anchor::Anchor;
+use crate::anchor::{Anchor, Start};
 use crate::checker::Verdict;
 use crate::cost::Cost;
 use crate::round::Sample;
@@ -249,7 +249,7 @@ impl Report {
                 .filter(|a| a.backend == backend && a.scenario == scenario)
             {
                 // An anchor that counts from elsewhere than the signal gets ours from there too.
-                if a.from == "release sent" {
+                if a.from == Start::ReleaseSent {
                     if let Some(w) = watch {
                         row(
                             &mut out,
