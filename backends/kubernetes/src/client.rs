@@ -10,7 +10,7 @@ use kube::client::retry::RetryPolicy;
 use kube::client::{Body, ClientBuilder, ConfigExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use leader_lock::LockError;
+use leader_lock::{DeadlineBody, LockError};
 use tower::retry::RetryLayer;
 use tower::util::BoxService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
@@ -21,7 +21,10 @@ pub type ClientService = BoxService<Request<Body>, Response<hyper::body::Incomin
 
 /// The stack of every kube client we build: kube's own layers (base URI, retry of 429/503/504,
 /// authentication, extra headers such as the user agent) over a rustls connection pool whose TCP
-/// connections have `TCP_NODELAY` set, with `config`'s connect, read and write timeouts.
+/// connections have `TCP_NODELAY` set, with `config`'s connect, read and write timeouts. The
+/// body of a write that a gate let through ([`gated_client`](crate::gated_client)) is bound by
+/// its permit's deadline ([`DeadlineBody`]): the request cannot leave after that deadline, even
+/// from a process that was frozen with it queued on a connection.
 ///
 /// `Client::try_from(config)` builds the same stack but leaves Nagle's algorithm on (kube-rs
 /// issue #2056): a small request written in two segments then waits for the apiserver's delayed
@@ -71,6 +74,8 @@ pub fn client_builder(config: Config) -> Result<ClientBuilder<ClientService>, ku
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)
+        // Innermost: the connection's task reads a write's body only before its deadline.
+        .map_request(DeadlineBody::bound)
         .service(pool)
         .boxed();
     Ok(ClientBuilder::new(service, config.default_namespace))

@@ -15,7 +15,7 @@ use kube::api::{Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client, ResourceExt};
 use leader_lock::conformance::{wait_leader, wait_state};
 use leader_lock::{Elector, ElectorConfig, GateError, Identity, LeaderState, NotLeader, Timing};
-use leader_lock_kubernetes::{gated_client, LeaseLock};
+use leader_lock_kubernetes::{client_builder, gated_client, LeaseLock};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
@@ -492,5 +492,76 @@ async fn a_write_that_outlives_the_validity_is_cancelled_at_the_deadline_and_fen
     assert_eq!(data(&after, "late"), None);
     assert_eq!(data(&after, "moved"), Some("1"));
     assert_ne!(moved.resource_version().as_deref(), Some(rv.as_str()));
+    a.shutdown().await.expect("a stops");
+}
+
+/// The gate's error anywhere in `e`'s chain of causes (a body that refused to be read comes
+/// back through hyper's error).
+fn deadline_in_chain<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a GateError> {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(g) = c.downcast_ref::<GateError>() {
+            return Some(g);
+        }
+        cause = c.source();
+    }
+    None
+}
+
+/// A write queued on a connection that opens only after its permit's deadline is not sent: the
+/// connection's task cannot read its body by then (`DeadlineBody`, under every client
+/// `client_builder` makes). Nothing else cancels it here, as nothing does in a process frozen
+/// with a request queued and thawed after the deadline: no gate or `run` drops its future; the
+/// request only carries the permit in its extensions, as a gate further out leaves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_queued_past_its_permit_s_deadline_is_not_sent() {
+    common::init_tracing();
+    let s = common::server().await;
+    let ns = common::namespace(s, "gate-queued").await;
+    let a = elector(common::lock(s, &ns, "gate"), "a", common::timing());
+    wait_leader(&a.leadership(), PATIENCE, "a").await;
+    create_config_map(s.admin_client(), &ns, TARGET).await;
+    let before = get(s.admin_client(), &ns, TARGET).await;
+
+    // A client with no connection yet, through a proxy that holds every byte while cut: the
+    // write waits there for its connection (the TLS handshake) until after its deadline.
+    let proxy = BlackholeProxy::start(upstream(s).await)
+        .await
+        .expect("the proxy");
+    let mut config = s.config().clone();
+    config.cluster_url = format!("https://{}", proxy.addr())
+        .parse()
+        .expect("the proxy's URL");
+    let client = client_builder(config).expect("a client").build();
+    proxy.cut();
+    let permit = a.leadership().check().expect("a leads");
+    let (until, term) = (permit.valid_until, permit.term);
+    let body = serde_json::to_vec(&json!({"data": {"queued": "1"}})).expect("JSON");
+    let mut req = http::Request::patch(format!(
+        "/api/v1/namespaces/{ns}/configmaps/{TARGET}?fieldManager=gate-queued"
+    ))
+    .header(http::header::CONTENT_TYPE, "application/merge-patch+json")
+    .body(kube::client::Body::from(body))
+    .expect("a request");
+    req.extensions_mut().insert(permit);
+    let sending = tokio::spawn(async move { client.send(req).await });
+    tokio::time::sleep_until(until + Duration::from_millis(300)).await;
+    proxy.heal();
+
+    let r = tokio::time::timeout(PATIENCE, sending)
+        .await
+        .expect("the send returned once the route healed")
+        .expect("the sending task");
+    let e = r.expect_err("a write queued past its permit's deadline is not sent");
+    assert!(
+        matches!(deadline_in_chain(&e), Some(GateError::Deadline { term: t, method, .. }) if *t == term && method == "PATCH"),
+        "not refused by its body's deadline: {e:?}"
+    );
+    // What the server holds: the ConfigMap as it was, once a late request would have landed.
+    tokio::time::sleep(common::timing().retry_period * 5).await;
+    let after = get(s.admin_client(), &ns, TARGET).await;
+    assert_eq!(after.resource_version(), before.resource_version());
+    assert_eq!(data(&after, "queued"), None, "{after:?}");
+    assert!(managed_by(&after, "gate-queued").is_none(), "{after:?}");
     a.shutdown().await.expect("a stops");
 }

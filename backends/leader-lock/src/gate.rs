@@ -11,6 +11,10 @@
 //!   the inner service, with no `.await` in between;
 //! - the inner service's future is dropped at the permit's validity deadline, which cancels the
 //!   request, and the call fails with [`GateError::Deadline`];
+//! - the permit goes down the stack in the request's extensions, where [`DeadlineBody`] right
+//!   above the connection pool binds the body to it: the connection's task cannot read (so
+//!   send) the body after the deadline, even when this future is not polled at it (a process
+//!   frozen with the request queued on a connection, thawed after the deadline);
 //! - the permit lives until the response future completes, so a graceful release waits for the
 //!   writes in flight;
 //! - reads and watches (`GET`, `HEAD`, `OPTIONS`) pass through untouched and take no permit.
@@ -327,5 +331,8 @@ where
     }
 }
 
+mod body;
 #[cfg(test)]
 mod tests;
+
+pub use body::DeadlineBody;

@@ -74,7 +74,7 @@ pub mod conformance;
 
 pub use config::ConfigError;
 pub use elector::{Elector, ElectorConfig, AFTER_RELEASE_QUIET, SHUTDOWN_BUDGET};
-pub use gate::{GateError, WriteGate, WriteGateFuture, WriteGateLayer};
+pub use gate::{DeadlineBody, GateError, WriteGate, WriteGateFuture, WriteGateLayer};
 #[cfg(feature = "conformance")]
 pub use leadership::Scripted;
 pub use leadership::{GuardedError, LeaderState, Leadership, NotLeader, Stamped, WritePermit};
