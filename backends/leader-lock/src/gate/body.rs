@@ -2,11 +2,13 @@
 //!
 //! The gate ([`WriteGate`](super::WriteGate)) drops a write's future at the validity deadline,
 //! but only once that future is polled again, and an HTTP client does not write requests from
-//! the caller's future: hyper hands each one to the task of its connection. A process frozen (SIGSTOP, a VM pause) with a request queued there finds, when it
-//! thaws, the connection task and the deadline's timer runnable together; if the connection task
-//! runs first, the request goes out after the deadline. So the body, which that task reads to
-//! send it, checks the deadline itself: past it, reading fails, the client aborts the request,
-//! and the server never gets a whole request to act on.
+//! the caller's future: hyper hands each one to the task of its connection. A process frozen
+//! (SIGSTOP, a VM pause) with a request queued there finds, when it thaws, the connection task
+//! and the deadline's timer runnable together; if the connection task runs first, the request
+//! goes out after the deadline. So the body, which that task reads to send it, checks the
+//! deadline itself: past it, reading fails, the client aborts the request, and the server never
+//! gets a whole request to act on. A write with an empty body (hyper does not read it) has only
+//! the gate's own deadline; kube sends a body with every write, deletes included.
 //!
 //! [`DeadlineBody::bound`] wraps a request's body with the deadline of the permit a
 //! [`WriteGate`](super::WriteGate) put in its extensions. Put it right above the connection pool,
