@@ -415,6 +415,18 @@ async fn upstream(s: &KubeApiServer) -> SocketAddr {
         .expect("an address for the apiserver")
 }
 
+/// A proxy to the apiserver (healed; `cut` holds every byte), and the server's config through it.
+async fn via_proxy(s: &KubeApiServer) -> (BlackholeProxy, kube::Config) {
+    let proxy = BlackholeProxy::start(upstream(s).await)
+        .await
+        .expect("the proxy");
+    let mut config = s.config().clone();
+    config.cluster_url = format!("https://{}", proxy.addr())
+        .parse()
+        .expect("the proxy's URL");
+    (proxy, config)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_that_outlives_the_validity_is_cancelled_at_the_deadline_and_fenced() {
     common::init_tracing();
@@ -426,13 +438,7 @@ async fn a_write_that_outlives_the_validity_is_cancelled_at_the_deadline_and_fen
     create_config_map(s.admin_client(), &ns, TARGET).await;
 
     // Only the gated client goes through the proxy; the lock keeps renewing directly.
-    let proxy = BlackholeProxy::start(upstream(s).await)
-        .await
-        .expect("the proxy");
-    let mut config = s.config().clone();
-    config.cluster_url = format!("https://{}", proxy.addr())
-        .parse()
-        .expect("the proxy's URL");
+    let (proxy, config) = via_proxy(s).await;
     let gated = gated_client(config, a.leadership()).expect("the gated client");
     // A read through the proxy opens the connection the write will use.
     let seen = get(gated.clone(), &ns, TARGET).await;
@@ -525,13 +531,7 @@ async fn a_write_queued_past_its_permit_s_deadline_is_not_sent() {
 
     // A client with no connection yet, through a proxy that holds every byte while cut: the
     // write waits there for its connection (the TLS handshake) until after its deadline.
-    let proxy = BlackholeProxy::start(upstream(s).await)
-        .await
-        .expect("the proxy");
-    let mut config = s.config().clone();
-    config.cluster_url = format!("https://{}", proxy.addr())
-        .parse()
-        .expect("the proxy's URL");
+    let (proxy, config) = via_proxy(s).await;
     let client = client_builder(config).expect("a client").build();
     proxy.cut();
     let permit = a.leadership().check().expect("a leads");
