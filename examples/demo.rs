@@ -1377,18 +1377,11 @@ async fn run(out: &Out, bin: &Path, backend: Backend, dir: &Path) -> Result<()> 
         server.url().trim_end_matches('/'),
         human(began.elapsed())
     ));
-    match testkit::gateway_api::crd_dir() {
-        Some(d) => out.step(format!(
-            "installing the Gateway API CRDs from {}",
-            d.display()
-        )),
-        None => out.note(format!(
-            "stand-in CRDs without schemas; for the upstream ones set {} to a copy of \
-             config/crd/standard of gateway-api {}",
-            testkit::gateway_api::CRDS_ENV,
-            testkit::gateway_api::BUNDLE_VERSION
-        )),
-    }
+    let crds = testkit::gateway_api::crd_dir().context("finding the Gateway API CRDs")?;
+    out.step(format!(
+        "installing the Gateway API CRDs from {}",
+        crds.display()
+    ));
     server
         .install_gateway_api()
         .await

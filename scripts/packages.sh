@@ -1,6 +1,7 @@
-# Sourced by scripts/test.sh and scripts/demo.sh: installs, with apt-get, what building
-# gateway-leader (the etcd-client crate needs protoc), running its real servers, the bench's
-# etcdctl anchor and the docs' walkthrough need, when missing.
+# Sourced by scripts/test.sh, scripts/demo.sh and the build scripts: installs, with apt-get, what
+# building gateway-leader (the etcd-client crate needs protoc), its Redis servers and the docs'
+# walkthrough need, when missing. etcd and kube-apiserver are built from their Go modules instead
+# (scripts/servers.sh).
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"
@@ -13,12 +14,11 @@ ensure_packages() {
   local missing=()
   command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
   [ -e /usr/include/google/protobuf/timestamp.proto ] || missing+=(libprotobuf-dev)
-  command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-  # `gateway-leader-bench run` times `etcdctl elect` beside etcd × graceful (docs/benchmarks.md).
-  command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
   # docs/operations.md's walkthrough (and its test) reads /metrics with curl.
   command -v curl >/dev/null 2>&1 || missing+=(curl ca-certificates)
+  # The build scripts' lock.
+  command -v flock >/dev/null 2>&1 || missing+=(util-linux)
   [ ${#missing[@]} -eq 0 ] && return 0
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "missing: ${missing[*]}; install them with your package manager and run again" >&2

@@ -27,10 +27,6 @@ use leader_lock::clock;
 /// What the anchor is called in the tables and the JSON.
 pub const TOOL: &str = "etcdctl elect";
 
-/// Where `etcdctl` comes from.
-const INSTALL_HINT: &str = "install Debian's `etcd-client` package (apt-get install etcd-client) \
-     for the `etcdctl elect` anchor beside etcd × graceful";
-
 /// The election's name: a prefix of its own, apart from every lane's lock key.
 const ELECTION: &str = "gateway-leader-bench/anchor/etcdctl-elect";
 
@@ -44,12 +40,12 @@ const SETTLE: Duration = Duration::from_millis(150);
 /// How long a campaigner may take to be elected, or to start campaigning, on a busy machine.
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// `etcdctl`, found as the bench's etcd itself is (`testkit::require_binary`).
+/// `etcdctl`, from the same build as the bench's etcd itself (`testkit::built::etcdctl`).
 ///
 /// # Errors
-/// It is not installed: the message names the package.
+/// It is not built: the message says how to build it.
 pub fn etcdctl() -> Result<PathBuf> {
-    testkit::require_binary("etcdctl", &["/usr/bin", "/usr/local/bin"], INSTALL_HINT)
+    testkit::built::etcdctl()
 }
 
 /// A reference's rounds beside one backend × scenario: this module's `etcdctl elect`, or the

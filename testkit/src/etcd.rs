@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::process::{free_port, require_binary, wait_until, ServerProcess};
+use crate::process::{free_port, wait_until, ServerProcess};
 
-const INSTALL_HINT: &str = "install Debian's `etcd-server` package (apt-get install etcd-server)";
 
 /// How long a fresh or restarted etcd may take to answer `/health` on a busy machine.
 const READY_LIMIT: Duration = Duration::from_secs(60);
@@ -58,7 +57,7 @@ impl EtcdServer {
     /// Ports are picked free and released before etcd binds them, so another process may win a
     /// race for one; that shows as an early exit, and the start is retried on new ports.
     pub async fn start_with(options: EtcdOptions) -> Result<Self> {
-        let binary = require_binary("etcd", &["/usr/bin", "/usr/local/bin"], INSTALL_HINT)?;
+        let binary = crate::built::etcd()?;
         let mut last_err = None;
         for _ in 0..3 {
             let dir = ServerProcess::temp_dir("etcd")?;

@@ -14,10 +14,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use tempfile::TempDir;
 
 use crate::etcd::{command, get, health, EtcdOptions, Membership, Ports};
-use crate::process::{free_port, require_binary, tail, ServerProcess};
+use crate::process::{free_port, tail, ServerProcess};
 use crate::proxy::BlackholeProxy;
 
-const INSTALL_HINT: &str = "install Debian's `etcd-server` package (apt-get install etcd-server)";
 
 /// How long the members may take to elect a leader and answer `/health` on a busy machine.
 const READY_LIMIT: Duration = Duration::from_secs(90);
@@ -44,7 +43,7 @@ impl EtcdCluster {
     /// Ports are picked free and released before etcd binds them; a start that loses a race for
     /// one is retried on new ports.
     pub async fn start() -> Result<Self> {
-        let binary = require_binary("etcd", &["/usr/bin", "/usr/local/bin"], INSTALL_HINT)?;
+        let binary = crate::built::etcd()?;
         let mut last_err = None;
         for _ in 0..3 {
             match Self::try_start(&binary).await {

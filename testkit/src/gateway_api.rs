@@ -4,42 +4,52 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use gateway_api::gatewayclasses::GatewayClass;
-use gateway_api::gateways::Gateway;
-use gateway_api::grpcroutes::GrpcRoute;
-use gateway_api::httproutes::HttpRoute;
-use gateway_api::referencegrants::ReferenceGrant;
-use gateway_api::tlsroutes::TlsRoute;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, CustomResourceValidation, JSONSchemaProps,
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::PostParams;
-use kube::{Api, Client, CustomResourceExt};
+use kube::{Api, Client};
 use serde::Deserialize;
 
-/// Names a folder of Gateway API CRD files (`*.yaml`), e.g. the upstream v1.5.1 standard ones.
-pub const CRDS_ENV: &str = "GATEWAY_LEADER_GATEWAY_API_CRDS";
+pub use crate::built::CRDS_ENV;
+
 /// The largest CRD file read; the upstream HTTPRoute CRD is about 400 KiB.
 const MAX_FILE: u64 = 8 << 20;
 /// How long a created CRD may take to become established on a busy machine.
 const ESTABLISH_LIMIT: Duration = Duration::from_secs(60);
 
-/// Where the CRDs come from: the folder `GATEWAY_LEADER_GATEWAY_API_CRDS` names, if set.
-pub fn crd_dir() -> Option<PathBuf> {
-    std::env::var_os(CRDS_ENV)
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
+/// The Gateway API release whose CRDs the tests install (the status writer targets it).
+pub const BUNDLE_VERSION: &str = "v1.5.1";
+
+/// Where the CRDs come from: `GATEWAY_LEADER_GATEWAY_API_CRDS`, else the `sigs.k8s.io/gateway-api`
+/// module's `config/crd/standard/` ([`crate::built::gateway_api_crds`]).
+pub fn crd_dir() -> Result<PathBuf> {
+    crate::built::gateway_api_crds()
 }
 
-/// Reads every CRD of every `*.yaml` file in `dir`, as written (multi-document files too).
-pub fn read_dir(dir: &Path) -> Result<Vec<CustomResourceDefinition>> {
+/// What an upstream CRD folder holds: the CRDs, and the ValidatingAdmissionPolicy
+/// (`safe-upgrades`) with its binding that upstream's standard install applies beside them.
+#[derive(Default)]
+pub struct Bundle {
+    /// Every CustomResourceDefinition, in file order.
+    pub crds: Vec<CustomResourceDefinition>,
+    /// The admission policies of the folder.
+    pub policies: Vec<ValidatingAdmissionPolicy>,
+    /// Their bindings.
+    pub bindings: Vec<ValidatingAdmissionPolicyBinding>,
+}
+
+/// Reads every document of every `*.yaml` file in `dir`, as written (multi-document files too):
+/// CRDs, admission policies and their bindings; any other kind is an error.
+pub fn read_dir(dir: &Path) -> Result<Bundle> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("{CRDS_ENV}={}: cannot read the folder", dir.display()))?
+        .with_context(|| format!("{}: cannot read the CRD folder", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
         .collect();
     files.sort();
-    let mut crds = Vec::new();
+    let mut bundle = Bundle::default();
     for f in &files {
         let len = std::fs::metadata(f)?.len();
         if len > MAX_FILE {
@@ -56,95 +66,91 @@ pub fn read_dir(dir: &Path) -> Result<Vec<CustomResourceDefinition>> {
             if value.is_null() {
                 continue;
             }
-            let crd: CustomResourceDefinition = serde_yaml::from_value(value)
-                .with_context(|| format!("{} is not a CustomResourceDefinition", f.display()))?;
-            crds.push(crd);
+            let kind = value
+                .get("kind")
+                .and_then(|k| k.as_str())
+                .unwrap_or_default()
+                .to_string();
+            let bad = || format!("{} holds a {kind} that does not parse", f.display());
+            match kind.as_str() {
+                "CustomResourceDefinition" => {
+                    bundle.crds.push(serde_yaml::from_value(value).with_context(bad)?)
+                }
+                "ValidatingAdmissionPolicy" => bundle
+                    .policies
+                    .push(serde_yaml::from_value(value).with_context(bad)?),
+                "ValidatingAdmissionPolicyBinding" => bundle
+                    .bindings
+                    .push(serde_yaml::from_value(value).with_context(bad)?),
+                other => bail!(
+                    "{} holds a {other:?}: a CRD folder holds CustomResourceDefinitions and \
+                     ValidatingAdmissionPolicies with their bindings",
+                    f.display()
+                ),
+            }
         }
     }
-    if crds.is_empty() {
-        bail!("{CRDS_ENV}={} holds no CRD (*.yaml)", dir.display());
+    if bundle.crds.is_empty() {
+        bail!("{} holds no CRD (*.yaml)", dir.display());
     }
-    Ok(crds)
+    Ok(bundle)
 }
 
-/// The Gateway API release the gateway-api crate's types track.
-pub const BUNDLE_VERSION: &str = "v1.5.1";
-
-/// The CRDs to install: the folder's, else stand-ins made from the gateway-api crate's types.
-///
-/// The crate's generated schemas are refused by kube-apiserver v1.20 ("per-version schemas may
-/// not all be set to identical values"), so a stand-in keeps the crate's group, names, scope and
-/// status subresource but takes any object (`x-kubernetes-preserve-unknown-fields`): the API
-/// behaves, the server just validates nothing. Tests of validation need the upstream folder.
+/// The upstream CRDs to install, from [`crd_dir`].
 pub fn crds() -> Result<Vec<CustomResourceDefinition>> {
-    match crd_dir() {
-        Some(dir) => read_dir(&dir),
-        None => Ok([
-            GatewayClass::crd(),
-            Gateway::crd(),
-            HttpRoute::crd(),
-            GrpcRoute::crd(),
-            TlsRoute::crd(),
-            ReferenceGrant::crd(),
-        ]
-        .into_iter()
-        .map(|mut crd| {
-            // As upstream marks them: *.k8s.io groups need the approval annotation.
-            let a = crd
-                .metadata
-                .annotations
-                .get_or_insert_with(Default::default);
-            a.insert(
-                "api-approved.kubernetes.io".into(),
-                "https://github.com/kubernetes-sigs/gateway-api/pull/3328".into(),
-            );
-            a.insert(
-                "gateway.networking.k8s.io/bundle-version".into(),
-                BUNDLE_VERSION.into(),
-            );
-            for v in &mut crd.spec.versions {
-                v.schema = Some(CustomResourceValidation {
-                    open_api_v3_schema: Some(JSONSchemaProps {
-                        type_: Some("object".into()),
-                        x_kubernetes_preserve_unknown_fields: Some(true),
-                        ..JSONSchemaProps::default()
-                    }),
-                });
-            }
-            crd
-        })
-        .collect()),
-    }
+    Ok(read_dir(&crd_dir()?)?.crds)
 }
 
-/// Creates the CRDs and waits until each is established. A plain create, since v1.20 refuses a
-/// server-side apply of the upstream CRDs (it does not know `x-kubernetes-validations`); a CRD
-/// that already exists is left as it is.
+/// Creates the CRDs and waits until each is established, then the admission policies and
+/// bindings of the folder, as upstream's standard install does. A plain create: what already
+/// exists is left as it is.
 pub async fn install(client: &Client) -> Result<()> {
-    install_some(client, |_| true).await
+    let bundle = read_dir(&crd_dir()?)?;
+    create_crds(client, &bundle.crds).await?;
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    for p in &bundle.policies {
+        create(&policies, p, "ValidatingAdmissionPolicy").await?;
+    }
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    for b in &bundle.bindings {
+        create(&bindings, b, "ValidatingAdmissionPolicyBinding").await?;
+    }
+    Ok(())
 }
 
 /// Like [`install`], only the CRDs whose name (`httproutes.gateway.networking.k8s.io`) `wanted`
-/// picks: a cluster that runs a subset of the Gateway API.
+/// picks, and no policy: a cluster that runs a subset of the Gateway API.
 pub async fn install_some(client: &Client, wanted: impl Fn(&str) -> bool) -> Result<()> {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crds: Vec<_> = crds()?
         .into_iter()
         .filter(|c| c.metadata.name.as_deref().is_some_and(&wanted))
         .collect();
-    for crd in &crds {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        match api.create(&PostParams::default(), crd).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e).with_context(|| format!("creating CRD {name}")),
-        }
+    create_crds(client, &crds).await
+}
+
+async fn create_crds(client: &Client, crds: &[CustomResourceDefinition]) -> Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crds {
+        create(&api, crd, "CRD").await?;
     }
-    for crd in &crds {
+    for crd in crds {
         let name = crd.metadata.name.clone().unwrap_or_default();
         wait_established(&api, &name).await?;
     }
     Ok(())
+}
+
+/// Creates `object`; one that exists already is fine.
+async fn create<K>(api: &Api<K>, object: &K, what: &str) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = object.meta().name.clone().unwrap_or_default();
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating {what} {name}")),
+    }
 }
 
 async fn wait_established(api: &Api<CustomResourceDefinition>, name: &str) -> Result<()> {

@@ -1,8 +1,9 @@
-//! A throwaway genuine kube-apiserver v1.20.2 for tests and `gateway-leader-bench`, with its own
-//! etcd, on loopback.
+//! A throwaway genuine kube-apiserver for tests and `gateway-leader-bench`, with its own etcd, on
+//! loopback.
 //!
 //! The binary comes from `GATEWAY_LEADER_KUBE_APISERVER`, else the cache that
-//! `scripts/build-kube-apiserver.sh` fills. When `GATEWAY_LEADER_TEST_KUBECONFIG` names a
+//! `scripts/build-kube-apiserver.sh` fills (the newest pinned release, or the one
+//! `GATEWAY_LEADER_KUBE_VERSION` names: [`crate::built::kube_apiserver`]). When `GATEWAY_LEADER_TEST_KUBECONFIG` names a
 //! kubeconfig, that existing cluster (kind, k3s, ...) is used instead and nothing is started;
 //! restart and pause are then unavailable.
 
@@ -29,50 +30,12 @@ use crate::process::{free_port, tail, ServerProcess};
 
 /// Names an existing cluster's kubeconfig to test against instead of starting an apiserver.
 pub const TEST_KUBECONFIG_ENV: &str = "GATEWAY_LEADER_TEST_KUBECONFIG";
-/// Names the kube-apiserver binary to run.
-pub const APISERVER_ENV: &str = "GATEWAY_LEADER_KUBE_APISERVER";
+pub use crate::built::APISERVER_ENV;
 /// The service-account issuer and audience of the test apiserver.
 pub const ISSUER: &str = "https://kubernetes.default.svc";
 
-const VERSION: &str = "v1.20.2";
 /// A fresh or restarted apiserver is ready in 1–6 s; a busy 2-core machine may need far more.
 const READY_LIMIT: Duration = Duration::from_secs(120);
-
-/// The apiserver binary: the env override, else the build script's cache for its current
-/// recipe (the script knows the cache key; a binary of an older recipe is never used).
-fn binary() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os(APISERVER_ENV).filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        bail!(
-            "{APISERVER_ENV}={} is not a file; unset it or run scripts/build-kube-apiserver.sh",
-            p.display()
-        );
-    }
-    // The checkout this binary was built from: a binary run from elsewhere says how to get one.
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("scripts")
-        .join("build-kube-apiserver.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg("--cached")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .with_context(|| format!("running {} --cached", script.display()))?;
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if out.status.success() && Path::new(&path).is_file() {
-        return Ok(PathBuf::from(path));
-    }
-    bail!(
-        "kube-apiserver {VERSION} is not built: run scripts/build-kube-apiserver.sh (builds it \
-         from Debian's source package, about 5 minutes; scripts/test.sh does it for you) or set \
-         {APISERVER_ENV} to a kube-apiserver binary, or set {TEST_KUBECONFIG_ENV} to an existing \
-         cluster's kubeconfig ({})",
-        String::from_utf8_lossy(&out.stderr).trim()
-    )
-}
 
 /// Keeps a child from outliving the test binary: a shared server lives in a static, which is
 /// never dropped, so a tiny shell kills it once our process is gone and then removes `cleanup`
@@ -209,7 +172,6 @@ fn command(binary: &Path, etcd: &str, dir: &Path, port: u16, pki: &Pki) -> Comma
         .arg("--bind-address=127.0.0.1")
         .arg("--advertise-address=127.0.0.1")
         .arg(format!("--secure-port={port}"))
-        .arg("--insecure-port=0")
         .arg(format!("--cert-dir={}", dir.join("certs").display()))
         .arg(format!("--tls-cert-file={}", pki.cert_file.display()))
         .arg(format!("--tls-private-key-file={}", pki.key_file.display()))
@@ -228,9 +190,7 @@ fn command(binary: &Path, etcd: &str, dir: &Path, port: u16, pki: &Pki) -> Comma
         .arg("--service-cluster-ip-range=10.96.0.0/16")
         .arg("--endpoint-reconciler-type=none")
         .arg("--authorization-mode=RBAC")
-        .arg("--enable-priority-and-fairness=false")
         .arg("--profiling=false")
-        .arg("--logtostderr=true")
         .arg("--v=1");
     cmd
 }
@@ -269,7 +229,7 @@ impl KubeApiServer {
                 return Self::external(PathBuf::from(path)).await;
             }
         }
-        let binary = binary()?;
+        let binary = crate::built::kube_apiserver()?;
         let mut etcd = Some(
             EtcdServer::start()
                 .await

@@ -8,6 +8,7 @@
 //! depends on no lock backend and not on the `gateway-leader` binary, so a backend's tests
 //! build only that backend.
 
+pub mod built;
 pub mod cargo;
 pub mod etcd;
 pub mod etcd_cluster;

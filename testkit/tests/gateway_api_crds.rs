@@ -1,23 +1,23 @@
-//! The test kube-apiserver accepts what real clusters accept in Gateway API objects: the
-//! upstream CRDs unmodified, empty strings (a ReferenceGrant to the core group, an empty
-//! condition message) and zero counts, while `null` and wrong types are still refused.
+//! The test kube-apiserver treats Gateway API objects as real clusters do: the upstream CRDs and
+//! their admission policy stored as written, their CEL rules enforced, empty strings (a
+//! ReferenceGrant to the core group, an empty condition message) and zero counts accepted, `null`
+//! and wrong types refused.
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
-use testkit::gateway_api::{crd_dir, read_dir, CRDS_ENV};
+use testkit::gateway_api::{crd_dir, read_dir, BUNDLE_VERSION};
 use testkit::kube::KubeApiServer;
 
 /// The shared apiserver with the upstream CRDs: these tests are about those exact files.
 async fn server() -> &'static KubeApiServer {
-    assert!(
-        crd_dir().is_some(),
-        "{CRDS_ENV} must name the upstream Gateway API v1.5.1 CRD folder (scripts/test.sh sets \
-         it); these tests check the apiserver against those files as they are"
-    );
+    crd_dir().expect("the upstream Gateway API CRDs: these tests are about those files");
     let s = KubeApiServer::shared()
         .await
         .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
@@ -75,14 +75,17 @@ fn status(message: Value) -> Value {
     })
 }
 
-fn strip_cel(v: &mut Value) {
+/// How many CEL rules (`x-kubernetes-validations` entries) a schema carries.
+fn cel_rules(v: &Value) -> usize {
     match v {
         Value::Object(m) => {
-            m.remove("x-kubernetes-validations");
-            m.values_mut().for_each(strip_cel);
+            m.get("x-kubernetes-validations")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len)
+                + m.values().map(cel_rules).sum::<usize>()
         }
-        Value::Array(a) => a.iter_mut().for_each(strip_cel),
-        _ => {}
+        Value::Array(a) => a.iter().map(cel_rules).sum(),
+        _ => 0,
     }
 }
 
@@ -101,35 +104,98 @@ fn empty_defaults(v: &Value) -> usize {
 #[tokio::test]
 async fn the_upstream_crds_are_created_unmodified() {
     let s = server().await;
-    let files = read_dir(&crd_dir().expect("checked")).expect("CRD files");
+    let bundle = read_dir(&crd_dir().expect("checked")).expect("CRD files");
     let api: Api<CustomResourceDefinition> = Api::all(s.admin_client());
     let mut created = BTreeSet::new();
-    for want in &files {
+    let mut rules = 0;
+    for want in &bundle.crds {
         let name = want.metadata.name.clone().expect("named");
         let have = api.get(&name).await.expect("created");
         assert_eq!(have.spec.versions.len(), want.spec.versions.len(), "{name}");
         for (h, w) in have.spec.versions.iter().zip(&want.spec.versions) {
-            // Stored as written (defaults such as `default: ""` included), but for the CEL rules
-            // that v1.20 does not know and drops.
-            let mut want = serde_json::to_value(&w.schema).expect("json");
-            strip_cel(&mut want);
+            // Stored as written: defaults such as `default: ""` and the CEL rules included.
+            let want = serde_json::to_value(&w.schema).expect("json");
             let have = serde_json::to_value(&h.schema).expect("json");
             assert!(
                 have == want,
                 "{name} {}: the schema was not stored as written",
                 w.name
             );
+            rules += cel_rules(&have);
         }
+        assert_eq!(
+            have.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("gateway.networking.k8s.io/bundle-version"))
+                .map(String::as_str),
+            Some(BUNDLE_VERSION),
+            "{name}"
+        );
         created.insert(name);
     }
     assert_eq!(created.len(), 8, "all eight v1.5.1 CRDs: {created:?}");
-    let defaults: usize = files
+    assert!(rules > 0, "the stored schemas keep their CEL rules");
+    let defaults: usize = bundle
+        .crds
         .iter()
         .map(|c| empty_defaults(&serde_json::to_value(&c.spec).expect("json")))
         .sum();
     assert!(
         defaults > 0,
         "the upstream files carry `default: \"\"` lines, kept as they are"
+    );
+}
+
+#[tokio::test]
+async fn the_upstream_admission_policy_is_installed_beside_the_crds() {
+    let s = server().await;
+    let bundle = read_dir(&crd_dir().expect("checked")).expect("CRD files");
+    assert!(
+        !bundle.policies.is_empty() && !bundle.bindings.is_empty(),
+        "config/crd/standard/ of {BUNDLE_VERSION} has the safe-upgrades policy and its binding"
+    );
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(s.admin_client());
+    for p in &bundle.policies {
+        let name = p.metadata.name.as_deref().expect("named");
+        let have = policies.get(name).await.expect("the policy is created");
+        assert_eq!(
+            serde_json::to_value(&have.spec).expect("json")["validations"],
+            serde_json::to_value(&p.spec).expect("json")["validations"],
+            "{name}"
+        );
+    }
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(s.admin_client());
+    for b in &bundle.bindings {
+        let name = b.metadata.name.as_deref().expect("named");
+        bindings.get(name).await.expect("the binding is created");
+    }
+}
+
+#[tokio::test]
+async fn the_crds_cel_rules_are_enforced() {
+    let s = server().await;
+    s.create_namespace("crd-cel").await.expect("namespace");
+    let api = dynamic(s, "crd-cel", "v1", "Gateway", "gateways");
+    let mut twice = gateway("crd-cel", "listener-twice");
+    twice.data["spec"]["listeners"] = json!([
+        {"name": "http", "protocol": "HTTP", "port": 80},
+        {"name": "http", "protocol": "HTTP", "port": 8080}
+    ]);
+    match api.create(&PostParams::default(), &twice).await {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            assert!(
+                e.message.contains("Listener name must be unique"),
+                "the CRD's own rule refuses it: {}",
+                e.message
+            );
+        }
+        other => panic!("two listeners named alike must be refused, got {other:?}"),
+    }
+    assert!(
+        api.get_opt("listener-twice").await.expect("read").is_none(),
+        "nothing refused was stored"
     );
 }
 

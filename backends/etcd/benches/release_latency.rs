@@ -8,8 +8,8 @@
 //! Rounds alternate between the two on the same server. `ROUNDS` (default 200) sets the count;
 //! `LOAD=N` adds N tasks that write to another key without pause during the rounds.
 //!
-//! Run: `cargo bench -p leader-lock-etcd --bench release_latency` (needs `etcd` from
-//! `etcd-server` and `etcdctl` from `etcd-client`).
+//! Run: `cargo bench -p leader-lock-etcd --bench release_latency` (needs `etcd` and `etcdctl`
+//! from `scripts/build-etcd.sh`).
 
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,10 +47,7 @@ async fn run() {
     let load = env_usize("LOAD", 0);
     let server = EtcdServer::start().await.expect("etcd starts");
     let endpoint = server.endpoint();
-    let etcdctl = ["/usr/bin/etcdctl", "/usr/local/bin/etcdctl"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("etcdctl (Debian package etcd-client) is needed for the comparison");
+    let etcdctl = testkit::built::etcdctl().expect("etcdctl is needed for the comparison");
 
     let stop = Arc::new(AtomicBool::new(false));
     let mut writers = Vec::new();
@@ -77,7 +74,7 @@ async fn run() {
             .expect("first leader in time")
             .expect("first leader"),
     );
-    let mut ctl_leader = elect(etcdctl, &endpoint, 0).await;
+    let mut ctl_leader = elect(&etcdctl, &endpoint, 0).await;
     wait_elected(&mut ctl_leader).await;
 
     for round in 1..=rounds {
@@ -95,7 +92,7 @@ async fn run() {
         leader = follower;
 
         // etcdctl elect.
-        let mut ctl_follower = elect(etcdctl, &endpoint, round).await;
+        let mut ctl_follower = elect(&etcdctl, &endpoint, round).await;
         wait_campaigning(&endpoint, 2).await;
         settle().await;
         let started = Instant::now();
@@ -161,7 +158,7 @@ struct Ctl {
     proposal: String,
 }
 
-async fn elect(etcdctl: &str, endpoint: &str, i: usize) -> Ctl {
+async fn elect(etcdctl: &std::path::Path, endpoint: &str, i: usize) -> Ctl {
     let proposal = format!("p{i}");
     let mut child = Command::new(etcdctl)
         .env("ETCDCTL_API", "3")

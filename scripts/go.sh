@@ -1,0 +1,137 @@
+# Sourced by the scripts that build from Go modules (build-kube-apiserver.sh, build-etcd.sh,
+# build-peers.sh, gateway-api-crds.sh). Needs scripts/versions.sh and scripts/packages.sh sourced
+# first.
+#
+# ensure_go: makes `go` able to build what versions.sh pins, or stops at once saying how:
+#   1. the installed Go, when it is GO_NEEDED or newer (GOTOOLCHAIN=local);
+#   2. an installed Go 1.21+ that is older: GOTOOLCHAIN=$GO_TOOLCHAIN, which it fetches from the
+#      Go module proxy (about 80 MB, once);
+#   3. no Go: Debian's or Ubuntu's golang-go package when its version is 1.21+, then as in 2;
+#   4. otherwise: an error naming the minimum and where to get it.
+# Module downloads and build outputs are kept under the project's cache
+# (${GATEWAY_LEADER_CACHE_DIR:-~/.cache/gateway-leader}/go), shared by every build there.
+
+go_say() { printf '[%s] %s\n' "${GO_SCRIPT:-go.sh}" "$*" >&2; }
+go_die() { go_say "ERROR: $*"; exit 1; }
+
+# 0 when version $1 >= version $2 (both like 1.26.0, go1.26.8 or v1.26).
+version_ge() {
+  local a=${1#go} b=${2#go}
+  a=${a#v} b=${b#v}
+  [ "$(printf '%s\n%s\n' "$b" "$a" | sort -V | head -n 1)" = "$b" ]
+}
+
+go_cache_root() {
+  printf '%s' "${GATEWAY_LEADER_CACHE_DIR:-${HOME:?HOME is not set}/.cache/gateway-leader}"
+}
+
+ensure_go() {
+  local have hint
+  hint="Go $GO_FETCHES_TOOLCHAINS or newer is needed to build the test servers (it fetches Go \
+$GO_NEEDED itself through the Go module proxy); install it from https://go.dev/dl/ or your \
+distribution (Ubuntu 24.04: apt-get install golang-go; Debian 12: golang-1.23 from \
+bookworm-backports), or set GATEWAY_LEADER_KUBE_APISERVER and GATEWAY_LEADER_ETCD to binaries"
+  if ! command -v go >/dev/null 2>&1; then
+    if command -v apt-cache >/dev/null 2>&1; then
+      local candidate
+      # "2:1.22~2build1" -> 1.22
+      candidate=$(apt-cache policy golang-go 2>/dev/null | awk '/Candidate:/ {print $2}' \
+        | sed -e 's/^[0-9]*://' -e 's/[~+-].*//')
+      if [ -n "$candidate" ] && [ "$candidate" != "(none)" ] \
+        && version_ge "$candidate" "$GO_FETCHES_TOOLCHAINS"; then
+        go_say "installing golang-go $candidate (it fetches Go $GO_NEEDED when building)"
+        as_root apt-get update -q
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+          golang-go ca-certificates
+      else
+        go_die "no go on PATH, and this machine's golang-go package is ${candidate:-missing}, \
+older than $GO_FETCHES_TOOLCHAINS. $hint"
+      fi
+    else
+      go_die "no go on PATH. $hint"
+    fi
+  fi
+  have=$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null) || go_die "\`go env GOVERSION\` failed. $hint"
+  if version_ge "$have" "$GO_NEEDED"; then
+    export GOTOOLCHAIN=local
+  elif version_ge "$have" "$GO_FETCHES_TOOLCHAINS"; then
+    go_say "$have is older than $GO_NEEDED: using GOTOOLCHAIN=$GO_TOOLCHAIN from the module proxy"
+    export GOTOOLCHAIN=$GO_TOOLCHAIN
+  else
+    go_die "$(command -v go) is $have, older than $GO_FETCHES_TOOLCHAINS. $hint"
+  fi
+  local root
+  root=$(go_cache_root)
+  mkdir -p "$root/go/mod" "$root/go/build"
+  export GOMODCACHE="$root/go/mod" GOCACHE="$root/go/build"
+  # A user's GOFLAGS (say -mod=vendor) must not change what is built; the wrapper modules
+  # below have no vendor dir and are resolved from the module proxy.
+  export GOFLAGS="-mod=mod -trimpath" CGO_ENABLED=0
+  unset GOPATH GOROOT GOBIN
+  go version >/dev/null 2>&1 || go_die "\`go version\` failed with GOTOOLCHAIN=$GOTOOLCHAIN \
+(is the Go module proxy, ${GOPROXY:-https://proxy.golang.org}, reachable?)"
+}
+
+# The directory of module $1 at version $2 in the module cache (downloaded when missing).
+go_module_dir() {
+  local dir
+  dir=$(go mod download -json "$1@$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -n "$dir" ] && [ -d "$dir" ] || go_die "go mod download $1@$2 gave no directory"
+  printf '%s' "$dir"
+}
+
+# cached_build NAME VERSION CHECK
+# Sets BUILD_DIR (the cache dir of NAME at VERSION for this recipe: a hash of the calling script
+# and this file, so a changed recipe never reuses an old binary) and takes its lock.
+# Returns 0 when "$BUILD_DIR/$NAME" already passes CHECK (a function given the binary's path);
+# 1 when it must be built. With --cached as GO_CACHED_ONLY=1, a missing binary exits 1 at once.
+cached_build() {
+  local name=$1 version=$2 check=$3 here recipe root
+  here=$(dirname "${BASH_SOURCE[0]}")
+  recipe=$(cat "$0" "$here/go.sh" | sha256sum | cut -c1-12)
+  root=$(go_cache_root)
+  BUILD_DIR="$root/$name-$version-$recipe"
+  if [ -x "$BUILD_DIR/$name" ] && "$check" "$BUILD_DIR/$name"; then
+    return 0
+  fi
+  if [ "${GO_CACHED_ONLY:-0}" = 1 ]; then
+    go_say "no $name $version built by this recipe at $BUILD_DIR; run $0"
+    exit 1
+  fi
+  mkdir -p "$BUILD_DIR"
+  exec 9>"$BUILD_DIR/.lock"
+  if ! flock -n 9; then
+    go_say "another build of $name $version is running (lock $BUILD_DIR/.lock); waiting"
+    flock 9
+  fi
+  if [ -x "$BUILD_DIR/$name" ] && "$check" "$BUILD_DIR/$name"; then
+    return 0
+  fi
+  return 1
+}
+
+# Removes the builds of NAME by other recipes or versions than the ones in $BUILD_DIR's name
+# and in "$@" (the versions still pinned): each is about 100 MB.
+prune_builds() {
+  local name=$1 root old keep v
+  shift
+  root=$(go_cache_root)
+  for old in "$root/$name"-v*; do
+    [ -d "$old" ] || continue
+    [ "$old" = "$BUILD_DIR" ] && continue
+    keep=0
+    for v in "$@"; do
+      # Another pinned version built by this same recipe stays.
+      [ "$old" = "$root/$name-$v-${BUILD_DIR##*-}" ] && keep=1
+    done
+    [ "$keep" = 1 ] && continue
+    go_say "removing an older build: $old"
+    rm -rf "$old"
+  done
+}
+
+# install_built SRC DEST: moves a fresh binary into place atomically.
+install_built() {
+  local tmp="$2.tmp.$$"
+  cp "$1" "$tmp" && chmod 0755 "$tmp" && mv -f "$tmp" "$2"
+}

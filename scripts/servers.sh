@@ -1,0 +1,26 @@
+# Sourced by scripts/test.sh and scripts/demo.sh: builds (once, cached) the servers the tests and
+# the demo run, from their Go modules, and exports where they are:
+#   GATEWAY_LEADER_KUBE_APISERVER    kube-apiserver at GATEWAY_LEADER_KUBE_VERSION (newest by
+#                                    default; not built when GATEWAY_LEADER_TEST_KUBECONFIG names a
+#                                    cluster or the variable is set already)
+#   GATEWAY_LEADER_ETCD              etcd (etcdctl beside it)
+#   GATEWAY_LEADER_GATEWAY_API_CRDS  the Gateway API standard-channel CRDs (kept when set)
+# Set SERVERS_WITHOUT_APISERVER=1 to skip the apiserver (the demo on an existing cluster).
+
+ensure_servers() {
+  if [ -z "${GATEWAY_LEADER_TEST_KUBECONFIG:-}" ] && [ -z "${GATEWAY_LEADER_KUBE_APISERVER:-}" ] \
+    && [ "${SERVERS_WITHOUT_APISERVER:-0}" != 1 ]; then
+    printf '[servers] making sure kube-apiserver %s is built (first run: about 9 minutes)\n' \
+      "${GATEWAY_LEADER_KUBE_VERSION:-newest}" >&2
+    GATEWAY_LEADER_KUBE_APISERVER=$(scripts/build-kube-apiserver.sh | tail -n 1)
+    export GATEWAY_LEADER_KUBE_APISERVER
+  fi
+  if [ -z "${GATEWAY_LEADER_ETCD:-}" ]; then
+    GATEWAY_LEADER_ETCD="$(scripts/build-etcd.sh | tail -n 1)/etcd"
+    export GATEWAY_LEADER_ETCD
+  fi
+  if [ -z "${GATEWAY_LEADER_GATEWAY_API_CRDS:-}" ]; then
+    GATEWAY_LEADER_GATEWAY_API_CRDS=$(scripts/gateway-api-crds.sh | tail -n 1)
+    export GATEWAY_LEADER_GATEWAY_API_CRDS
+  fi
+}

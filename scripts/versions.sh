@@ -1,0 +1,27 @@
+# Sourced by the scripts that build or fetch the test servers and peers: every version they pin,
+# in one place. testkit asks those scripts (`--cached`) rather than reading this file.
+
+# kube-apiserver, from k8s.io/kubernetes and its staging modules (scripts/build-kube-apiserver.sh).
+# Newest: the current Kubernetes release. Oldest: the first the kube crate's k8s-openapi
+# (`earliest` = v1_32) supports, at the newest patch release the Go module proxy serves.
+KUBE_NEWEST=v1.37.2
+KUBE_OLDEST=v1.32.13
+
+# etcd and etcdctl, from go.etcd.io/etcd/{server,etcdctl}/v3 (scripts/build-etcd.sh): the 3.6 line,
+# which Kubernetes 1.37 is tested with. The apiservers and the etcd backend's tests run on it.
+ETCD_VERSION=v3.6.16
+
+# The Gateway API standard-channel CRDs the status writer targets, from sigs.k8s.io/gateway-api's
+# config/crd/standard/ (scripts/gateway-api-crds.sh).
+GATEWAY_API_VERSION=v1.5.1
+
+# The Go peers in testkit/peers/ (their go.mod pins the same versions; scripts/build-peers.sh).
+CLIENT_GO_VERSION=v0.37.2
+CONTROLLER_RUNTIME_VERSION=v0.25.3
+
+# Go: what the builds need (the newest `go` line among the modules above), and the toolchain a
+# Go 1.21+ that is older than that fetches through the module proxy (GOTOOLCHAIN).
+GO_NEEDED=1.26.0
+GO_TOOLCHAIN=go1.26.8
+# The oldest installed Go that can fetch a toolchain by itself.
+GO_FETCHES_TOOLCHAINS=1.21.0

@@ -1,0 +1,134 @@
+//! Where the servers built from their Go modules are: an environment variable names a binary,
+//! else the cache that the build scripts (`scripts/build-kube-apiserver.sh`,
+//! `scripts/build-etcd.sh`, `scripts/gateway-api-crds.sh`) fill, asked with `--cached` so that a
+//! binary of an older recipe is never used. A missing one is an error that says how to get it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+/// Names the kube-apiserver binary to run.
+pub const APISERVER_ENV: &str = "GATEWAY_LEADER_KUBE_APISERVER";
+/// Chooses which pinned kube-apiserver the cache gives: `newest` (the default), `oldest` or a
+/// version `vX.Y.Z` (scripts/versions.sh pins newest and oldest).
+pub const KUBE_VERSION_ENV: &str = "GATEWAY_LEADER_KUBE_VERSION";
+/// Names the etcd binary to run; `etcdctl` is taken from the same folder.
+pub const ETCD_ENV: &str = "GATEWAY_LEADER_ETCD";
+/// Names a folder of Gateway API CRD files (`*.yaml`), e.g. upstream's `config/crd/standard/`.
+pub const CRDS_ENV: &str = "GATEWAY_LEADER_GATEWAY_API_CRDS";
+
+/// The workspace's `scripts/` folder (testkit sits one level below the workspace root).
+fn scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new(env!("CARGO_MANIFEST_DIR")))
+        .join("scripts")
+}
+
+/// The path `env` names, which must exist.
+fn from_env(env: &str) -> Result<Option<PathBuf>> {
+    let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    let p = PathBuf::from(p);
+    if !p.exists() {
+        bail!("{env}={} does not exist; unset it to use the build scripts' cache", p.display());
+    }
+    Ok(Some(p))
+}
+
+/// The last line a build script prints with `--cached`: the cached path, or the error `what`
+/// and how to build it.
+fn cached(script: &str, args: &[&str], what: &str, how: &str) -> Result<PathBuf> {
+    let path = scripts().join(script);
+    let out = Command::new("bash")
+        .arg(&path)
+        .arg("--cached")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {} --cached", path.display()))?;
+    let last = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    if out.status.success() && Path::new(&last).exists() {
+        return Ok(PathBuf::from(last));
+    }
+    bail!(
+        "{what}: none in the cache; {how} ({})",
+        String::from_utf8_lossy(&out.stderr).trim()
+    )
+}
+
+/// The kube-apiserver to run: `GATEWAY_LEADER_KUBE_APISERVER`, else the cached build of the
+/// version `GATEWAY_LEADER_KUBE_VERSION` chooses (newest by default).
+pub fn kube_apiserver() -> Result<PathBuf> {
+    if let Some(p) = from_env(APISERVER_ENV)? {
+        return Ok(p);
+    }
+    let version = std::env::var(KUBE_VERSION_ENV).unwrap_or_else(|_| "newest".into());
+    cached(
+        "build-kube-apiserver.sh",
+        &[&version],
+        &format!("kube-apiserver ({version})"),
+        &format!(
+            "run scripts/build-kube-apiserver.sh {version} (it builds the binary from the \
+             k8s.io/kubernetes Go module, about 9 minutes; scripts/test.sh does it for you), set \
+             {APISERVER_ENV} to a kube-apiserver binary, or set GATEWAY_LEADER_TEST_KUBECONFIG \
+             to an existing cluster's kubeconfig"
+        ),
+    )
+}
+
+/// The etcd server binary: `GATEWAY_LEADER_ETCD`, else the cached build of the pinned 3.6.
+pub fn etcd() -> Result<PathBuf> {
+    if let Some(p) = from_env(ETCD_ENV)? {
+        return Ok(p);
+    }
+    Ok(cached(
+        "build-etcd.sh",
+        &[],
+        "etcd",
+        &format!(
+            "run scripts/build-etcd.sh (it builds etcd and etcdctl from their Go modules, about \
+             2 minutes; scripts/test.sh does it for you) or set {ETCD_ENV} to an etcd binary"
+        ),
+    )?
+    .join("etcd"))
+}
+
+/// `etcdctl`, from the folder of [`etcd`].
+pub fn etcdctl() -> Result<PathBuf> {
+    let etcd = etcd()?;
+    let ctl = etcd.with_file_name("etcdctl");
+    if !ctl.is_file() {
+        bail!(
+            "no etcdctl beside {} ({ETCD_ENV}); scripts/build-etcd.sh builds both",
+            etcd.display()
+        );
+    }
+    Ok(ctl)
+}
+
+/// The folder of the Gateway API CRDs: `GATEWAY_LEADER_GATEWAY_API_CRDS`, else
+/// `config/crd/standard/` of the `sigs.k8s.io/gateway-api` module at the version the status
+/// writer targets, as `scripts/gateway-api-crds.sh` downloaded it.
+pub fn gateway_api_crds() -> Result<PathBuf> {
+    if let Some(p) = from_env(CRDS_ENV)? {
+        return Ok(p);
+    }
+    cached(
+        "gateway-api-crds.sh",
+        &[],
+        "the Gateway API CRDs",
+        &format!(
+            "run scripts/gateway-api-crds.sh (it fetches the sigs.k8s.io/gateway-api module \
+             through the Go module proxy; scripts/test.sh does it for you) or set {CRDS_ENV} to a \
+             folder of CRD files"
+        ),
+    )
+}
