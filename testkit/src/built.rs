@@ -33,7 +33,10 @@ fn from_env(env: &str) -> Result<Option<PathBuf>> {
     };
     let p = PathBuf::from(p);
     if !p.exists() {
-        bail!("{env}={} does not exist; unset it to use the build scripts' cache", p.display());
+        bail!(
+            "{env}={} does not exist; unset it to use the build scripts' cache",
+            p.display()
+        );
     }
     Ok(Some(p))
 }

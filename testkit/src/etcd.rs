@@ -12,7 +12,6 @@ use anyhow::{bail, Context, Result};
 
 use crate::process::{free_port, wait_until, ServerProcess};
 
-
 /// How long a fresh or restarted etcd may take to answer `/health` on a busy machine.
 const READY_LIMIT: Duration = Duration::from_secs(60);
 

@@ -17,7 +17,6 @@ use crate::etcd::{command, get, health, EtcdOptions, Membership, Ports};
 use crate::process::{free_port, tail, ServerProcess};
 use crate::proxy::BlackholeProxy;
 
-
 /// How long the members may take to elect a leader and answer `/health` on a busy machine.
 const READY_LIMIT: Duration = Duration::from_secs(90);
 

@@ -73,9 +73,9 @@ pub fn read_dir(dir: &Path) -> Result<Bundle> {
                 .to_string();
             let bad = || format!("{} holds a {kind} that does not parse", f.display());
             match kind.as_str() {
-                "CustomResourceDefinition" => {
-                    bundle.crds.push(serde_yaml::from_value(value).with_context(bad)?)
-                }
+                "CustomResourceDefinition" => bundle
+                    .crds
+                    .push(serde_yaml::from_value(value).with_context(bad)?),
                 "ValidatingAdmissionPolicy" => bundle
                     .policies
                     .push(serde_yaml::from_value(value).with_context(bad)?),
