@@ -4,6 +4,7 @@
 
 pub mod deploy;
 pub mod gateway;
+pub mod in_cluster;
 pub mod pod;
 
 use std::io::{BufRead, BufReader};
