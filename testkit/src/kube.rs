@@ -146,12 +146,30 @@ fn random_hex() -> String {
     format!("{:016x}", h.finish())
 }
 
+/// What a local apiserver runs with beyond the defaults, for the tests that need it.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Writes an audit log (level `Metadata` for every request, JSON lines, written before the
+    /// response goes out), read with [`KubeApiServer::audit_events`]: what the server itself saw,
+    /// such as which credential a request carried or whether a request reached it at all.
+    pub audit: bool,
+}
+
+/// The audit policy of [`Options::audit`]: who, what and which credential, never a body.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+";
+
 struct Local {
     etcd: EtcdServer,
     process: ServerProcess,
     binary: PathBuf,
     port: u16,
     pki: Pki,
+    options: Options,
 }
 
 impl Local {
@@ -162,11 +180,23 @@ impl Local {
             self.process.dir(),
             self.port,
             &self.pki,
+            &self.options,
         )
+    }
+
+    fn audit_log(&self) -> PathBuf {
+        self.process.dir().join("audit.log")
     }
 }
 
-fn command(binary: &Path, etcd: &str, dir: &Path, port: u16, pki: &Pki) -> Command {
+fn command(
+    binary: &Path,
+    etcd: &str,
+    dir: &Path,
+    port: u16,
+    pki: &Pki,
+    options: &Options,
+) -> Command {
     let mut cmd = Command::new(binary);
     cmd.arg(format!("--etcd-servers={etcd}"))
         .arg("--bind-address=127.0.0.1")
@@ -192,6 +222,21 @@ fn command(binary: &Path, etcd: &str, dir: &Path, port: u16, pki: &Pki) -> Comma
         .arg("--authorization-mode=RBAC")
         .arg("--profiling=false")
         .arg("--v=1");
+    if options.audit {
+        // Blocking: an event is in the file before the response leaves, so a test that has its
+        // answer can read the event at once.
+        cmd.arg(format!(
+            "--audit-policy-file={}",
+            dir.join("audit-policy.yaml").display()
+        ))
+        .arg(format!(
+            "--audit-log-path={}",
+            dir.join("audit.log").display()
+        ))
+        .arg("--audit-log-format=json")
+        .arg("--audit-log-mode=blocking")
+        .arg("--audit-log-maxsize=0");
+    }
     cmd
 }
 
@@ -214,16 +259,25 @@ impl KubeApiServer {
     /// Starts a kube-apiserver with its own etcd (or connects to `GATEWAY_LEADER_TEST_KUBECONFIG`)
     /// and waits until `/readyz` answers ok with the admin token.
     pub async fn start() -> Result<KubeApiServer> {
-        Self::start_inner(false, true).await
+        Self::start_inner(false, true, Options::default()).await
     }
 
     /// Always starts a local kube-apiserver, even when `GATEWAY_LEADER_TEST_KUBECONFIG` names a
     /// cluster: for tests that restart or freeze the apiserver, which no shared cluster allows.
     pub async fn start_local() -> Result<KubeApiServer> {
-        Self::start_inner(false, false).await
+        Self::start_inner(false, false, Options::default()).await
     }
 
-    async fn start_inner(shared: bool, allow_external: bool) -> Result<KubeApiServer> {
+    /// Always starts a local kube-apiserver, with `options`.
+    pub async fn start_local_with(options: Options) -> Result<KubeApiServer> {
+        Self::start_inner(false, false, options).await
+    }
+
+    async fn start_inner(
+        shared: bool,
+        allow_external: bool,
+        options: Options,
+    ) -> Result<KubeApiServer> {
         if let Some(path) = std::env::var_os(TEST_KUBECONFIG_ENV).filter(|p| !p.is_empty()) {
             if allow_external {
                 return Self::external(PathBuf::from(path)).await;
@@ -244,7 +298,11 @@ impl KubeApiServer {
             let port = free_port()?;
             let kubeconfig = dir.path().join("kubeconfig");
             write_kubeconfig(&kubeconfig, port, &pki.ca_file, &pki.admin_token)?;
-            let cmd = command(&binary, &db.endpoint(), dir.path(), port, &pki);
+            if options.audit {
+                std::fs::write(dir.path().join("audit-policy.yaml"), AUDIT_POLICY)
+                    .context("writing the audit policy")?;
+            }
+            let cmd = command(&binary, &db.endpoint(), dir.path(), port, &pki, &options);
             let process = ServerProcess::spawn("kube-apiserver", cmd, dir)?;
             // Only a shared server outlives its owner; a dedicated one is cleaned up by Drop.
             let (api_dirs, db_dirs) = if shared {
@@ -262,6 +320,7 @@ impl KubeApiServer {
                     binary: binary.clone(),
                     port,
                     pki,
+                    options: options.clone(),
                 })),
                 config,
                 kubeconfig,
@@ -286,7 +345,7 @@ impl KubeApiServer {
     /// Tests that restart or pause the server must [`start`](Self::start) their own.
     pub async fn shared() -> Result<&'static KubeApiServer> {
         SHARED
-            .get_or_try_init(|| Self::start_inner(true, true))
+            .get_or_try_init(|| Self::start_inner(true, true, Options::default()))
             .await
     }
 
@@ -404,6 +463,27 @@ impl KubeApiServer {
     /// Creates ServiceAccount `name` in `namespace` and returns a one-hour token for it
     /// (TokenRequest API; no controller-manager runs, so no token Secrets appear).
     pub async fn service_account_token(&self, namespace: &str, name: &str) -> Result<String> {
+        self.service_account_token_with(
+            namespace,
+            name,
+            TokenRequestSpec {
+                audiences: Vec::new(),
+                expiration_seconds: Some(3600),
+                ..TokenRequestSpec::default()
+            },
+        )
+        .await
+    }
+
+    /// Creates ServiceAccount `name` in `namespace` (fine if it exists) and returns a token
+    /// minted for it by the TokenRequest API with `spec`: an expiry, or an object the token is
+    /// bound to (it is refused once that object is gone), as a kubelet asks for a pod's.
+    pub async fn service_account_token_with(
+        &self,
+        namespace: &str,
+        name: &str,
+        spec: TokenRequestSpec,
+    ) -> Result<String> {
         let api: Api<ServiceAccount> = Api::namespaced(self.admin_client(), namespace);
         let sa = ServiceAccount {
             metadata: ObjectMeta {
@@ -418,11 +498,7 @@ impl KubeApiServer {
             Err(e) => return Err(e).with_context(|| format!("creating {namespace}/{name}")),
         }
         let req = TokenRequest {
-            spec: TokenRequestSpec {
-                audiences: Vec::new(),
-                expiration_seconds: Some(3600),
-                ..TokenRequestSpec::default()
-            },
+            spec,
             ..TokenRequest::default()
         };
         let t = api
@@ -467,6 +543,29 @@ impl KubeApiServer {
     /// Thaws a paused apiserver (SIGCONT).
     pub fn resume(&mut self) -> Result<()> {
         self.local()?.process.resume()
+    }
+
+    /// Every audit event the apiserver has written so far, oldest first (started with
+    /// [`Options::audit`]; an error otherwise).
+    pub fn audit_events(&self) -> Result<Vec<serde_json::Value>> {
+        let Mode::Local(l) = &self.mode else {
+            bail!("no audit log of an existing cluster ({TEST_KUBECONFIG_ENV})");
+        };
+        if !l.options.audit {
+            bail!("this apiserver was started without Options::audit");
+        }
+        let path = l.audit_log();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            // Nothing audited yet.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        // The last line may be half written.
+        Ok(text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect())
     }
 
     /// The apiserver's log so far (empty for an existing cluster).
