@@ -106,7 +106,16 @@ impl InCluster {
 
     /// Like [`new`](Self::new), with these RBAC objects bound to the service account.
     pub async fn with_rbac(name: &str, rbac: Vec<Value>) -> InCluster {
-        let server = apiserver().await;
+        Self::on(apiserver().await, name, rbac).await
+    }
+
+    /// Like [`with_rbac`](Self::with_rbac), on `server` rather than the test binary's shared
+    /// apiserver.
+    pub async fn on(server: &'static KubeApiServer, name: &str, rbac: Vec<Value>) -> InCluster {
+        server
+            .install_gateway_api()
+            .await
+            .expect("the Gateway API CRDs are installed");
         let ns = format!("ic-{name}");
         server.create_namespace(&ns).await.expect("namespace");
         let client = admin(server);

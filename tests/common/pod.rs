@@ -12,7 +12,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
+use std::time::SystemTime;
 
 use tempfile::TempDir;
 
@@ -54,6 +55,15 @@ fn require_mount_namespaces() {
 /// The files a pod's process finds under `/var/run`, and the command that runs one.
 pub struct PodFiles {
     dir: TempDir,
+    /// What [`service_account`](Self::service_account) was given, kept for each rotation.
+    account: Mutex<Option<Account>>,
+}
+
+/// The service account's files other than the token, and how many times they were written.
+struct Account {
+    ca_pem: String,
+    namespace: String,
+    generation: u32,
 }
 
 impl PodFiles {
@@ -62,6 +72,7 @@ impl PodFiles {
         require_mount_namespaces();
         PodFiles {
             dir: tempfile::tempdir().expect("temp dir"),
+            account: Mutex::new(None),
         }
     }
 
@@ -77,14 +88,77 @@ impl PodFiles {
     }
 
     /// The service account's token, the cluster's CA (PEM) and the pod's namespace, where the
-    /// kubelet puts them.
+    /// kubelet puts them and laid out as its projected volume is: each name a symlink into
+    /// `..data`, itself a symlink to a timestamped folder (see [`rotate_token`](Self::rotate_token)).
     pub fn service_account(&self, token: &str, ca_pem: &str, namespace: &str) {
-        self.file(&format!("{SERVICE_ACCOUNT_DIR}/token"), token.as_bytes());
-        self.file(&format!("{SERVICE_ACCOUNT_DIR}/ca.crt"), ca_pem.as_bytes());
-        self.file(
-            &format!("{SERVICE_ACCOUNT_DIR}/namespace"),
-            namespace.as_bytes(),
+        *self.lock_account() = Some(Account {
+            ca_pem: ca_pem.to_string(),
+            namespace: namespace.to_string(),
+            generation: 0,
+        });
+        self.publish(token);
+        for name in ["token", "ca.crt", "namespace"] {
+            let link = self.account_dir().join(name);
+            std::os::unix::fs::symlink(format!("..data/{name}"), &link)
+                .unwrap_or_else(|e| panic!("linking {}: {e}", link.display()));
+        }
+    }
+
+    /// Puts a new token where the running child reads it, as the kubelet rotates a projected
+    /// token: the three files are written into a new timestamped folder, and `..data` is
+    /// switched to it with one rename, so a reader sees the old files or the new ones, never
+    /// half of them; the old folder is removed.
+    pub fn rotate_token(&self, token: &str) {
+        self.publish(token);
+    }
+
+    fn account_dir(&self) -> PathBuf {
+        let rel = Path::new(SERVICE_ACCOUNT_DIR)
+            .strip_prefix("/var/run")
+            .expect("the service account is under /var/run");
+        self.dir.path().join(rel)
+    }
+
+    fn lock_account(&self) -> std::sync::MutexGuard<'_, Option<Account>> {
+        self.account.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes the service account's files into a new `..<timestamp>` folder and points `..data`
+    /// at it (kubelet's AtomicWriter).
+    fn publish(&self, token: &str) {
+        let mut account = self.lock_account();
+        let a = account
+            .as_mut()
+            .expect("service_account comes before rotate_token");
+        a.generation += 1;
+        let dir = self.account_dir();
+        std::fs::create_dir_all(&dir).expect("creating the service account dir");
+        // The kubelet names it after the time; a generation keeps two in one second apart.
+        let stamp = format!(
+            "..{}_{:09}",
+            humantime::format_rfc3339_seconds(SystemTime::now())
+                .to_string()
+                .replace([':', '-'], "_")
+                .trim_end_matches('Z'),
+            a.generation
         );
+        let fresh = dir.join(&stamp);
+        std::fs::create_dir(&fresh).expect("creating the timestamped folder");
+        for (name, content) in [
+            ("token", token),
+            ("ca.crt", &a.ca_pem),
+            ("namespace", &a.namespace),
+        ] {
+            std::fs::write(fresh.join(name), content)
+                .unwrap_or_else(|e| panic!("writing {name}: {e}"));
+        }
+        let old = std::fs::read_link(dir.join("..data")).ok();
+        let tmp = dir.join("..data_tmp");
+        std::os::unix::fs::symlink(&stamp, &tmp).expect("linking ..data_tmp");
+        std::fs::rename(&tmp, dir.join("..data")).expect("switching ..data");
+        if let Some(old) = old {
+            std::fs::remove_dir_all(dir.join(old)).expect("removing the old folder");
+        }
     }
 
     /// A command that runs `program` with `args` and exactly the environment `env` (plus a
