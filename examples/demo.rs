@@ -832,15 +832,7 @@ fn route_says(r: &HttpRoute, type_: &str, status: &str, generation: i64) -> bool
 /// The replicas that wrote the object's status, with the time of their managedFields entry.
 fn status_writers(meta: &ObjectMeta) -> Vec<(String, Option<Timestamp>)> {
     fn is_status(m: &ManagedFieldsEntry) -> bool {
-        match m.subresource.as_deref() {
-            Some(s) => s == "status",
-            // Apiservers before 1.22 (the local v1.20 one) do not record the subresource; the
-            // fields the entry owns tell.
-            None => m
-                .fields_v1
-                .as_ref()
-                .is_some_and(|f| f.0.get("f:status").is_some()),
-        }
+        m.subresource.as_deref() == Some("status")
     }
     meta.managed_fields
         .iter()

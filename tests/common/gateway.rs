@@ -11,7 +11,7 @@ use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParents};
 use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ManagedFieldsEntry};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -231,18 +231,24 @@ where
     }
 }
 
-/// The field managers that own fields of the object's status (v1.20 records no `subresource`
-/// in managedFields, so this looks at the fields themselves).
-pub fn status_managers<K: Resource>(o: &K) -> BTreeSet<String> {
+/// The managedFields entries of writes to the object's `/status` subresource that own fields
+/// of its status.
+fn status_entries<K: Resource>(o: &K) -> impl Iterator<Item = &ManagedFieldsEntry> {
     o.meta()
         .managed_fields
         .iter()
         .flatten()
+        .filter(|m| m.subresource.as_deref() == Some("status"))
         .filter(|m| {
             m.fields_v1
                 .as_ref()
                 .is_some_and(|f| f.0.get("f:status").is_some())
         })
+}
+
+/// The field managers that wrote the object's status through its `/status` subresource.
+pub fn status_managers<K: Resource>(o: &K) -> BTreeSet<String> {
+    status_entries(o)
         .filter_map(|m| m.manager.clone())
         .collect()
 }
@@ -250,16 +256,8 @@ pub fn status_managers<K: Resource>(o: &K) -> BTreeSet<String> {
 /// When `manager` last wrote the status of `o`: its managedFields entry's time, which the
 /// apiserver sets on every write, in whole seconds.
 pub fn last_status_write<K: Resource>(o: &K, manager: &str) -> Option<SystemTime> {
-    o.meta()
-        .managed_fields
-        .iter()
-        .flatten()
+    status_entries(o)
         .filter(|m| m.manager.as_deref() == Some(manager))
-        .filter(|m| {
-            m.fields_v1
-                .as_ref()
-                .is_some_and(|f| f.0.get("f:status").is_some())
-        })
         .filter_map(|m| m.time.as_ref())
         .filter_map(|t| u64::try_from(t.0.as_second()).ok())
         .map(|secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
