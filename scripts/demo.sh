@@ -9,38 +9,52 @@
 #   scripts/demo.sh              # the lock is a Kubernetes Lease on that apiserver
 #   scripts/demo.sh etcd         # the lock is a key in a throwaway etcd
 #   scripts/demo.sh redis        # the lock is a key in a throwaway Redis (see docs/redis.md)
+#   scripts/demo.sh --kubeconfig ~/.kube/config [backend]
+#                                # an existing cluster (kind, k3s, ...) instead of a local
+#                                # apiserver: no server is built (but etcd for the etcd lock); the
+#                                # Gateway API CRDs are installed when the cluster lacks them; the
+#                                # replicas run on this machine with that kubeconfig's rights, and
+#                                # the sample (namespaces gateway-leader-demo*, GatewayClass
+#                                # gateway-leader-demo) is removed afterwards
 #
 # This script only prepares: it installs what is missing with apt-get (scripts/packages.sh), builds
-# kube-apiserver v1.20.2 once (scripts/build-kube-apiserver.sh, cached), builds the release binary
-# and examples/demo.rs, and runs the example, which does the work.
+# the servers it needs once from their Go modules (scripts/servers.sh: kube-apiserver, etcd, the
+# Gateway API CRDs; cached), builds the release binary and examples/demo/, and runs the example,
+# which does the work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { echo "usage: scripts/demo.sh [kubernetes|etcd|redis]" >&2; exit 2; }
-[ $# -le 1 ] || usage
-backend=${1:-kubernetes}
-case "$backend" in kubernetes|etcd|redis) ;; *) usage ;; esac
+usage() { echo "usage: scripts/demo.sh [--kubeconfig PATH] [kubernetes|etcd|redis]" >&2; exit 2; }
+kubeconfig=
+backend=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --kubeconfig) [ $# -ge 2 ] || usage; kubeconfig=$2; shift 2 ;;
+    --kubeconfig=*) kubeconfig=${1#*=}; shift ;;
+    kubernetes|etcd|redis) [ -z "$backend" ] || usage; backend=$1; shift ;;
+    *) usage ;;
+  esac
+done
+backend=${backend:-kubernetes}
+if [ -n "$kubeconfig" ]; then
+  [ -f "$kubeconfig" ] || { echo "--kubeconfig $kubeconfig: no such file" >&2; exit 2; }
+  kubeconfig=$(cd "$(dirname "$kubeconfig")" && pwd)/$(basename "$kubeconfig")
+fi
 
 say() { printf '[demo.sh] %s\n' "$*" >&2; }
 
 . scripts/packages.sh
 ensure_packages
 
-if [ -z "${GATEWAY_LEADER_KUBE_APISERVER:-}" ]; then
-  say "making sure kube-apiserver v1.20.2 is built (first run: about 5 minutes)"
-  if [ "$(id -u)" -eq 0 ]; then
-    GATEWAY_LEADER_KUBE_APISERVER=$(scripts/build-kube-apiserver.sh | tail -n 1)
-  else
-    GATEWAY_LEADER_KUBE_APISERVER=$(sudo -E scripts/build-kube-apiserver.sh | tail -n 1)
-  fi
-  export GATEWAY_LEADER_KUBE_APISERVER
+. scripts/servers.sh
+if [ -n "$kubeconfig" ]; then
+  SERVERS_WITHOUT_APISERVER=1
+  [ "$backend" = etcd ] || SERVERS_WITHOUT_ETCD=1
+  # The CRDs come from the Go module only if the cluster lacks them and Go is here (the demo
+  # checks the cluster and says what is missing).
+  command -v go >/dev/null 2>&1 || SERVERS_WITHOUT_CRDS=1
 fi
-
-# The upstream Gateway API CRDs, when the shared copy is beside the checkout (stand-ins otherwise).
-if [ -z "${GATEWAY_LEADER_GATEWAY_API_CRDS:-}" ] && [ -d ../shared/gateway-api/v1.5.1 ]; then
-  GATEWAY_LEADER_GATEWAY_API_CRDS=$(cd ../shared/gateway-api/v1.5.1 && pwd)
-  export GATEWAY_LEADER_GATEWAY_API_CRDS
-fi
+ensure_servers
 
 say "building gateway-leader and the demo (release; a first build takes several minutes)"
 cargo build --release --bin gateway-leader --example demo
@@ -48,4 +62,5 @@ cargo build --release --bin gateway-leader --example demo
 target=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 [ -n "$target" ] || { echo "cannot find cargo's target directory" >&2; exit 1; }
 
-exec "$target/release/examples/demo" "$target/release/gateway-leader" "$backend"
+exec "$target/release/examples/demo" "$target/release/gateway-leader" "$backend" \
+  ${kubeconfig:+--kubeconfig "$kubeconfig"}

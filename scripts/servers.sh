@@ -5,21 +5,22 @@
 #                                    cluster or the variable is set already)
 #   GATEWAY_LEADER_ETCD              etcd (etcdctl beside it)
 #   GATEWAY_LEADER_GATEWAY_API_CRDS  the Gateway API standard-channel CRDs (kept when set)
-# Set SERVERS_WITHOUT_APISERVER=1 to skip the apiserver (the demo on an existing cluster).
+# SERVERS_WITHOUT_APISERVER=1, SERVERS_WITHOUT_ETCD=1 and SERVERS_WITHOUT_CRDS=1 skip one (the
+# demo on an existing cluster).
 
 ensure_servers() {
   if [ -z "${GATEWAY_LEADER_TEST_KUBECONFIG:-}" ] && [ -z "${GATEWAY_LEADER_KUBE_APISERVER:-}" ] \
     && [ "${SERVERS_WITHOUT_APISERVER:-0}" != 1 ]; then
-    printf '[servers] making sure kube-apiserver %s is built (first run: about 9 minutes)\n' \
+    printf '[servers] making sure kube-apiserver %s is built (first run: about 6 minutes)\n' \
       "${GATEWAY_LEADER_KUBE_VERSION:-newest}" >&2
     GATEWAY_LEADER_KUBE_APISERVER=$(scripts/build-kube-apiserver.sh | tail -n 1)
     export GATEWAY_LEADER_KUBE_APISERVER
   fi
-  if [ -z "${GATEWAY_LEADER_ETCD:-}" ]; then
+  if [ -z "${GATEWAY_LEADER_ETCD:-}" ] && [ "${SERVERS_WITHOUT_ETCD:-0}" != 1 ]; then
     GATEWAY_LEADER_ETCD="$(scripts/build-etcd.sh | tail -n 1)/etcd"
     export GATEWAY_LEADER_ETCD
   fi
-  if [ -z "${GATEWAY_LEADER_GATEWAY_API_CRDS:-}" ]; then
+  if [ -z "${GATEWAY_LEADER_GATEWAY_API_CRDS:-}" ] && [ "${SERVERS_WITHOUT_CRDS:-0}" != 1 ]; then
     GATEWAY_LEADER_GATEWAY_API_CRDS=$(scripts/gateway-api-crds.sh | tail -n 1)
     export GATEWAY_LEADER_GATEWAY_API_CRDS
   fi

@@ -1,6 +1,6 @@
 //! The engine of `scripts/demo.sh`: the main job of gateway-leader, live on this machine.
 //!
-//! It starts a local kube-apiserver with the Gateway API CRDs and a small sample (a class, a
+//! It starts a local kube-apiserver (or uses an existing cluster) with the Gateway API CRDs and a small sample (a class, a
 //! Gateway with an HTTP listener and an HTTPS listener whose certificate Secret does not exist
 //! yet, a Service, three HTTPRoutes: one valid, one to a missing Service, one to another
 //! namespace's Service without a ReferenceGrant, and a GRPCRoute), and three `gateway-leader run`
@@ -10,8 +10,11 @@
 //! (SIGTERM) and crashes the next one (SIGKILL), changing a route each time, and shows how long
 //! the next leader took to write.
 //!
-//! Usage: `demo <path of the gateway-leader binary> [kubernetes|etcd|redis]`;
-//! `scripts/demo.sh` builds both and runs it.
+//! Usage: `demo <path of the gateway-leader binary> [kubernetes|etcd|redis] [--kubeconfig PATH]`;
+//! `scripts/demo.sh` builds both and runs it. With `--kubeconfig`, the cluster of that file is
+//! used instead of a local apiserver (see `cluster.rs`).
+
+mod cluster;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -48,13 +51,18 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-const USAGE: &str = "usage: demo <gateway-leader binary> [kubernetes|etcd|redis]";
+const USAGE: &str =
+    "usage: demo <gateway-leader binary> [kubernetes|etcd|redis] [--kubeconfig <existing cluster>]";
 
 const REPLICAS: [&str; 3] = ["replica-a", "replica-b", "replica-c"];
 /// `--controller-name`'s default: the replicas run without the flag, so the class names it.
 const CONTROLLER: &str = "gateway-leader.dev/gateway-controller";
-const NS: &str = "demo";
-const OTHER_NS: &str = "demo-other";
+/// Names of its own, so that on an existing cluster nothing of the user's is touched.
+const NS: &str = "gateway-leader-demo";
+const OTHER_NS: &str = "gateway-leader-demo-other";
+/// The label on what the demo creates at the top level (namespaces, the class): on an existing
+/// cluster, what carries it is removed after the run, and before it when a run was cut short.
+const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "gateway-leader-demo");
 /// A Service name that never exists.
 const MISSING_SERVICE: &str = "no-such-service";
 /// The Secret the HTTPS listener names: missing at first, created once the statuses show it.
@@ -86,7 +94,7 @@ struct Key {
 const CLASS: Key = Key {
     kind: "GatewayClass",
     namespace: None,
-    name: "demo",
+    name: "gateway-leader-demo",
 };
 const GATEWAY: Key = Key {
     kind: "Gateway",
@@ -660,15 +668,13 @@ fn route(ns: &str, name: &str, parent: Value, backend: Value) -> Value {
     })
 }
 
-async fn apply_sample(server: &KubeApiServer, client: &Client) -> Result<()> {
-    for ns in [NS, OTHER_NS] {
-        server.create_namespace(ns).await?;
-    }
+async fn apply_sample(client: &Client) -> Result<()> {
+    cluster::create_namespaces(client).await?;
     create(
         &Api::<GatewayClass>::all(client.clone()),
         json!({
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
-            "metadata": {"name": CLASS.name},
+            "metadata": {"name": CLASS.name, "labels": {MANAGED_BY.0: MANAGED_BY.1}},
             "spec": {"controllerName": CONTROLLER}
         }),
     )
@@ -1346,7 +1352,13 @@ impl Demo<'_> {
     }
 }
 
-async fn run(out: &Out, bin: &Path, backend: Backend, dir: &Path) -> Result<()> {
+async fn run(
+    out: &Out,
+    bin: &Path,
+    backend: Backend,
+    kubeconfig: Option<&Path>,
+    dir: &Path,
+) -> Result<()> {
     println!(
         "{}",
         out.paint(
@@ -1358,28 +1370,14 @@ async fn run(out: &Out, bin: &Path, backend: Backend, dir: &Path) -> Result<()> 
             )
         )
     );
-    let began = Instant::now();
-    out.step("starting a local kube-apiserver v1.20.2 (with its own etcd)");
-    // Always a local one, even when a test cluster is configured: the demo writes its sample.
-    let server = KubeApiServer::start_local()
-        .await
-        .context("starting kube-apiserver")?;
-    out.step(format!(
-        "kube-apiserver ready at {} after {}",
-        server.url().trim_end_matches('/'),
-        human(began.elapsed())
-    ));
-    let crds = testkit::gateway_api::crd_dir().context("finding the Gateway API CRDs")?;
-    out.step(format!(
-        "installing the Gateway API CRDs from {}",
-        crds.display()
-    ));
-    server
-        .install_gateway_api()
-        .await
-        .context("installing the Gateway API CRDs")?;
+    let server = cluster::open(out, kubeconfig).await?;
+    cluster::install_crds(out, &server).await?;
     let client = server.admin_client();
-    apply_sample(&server, &client).await?;
+    if server.is_external() {
+        // What an earlier run that was cut short left.
+        cluster::remove_sample(&client, true).await?;
+    }
+    apply_sample(&client).await?;
     for line in [
         format!("sample: {CLASS} (controllerName {CONTROLLER})"),
         format!("        {GATEWAY} (listener http, port 80, routes from all namespaces)"),
@@ -1505,6 +1503,12 @@ async fn run(out: &Out, bin: &Path, backend: Backend, dir: &Path) -> Result<()> 
     Ok(())
 }
 
+/// Removes the sample from the existing cluster of `kubeconfig`.
+async fn remove_from(kubeconfig: &Path) -> Result<()> {
+    let server = KubeApiServer::connect(kubeconfig).await?;
+    cluster::remove_sample(&server.admin_client(), false).await
+}
+
 /// Resolves on Ctrl-C or SIGTERM; the children go when the demo's future is dropped.
 async fn stop_signal() -> &'static str {
     let (Ok(mut int), Ok(mut term)) = (
@@ -1546,9 +1550,27 @@ impl Drop for LogDir {
     }
 }
 
-fn parse_args() -> Result<(PathBuf, Backend), String> {
-    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let (bin, backend) = match args.as_slice() {
+/// What the command line asks for.
+struct Args {
+    bin: PathBuf,
+    backend: Backend,
+    /// An existing cluster's kubeconfig, instead of a local apiserver.
+    kubeconfig: Option<PathBuf>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut rest: Vec<OsString> = Vec::new();
+    let mut kubeconfig = None;
+    let mut args = std::env::args_os().skip(1);
+    while let Some(a) = args.next() {
+        if a == "--kubeconfig" {
+            let path = args.next().ok_or("--kubeconfig needs a path")?;
+            kubeconfig = Some(PathBuf::from(path));
+        } else {
+            rest.push(a);
+        }
+    }
+    let (bin, backend) = match rest.as_slice() {
         [bin] => (bin, "kubernetes".to_string()),
         [bin, b] => (bin, b.to_string_lossy().into_owned()),
         _ => return Err("expected the binary's path and at most a backend".into()),
@@ -1558,11 +1580,20 @@ fn parse_args() -> Result<(PathBuf, Backend), String> {
     if !bin.is_file() {
         return Err(format!("{} is not a file", bin.display()));
     }
-    Ok((bin, backend))
+    if let Some(k) = &kubeconfig {
+        if !k.is_file() {
+            return Err(format!("--kubeconfig {}: no such file", k.display()));
+        }
+    }
+    Ok(Args {
+        bin,
+        backend,
+        kubeconfig,
+    })
 }
 
 fn main() -> ExitCode {
-    let (bin, backend) = match parse_args() {
+    let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
             eprintln!("{e}\n{USAGE}");
@@ -1590,12 +1621,20 @@ fn main() -> ExitCode {
         }
     };
     let out = Out::new();
+    let kubeconfig = args.kubeconfig.as_deref();
     let result = runtime.block_on(async {
-        tokio::select! {
+        let result = tokio::select! {
             biased;
             sig = stop_signal() => Err(anyhow!("interrupted ({sig})")),
-            r = run(&out, &bin, backend, dir.path()) => r,
+            r = run(&out, &args.bin, args.backend, kubeconfig, dir.path()) => r,
+        };
+        // The replicas are gone with `run`'s future; on someone's cluster the sample goes too.
+        if let Some(path) = kubeconfig {
+            if let Err(e) = remove_from(path).await {
+                eprintln!("the demo's sample is still on the cluster: {e:#}");
+            }
         }
+        result
     });
     // The replicas and servers went with the demo's future; their readers go with the runtime.
     drop(runtime);

@@ -349,6 +349,12 @@ impl KubeApiServer {
             .await
     }
 
+    /// Uses the existing cluster of the kubeconfig at `path` (its current context, with the
+    /// rights of its user), starting nothing; waits until it is ready.
+    pub async fn connect(path: &Path) -> Result<KubeApiServer> {
+        Self::external(path.to_path_buf()).await
+    }
+
     async fn external(path: PathBuf) -> Result<KubeApiServer> {
         let config = load(&path, None)
             .await
