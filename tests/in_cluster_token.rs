@@ -210,6 +210,21 @@ async fn a_leader_keeps_leading_across_a_rotation_of_its_bound_token() {
         leading == 1 && lost.is_empty(),
         "the leader was refused or lost ({leading} leaderships): {lost:?}"
     );
+    // Nothing the replica asked for is deprecated on this apiserver (it marks each such request
+    // in its audit log; the newest release is where a removal shows first).
+    let user = format!("system:serviceaccount:{}:{SA}", c.ns);
+    let deprecated: Vec<String> = server
+        .audit_events()
+        .expect("the audit log")
+        .iter()
+        .filter(|e| e["user"]["username"] == user.as_str())
+        .filter(|e| e["annotations"]["k8s.io/deprecated"] == "true")
+        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+        .collect();
+    assert!(
+        deprecated.is_empty(),
+        "deprecated APIs used: {deprecated:?}"
+    );
     let refused_uses: Vec<u64> = audited_uses(server, &c.ns, &second_jti)
         .into_iter()
         .filter(|code| *code == 401)
