@@ -77,7 +77,10 @@ pub use elector::{Elector, ElectorConfig, AFTER_RELEASE_QUIET, SHUTDOWN_BUDGET};
 pub use gate::{DeadlineBody, GateError, WriteGate, WriteGateFuture, WriteGateLayer};
 #[cfg(feature = "conformance")]
 pub use leadership::Scripted;
-pub use leadership::{GuardedError, LeaderState, Leadership, NotLeader, Stamped, WritePermit};
+pub use leadership::{
+    GuardedError, LeaderState, Leadership, LeadershipChange, LeadershipChanges, NotLeader, Stamped,
+    WritePermit,
+};
 pub use lock::{Attempt, LeaderLock, LockError, LockEvent, LockEventStream};
 pub use memory::{MemoryLock, MemoryStore};
 pub use observe::ObservedRecord;
