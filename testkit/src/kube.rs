@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
@@ -417,21 +417,22 @@ impl KubeApiServer {
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => return Err(e).with_context(|| format!("creating {namespace}/{name}")),
         }
-        let req = TokenRequest {
-            spec: TokenRequestSpec {
-                audiences: Vec::new(),
-                expiration_seconds: Some(3600),
-                ..TokenRequestSpec::default()
-            },
-            ..TokenRequest::default()
-        };
+        // Through JSON: the TokenRequest's fields are required in the types of some Kubernetes
+        // versions k8s-openapi targets and optional in others (1.36), and testkit builds with
+        // whichever version the crate under test picks.
+        let req: TokenRequest = serde_json::from_value(serde_json::json!({
+            "spec": { "audiences": [], "expirationSeconds": 3600 }
+        }))
+        .context("a TokenRequest")?;
         let t = api
             .create_token_request(name, &PostParams::default(), &req)
             .await
             .with_context(|| format!("requesting a token for {namespace}/{name}"))?;
-        t.status
-            .map(|s| s.token)
+        let t = serde_json::to_value(&t).context("the TokenRequest as JSON")?;
+        t.pointer("/status/token")
+            .and_then(serde_json::Value::as_str)
             .filter(|t| !t.is_empty())
+            .map(str::to_owned)
             .ok_or_else(|| anyhow!("the TokenRequest for {namespace}/{name} returned no token"))
     }
 
