@@ -15,6 +15,9 @@ say() { printf '[test-downstream] %s\n' "$*" >&2; }
 . scripts/servers.sh
 ensure_servers
 
+# Outside the workspace, so `cargo fmt --all` does not see it.
+cargo fmt --manifest-path tests/downstream/Cargo.toml -- --check
+
 # A copy, not a lock file of its own: the versions are the workspace's, and nothing here can
 # drift from them. Cargo drops what the crate does not use.
 cp Cargo.lock tests/downstream/Cargo.lock

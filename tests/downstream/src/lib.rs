@@ -19,13 +19,17 @@ pub const TERM: &str = "example.dev/term";
 /// The field manager of the Lease and of the writes.
 const MANAGER: &str = "downstream";
 
+// Whether this build's k8s-openapi is the one `latest` names (1.36 for k8s-openapi 0.28).
+k8s_openapi::k8s_if_1_36! {
+    const LATEST: bool = true;
+}
+k8s_openapi::k8s_if_le_1_35! {
+    const LATEST: bool = false;
+}
+
 /// Whether this build's k8s-openapi is the one `latest` names (1.36 for k8s-openapi 0.28).
 pub fn built_for_latest() -> bool {
-    let mut latest = false;
-    k8s_openapi::k8s_if_1_36! {
-        latest = true;
-    }
-    latest
+    LATEST
 }
 
 /// One replica: its elector and the gated client of its writes.
