@@ -3,17 +3,13 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use leader_lock::conformance::wait_leader;
-use leader_lock::{
-    Elector, ElectorConfig, GuardedError, Identity, LeaderState, Leadership, NotLeader, Scripted,
-    Term, Timing,
-};
+use leader_lock::{GuardedError, LeaderState, Leadership, NotLeader, Scripted, Term, Timing};
 use leader_lock_kubernetes::{gated_client, permit_client};
 use serde_json::json;
 use tokio::time::Instant;
@@ -138,15 +134,7 @@ async fn a_permit_client_reads_and_holds_its_permit_no_longer_than_its_write() {
     let ns = common::namespace(s, "permit-release").await;
     create_target(s.admin_client(), &ns).await;
     // The default timing: a permit kept past the write would hold the shutdown back for 10 s.
-    let elector = Elector::spawn(
-        Arc::new(common::lock(s, &ns, "permit")),
-        ElectorConfig {
-            identity: Identity::new("a"),
-            timing: Timing::default(),
-            release_on_shutdown: true,
-        },
-    )
-    .expect("a valid timing");
+    let elector = common::elector(common::lock(s, &ns, "permit"), "a", Timing::default());
     let leadership = elector.leadership();
     let term = wait_leader(&leadership, PATIENCE, "a").await;
     let writes = gated_client(s.config().clone(), leadership.clone()).expect("the gated client");

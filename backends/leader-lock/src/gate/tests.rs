@@ -81,6 +81,17 @@ fn gate_error(e: &BoxError) -> &GateError {
         .unwrap_or_else(|| panic!("not a gate error: {e}"))
 }
 
+/// Whether the gate refused the request, unsent, because this replica follows.
+fn refused_as_follower(e: &BoxError) -> bool {
+    matches!(
+        gate_error(e),
+        GateError::NotLeader {
+            reason: NotLeader::Follower { .. },
+            ..
+        }
+    )
+}
+
 fn writes() -> Vec<Method> {
     let unknown = Method::from_bytes(b"PURGE").expect("a valid method token");
     vec![
@@ -231,16 +242,7 @@ async fn an_inner_gate_refuses_a_write_whose_leadership_ended_on_the_way_down() 
     tokio::task::yield_now().await;
     script.publish(follower());
     let e = write.await.expect("task").unwrap_err();
-    assert!(
-        matches!(
-            gate_error(&e),
-            GateError::NotLeader {
-                reason: NotLeader::Follower { .. },
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert!(refused_as_follower(&e), "{e}");
     assert_eq!(probe.calls(), 0, "refused after the await, unsent");
 
     // A new leadership: both gates pass, and the inner one checks the outer one's permit.
@@ -322,16 +324,7 @@ async fn a_gate_for_a_permit_refuses_its_writes_once_a_new_term_leads() {
         .oneshot(request(Method::PATCH))
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            gate_error(&e),
-            GateError::NotLeader {
-                reason: NotLeader::Follower { .. },
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert!(refused_as_follower(&e), "{e}");
     assert_eq!(probe.calls(), 1, "the stale term's write was not sent");
     // Reads pass; a gate that takes its own permits writes under the new term.
     let read = bound.oneshot(request(Method::GET)).await;
