@@ -151,6 +151,7 @@ pub fn gated_client(config: Config, leadership: Leadership) -> Result<Client, ku
 /// # Ok(())
 /// # }
 /// ```
+#[must_use = "the client sends nothing unless used for the write"]
 pub fn permit_client(client: &Client, permit: &WritePermit) -> Client {
     let inner = client.clone();
     let send = tower::service_fn(move |req: Request<Body>| {

@@ -265,6 +265,7 @@ impl WriteGateLayer {
     /// # Ok(())
     /// # }
     /// ```
+    #[must_use = "a layer gates nothing until it wraps a service"]
     pub fn for_permit(permit: WritePermit) -> Self {
         WriteGateLayer {
             permits: Permits::Given(permit),
