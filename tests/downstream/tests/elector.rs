@@ -24,13 +24,15 @@ async fn an_elector_runs_on_the_library_crates_built_for_the_latest_kubernetes()
     let server = KubeApiServer::start()
         .await
         .unwrap_or_else(|e| panic!("no kube-apiserver for the test: {e:#}"));
-    server
-        .create_namespace("downstream")
-        .await
-        .expect("a namespace");
+    // A namespace of its own, also on an existing cluster (GATEWAY_LEADER_TEST_KUBECONFIG).
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let ns = format!("downstream-{}-{nanos}", std::process::id());
+    server.create_namespace(&ns).await.expect("a namespace");
     let mut config = server.config().clone();
-    config.default_namespace = "downstream".to_string();
-    let target: Api<ConfigMap> = Api::namespaced(server.admin_client(), "downstream");
+    config.default_namespace = ns.clone();
+    let target: Api<ConfigMap> = Api::namespaced(server.admin_client(), &ns);
     let mut cm = ConfigMap::default();
     cm.metadata.name = Some("stamped".to_string());
     target
