@@ -20,6 +20,10 @@ target="${CARGO_TARGET_DIR:-target}"
 for c in "${crates[@]}"; do
   rm -rf "$target"/debug/.fingerprint/"$c"-[0-9a-f]*
 done
+# Each crate is verified alone, without its dev-dependencies, and the library crates leave the
+# Kubernetes version of k8s-openapi to the program that links them: the version it must pick,
+# given as k8s-openapi's build script allows, is the binary's (the root Cargo.toml).
+export K8S_OPENAPI_ENABLED_VERSION=1.32
 args=()
 for c in "${crates[@]}"; do args+=(-p "$c"); done
 cargo package --locked --allow-dirty "${args[@]}" "$@"

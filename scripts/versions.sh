@@ -2,8 +2,9 @@
 # in one place. testkit asks those scripts (`--cached`) rather than reading this file.
 
 # kube-apiserver, from k8s.io/kubernetes and its staging modules (scripts/build-kube-apiserver.sh).
-# Newest: the current Kubernetes release. Oldest: the first the kube crate's k8s-openapi
-# (`earliest` = v1_32) supports, at the newest patch release the Go module proxy serves.
+# Newest: the current Kubernetes release. Oldest: the one the binary builds k8s-openapi for
+# (feature `v1_32` in the root Cargo.toml, k8s-openapi 0.28's `earliest`), at the newest patch
+# release the Go module proxy serves.
 KUBE_NEWEST=v1.37.2
 KUBE_OLDEST=v1.32.13
 

@@ -12,8 +12,8 @@ use leader_lock_redis::{RedisConfig, RedisLock, SentinelConfig};
 
 use crate::config::{env_var, flag, Backend, ConfigError, Settings, SETTINGS};
 
-/// Per-request timeout for backend calls: well inside the renew deadline. (etcd's comes from
-/// `EtcdConfig::request_timeout_for`.)
+/// Per-request timeout for backend calls: well inside the renew deadline. (etcd's is the lock's
+/// default, `EtcdConfig::request_timeout_for`.)
 #[cfg(any(feature = "kubernetes", feature = "redis"))]
 fn request_timeout(s: &Settings) -> std::time::Duration {
     s.timing.renew_deadline / 2
@@ -57,9 +57,9 @@ fn etcd_config(s: &Settings) -> EtcdConfig {
     c.username = e.username.clone();
     c.password = e.password.as_ref().map(|p| p.expose().to_string());
     c.key_prefix = e.key_prefix.clone();
-    // Shorter than the others': a renew that meets a dead or hung member must still time out,
-    // move to another member and succeed there within the renew deadline (docs/etcd.md).
-    c.request_timeout = EtcdConfig::request_timeout_for(&s.timing);
+    // No request timeout: the lock's default, a quarter of the renew deadline, shorter than the
+    // others' because a renew that meets a dead or hung member must still time out, move to
+    // another member and succeed there within the renew deadline (docs/etcd.md).
     c
 }
 
@@ -459,7 +459,12 @@ mod tests {
             ("retry_period", "1s"),
         ]);
         validate(&s).expect("valid for etcd");
-        assert_eq!(etcd_config(&s).request_timeout, Duration::from_millis(750));
+        // Left to the lock, which takes a quarter of the renew deadline it is validated with.
+        assert_eq!(etcd_config(&s).request_timeout, None);
+        assert_eq!(
+            EtcdConfig::request_timeout_for(&s.timing),
+            Duration::from_millis(750)
+        );
     }
 
     #[cfg(feature = "etcd")]

@@ -146,13 +146,17 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         "starting gateway-leader"
     );
     let user_agent = format!("gateway-leader/{} ({identity})", env!("CARGO_PKG_VERSION"));
-    let (client, default_ns) = leader_lock_kubernetes::client(
+    let config = leader_lock_kubernetes::load_config(
         settings.kube.kubeconfig.as_deref(),
         settings.kube.context.as_deref(),
         &user_agent,
     )
     .await
     .context("connecting to Kubernetes")?;
+    let default_ns = config.default_namespace.clone();
+    let apiserver = config.cluster_url.to_string();
+    let client = leader_lock_kubernetes::client(config)
+        .with_context(|| format!("connecting to Kubernetes: a client for {apiserver}"))?;
     // Health and metrics answer from the start: not ready until the lock backend answers and the
     // watches have synced, which the kubelet must be able to see.
     let metrics = Metrics::new(&settings.lock_name);

@@ -28,7 +28,7 @@ async fn the_base_rbac_is_enough_in_cluster() {
     let mut b = c.start("gateway-leader-b");
     blocking(|| b.wait_for("leadership: following", PATIENCE));
     // The client was built from the service account, not from some kubeconfig.
-    let ready = blocking(|| a.wait_for("kubernetes client ready", PATIENCE));
+    let ready = blocking(|| a.wait_for("kubernetes configuration loaded", PATIENCE));
     assert_eq!(
         ready.json["from"], "in-cluster service account",
         "{:?}",

@@ -16,7 +16,6 @@ use base64::Engine as _;
 use common::gateway::*;
 use common::in_cluster::*;
 use common::{blocking, Replica};
-use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, PostParams};
@@ -52,16 +51,13 @@ async fn bound_token(c: &InCluster, secret: &str) -> (String, String) {
         .create(&PostParams::default(), &s)
         .await
         .expect("creating the Secret the token is bound to");
-    let spec = TokenRequestSpec {
-        expiration_seconds: Some(TEN_MINUTES),
-        bound_object_ref: Some(BoundObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Secret".into()),
-            name: s.metadata.name,
-            uid: s.metadata.uid,
-        }),
-        ..TokenRequestSpec::default()
-    };
+    let spec = serde_json::json!({
+        "expirationSeconds": TEN_MINUTES,
+        "boundObjectRef": {
+            "apiVersion": "v1", "kind": "Secret",
+            "name": s.metadata.name, "uid": s.metadata.uid,
+        },
+    });
     let token = c
         .server
         .service_account_token_with(&c.ns, SA, spec)

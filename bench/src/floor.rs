@@ -302,9 +302,11 @@ impl Floor {
     pub async fn start(cluster: &Cluster) -> Result<Floor> {
         let route: Route = cluster.lane(NS, CONTROLLER).await?;
         let client = |name: &'static str| async move {
-            leader_lock_kubernetes::client(Some(cluster.kubeconfig()), None, name)
-                .await
-                .map(|(c, _)| c)
+            let config =
+                leader_lock_kubernetes::load_config(Some(cluster.kubeconfig()), None, name)
+                    .await
+                    .with_context(|| format!("the configuration of the floor's {name}"))?;
+            leader_lock_kubernetes::client(config)
                 .with_context(|| format!("a client for the floor's {name}"))
         };
         let mut pair = [

@@ -35,8 +35,9 @@ async fn main() -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
     // Kubeconfig (KUBECONFIG or ~/.kube/config) or the pod's service account.
-    let (client, namespace) =
-        leader_lock_kubernetes::client(None, None, "status-writer-example").await?;
+    let config = kube::Config::infer().await?;
+    let namespace = config.default_namespace.clone();
+    let client = leader_lock_kubernetes::client(config)?;
 
     let elector = Elector::spawn(
         Arc::new(LeaseLock::new(

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
@@ -472,23 +472,20 @@ impl KubeApiServer {
         self.service_account_token_with(
             namespace,
             name,
-            TokenRequestSpec {
-                audiences: Vec::new(),
-                expiration_seconds: Some(3600),
-                ..TokenRequestSpec::default()
-            },
+            serde_json::json!({ "audiences": [], "expirationSeconds": 3600 }),
         )
         .await
     }
 
     /// Creates ServiceAccount `name` in `namespace` (fine if it exists) and returns a token
-    /// minted for it by the TokenRequest API with `spec`: an expiry, or an object the token is
-    /// bound to (it is refused once that object is gone), as a kubelet asks for a pod's.
+    /// minted for it by the TokenRequest API with `spec` (a `TokenRequestSpec` as JSON): an
+    /// expiry, or an object the token is bound to (it is refused once that object is gone), as a
+    /// kubelet asks for a pod's.
     pub async fn service_account_token_with(
         &self,
         namespace: &str,
         name: &str,
-        spec: TokenRequestSpec,
+        spec: serde_json::Value,
     ) -> Result<String> {
         let api: Api<ServiceAccount> = Api::namespaced(self.admin_client(), namespace);
         let sa = ServiceAccount {
@@ -503,17 +500,20 @@ impl KubeApiServer {
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => return Err(e).with_context(|| format!("creating {namespace}/{name}")),
         }
-        let req = TokenRequest {
-            spec,
-            ..TokenRequest::default()
-        };
+        // Through JSON: the TokenRequest's fields are required in the types of some Kubernetes
+        // versions k8s-openapi targets and optional in others (1.36), and testkit builds with
+        // whichever version the crate under test picks.
+        let req: TokenRequest = serde_json::from_value(serde_json::json!({ "spec": spec }))
+            .context("a TokenRequest")?;
         let t = api
             .create_token_request(name, &PostParams::default(), &req)
             .await
             .with_context(|| format!("requesting a token for {namespace}/{name}"))?;
-        t.status
-            .map(|s| s.token)
+        let t = serde_json::to_value(&t).context("the TokenRequest as JSON")?;
+        t.pointer("/status/token")
+            .and_then(serde_json::Value::as_str)
             .filter(|t| !t.is_empty())
+            .map(str::to_owned)
             .ok_or_else(|| anyhow!("the TokenRequest for {namespace}/{name} returned no token"))
     }
 

@@ -139,7 +139,7 @@ async fn settle() {
 
 async fn contender(endpoint: &str, i: usize) -> Elector {
     let mut config = EtcdConfig::new(vec![endpoint.to_string()]);
-    config.request_timeout = Duration::from_secs(5);
+    config.request_timeout = Some(Duration::from_secs(5));
     let lock = EtcdLock::connect(config, LOCK).await.expect("connects");
     Elector::spawn(
         Arc::new(lock),

@@ -2,7 +2,6 @@
 //! of the key, and the request helpers every operation uses.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use etcd_client::{Client, GetResponse};
 use tokio::time::Instant;
@@ -15,6 +14,7 @@ use crate::error::map_error;
 use crate::handover::Successor;
 use crate::keepalive::{KeepAliveError, LeaseStream};
 use crate::knowledge::Knowledge;
+use crate::timeout::RequestTimeout;
 use crate::value::StoredValue;
 
 /// What we hold: the key instance (its create revision), our term, our last write, and its lease.
@@ -104,7 +104,8 @@ pub(crate) struct Inner {
     pub(crate) candidates: Vec<u8>,
     pub(crate) key_text: String,
     pub(crate) endpoints: String,
-    pub(crate) timeout: Duration,
+    /// The deadline of each request (shared with `members`).
+    pub(crate) timeout: RequestTimeout,
     pub(crate) state: Mutex<State>,
     /// Fed by the watch stream too, so it lives in its own lock that is never held across I/O.
     pub(crate) knowledge: Arc<std::sync::Mutex<Knowledge>>,
@@ -133,7 +134,7 @@ impl Inner {
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
     {
         let (member, client) = self.members.client().await?;
-        let e = match tokio::time::timeout(self.timeout, op(client)).await {
+        let e = match tokio::time::timeout(self.timeout.get(), op(client)).await {
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(e)) => {
                 let fault = member_fault(&e);
@@ -143,7 +144,7 @@ impl Inner {
                 }
                 e
             }
-            Err(_) => LockError::Timeout(self.timeout),
+            Err(_) => LockError::Timeout(self.timeout.get()),
         };
         if moves(&e) {
             self.members.failed(member, &e);
@@ -175,7 +176,7 @@ impl Inner {
 
     pub(crate) fn keep_alive_error(&self, lease: i64, e: KeepAliveError) -> LockError {
         match e {
-            KeepAliveError::Timeout => LockError::Timeout(self.timeout),
+            KeepAliveError::Timeout => LockError::Timeout(self.timeout.get()),
             KeepAliveError::Client(e) => self.error(&format!("keep-alive of lease {lease}"), e),
             KeepAliveError::Connect(e) => e,
         }

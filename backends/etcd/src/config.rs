@@ -13,6 +13,11 @@ const USERNAME: &str = "etcd-username";
 /// The smallest lease TTL a default etcd accepts (1.5 × its 1 s election timeout, rounded up).
 pub const MIN_LEASE: Duration = Duration::from_secs(2);
 
+/// The default prefix of the lock keys: named after this library, so that an operator who lists
+/// `/leader-lock/` finds every lock it holds, whatever program embeds it. Give a program's own
+/// prefix (its name, say) with [`EtcdConfig::key_prefix`].
+pub const DEFAULT_KEY_PREFIX: &str = "/leader-lock/";
+
 /// How to reach etcd and where the lock keys live.
 ///
 /// # Examples
@@ -24,8 +29,11 @@ pub const MIN_LEASE: Duration = Duration::from_secs(2);
 ///
 /// let mut config = EtcdConfig::new(vec!["http://127.0.0.1:2379".to_string()]);
 /// config.key_prefix = "/my-controller/".to_string();
-/// config.request_timeout = Duration::from_secs(2);
-/// assert!(config.validate(&Timing::default()).is_ok());
+/// // Requests time out at a quarter of the renew deadline unless the config says otherwise.
+/// let short = Timing::new(Duration::from_secs(6), Duration::from_secs(4), Duration::from_secs(1))?;
+/// assert!(config.validate(&short).is_ok());
+/// config.request_timeout = Some(Duration::from_secs(5));
+/// assert!(config.validate(&short).is_err(), "a request may not outlast the renew deadline");
 ///
 /// let fractional = Timing::new(
 ///     Duration::from_millis(2500),
@@ -49,17 +57,20 @@ pub struct EtcdConfig {
     pub username: Option<String>,
     /// Password of `username`.
     pub password: Option<String>,
-    /// Prefix of the lock keys; the key is `<prefix><lock name>`.
+    /// Prefix of the lock keys; the key is `<prefix><lock name>` ([`DEFAULT_KEY_PREFIX`] by
+    /// default).
     pub key_prefix: String,
-    /// Deadline of one request to one member. A lock attempt whose request fails or times out
-    /// moves to the next endpoint and tries again there, so with several endpoints keep it well
-    /// inside the renew deadline: [`EtcdConfig::request_timeout_for`] gives a quarter of it.
-    pub request_timeout: Duration,
+    /// Deadline of one request to one member; by default (`None`) a quarter of the renew
+    /// deadline of the timing the elector validates the lock with
+    /// ([`EtcdConfig::request_timeout_for`]). A lock attempt whose request fails or times out
+    /// moves to the next endpoint and tries again there, so with several endpoints keep a
+    /// deadline of your own well inside the renew deadline.
+    pub request_timeout: Option<Duration>,
 }
 
 impl EtcdConfig {
-    /// Settings for `endpoints` with the defaults: no TLS, no auth, prefix `/gateway-leader/`,
-    /// 5 s per request (half the default renew deadline).
+    /// Settings for `endpoints` with the defaults: no TLS, no auth, prefix
+    /// [`DEFAULT_KEY_PREFIX`], and requests that time out at a quarter of the renew deadline.
     pub fn new(endpoints: Vec<String>) -> Self {
         EtcdConfig {
             endpoints,
@@ -68,8 +79,8 @@ impl EtcdConfig {
             key_file: None,
             username: None,
             password: None,
-            key_prefix: "/gateway-leader/".to_string(),
-            request_timeout: Duration::from_secs(5),
+            key_prefix: DEFAULT_KEY_PREFIX.to_string(),
+            request_timeout: None,
         }
     }
 
@@ -87,10 +98,10 @@ impl EtcdConfig {
         validate(self, timing)
     }
 
-    /// The per-request deadline for `timing`: a quarter of the renew deadline, so that a renew
-    /// that meets a dead or hung member still has time to time out, move to a healthy member and
-    /// succeed there (even after etcd elected a new Raft leader) before the leadership's validity
-    /// ends. The `gateway-leader` binary uses it.
+    /// The default per-request deadline for `timing`: a quarter of the renew deadline, so that
+    /// a renew that meets a dead or hung member still has time to time out, move to a healthy
+    /// member and succeed there (even after etcd elected a new Raft leader) before the
+    /// leadership's validity ends.
     pub fn request_timeout_for(timing: &Timing) -> Duration {
         timing.renew_deadline / 4
     }
@@ -151,7 +162,7 @@ pub(crate) fn check_endpoint(endpoint: &str) -> Result<(), ConfigError> {
 }
 
 /// The characters a key prefix may hold besides ASCII letters and digits: keys are paths such as
-/// `/gateway-leader/`, and nothing invisible or blank belongs in one.
+/// `/leader-lock/`, and nothing invisible or blank belongs in one.
 const KEY_PREFIX_CHARS: &str = "-._:/";
 
 /// The longest key prefix: keys stay short, and a longer prefix is a mistake.
@@ -227,7 +238,10 @@ pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), Confi
     }
     check_name(&config.key_prefix, KEY_PREFIX_CHARS, MAX_KEY_PREFIX_BYTES)
         .map_err(|e| ConfigError::invalid("etcd-key-prefix", format!("etcd-key-prefix: {e}")))?;
-    check_timing(timing, config.request_timeout)
+    let timeout = config
+        .request_timeout
+        .unwrap_or_else(|| EtcdConfig::request_timeout_for(timing));
+    check_timing(timing, timeout)
 }
 
 /// The timing rules of etcd: leases of whole seconds, at least [`MIN_LEASE`], and requests that
@@ -450,7 +464,7 @@ mod tests {
             validate(&ok, &short)
         );
         let mut slow = ok.clone();
-        slow.request_timeout = Duration::from_secs(10);
+        slow.request_timeout = Some(Duration::from_secs(10));
         let too_slow = TimingError::RequestTimeout {
             backend: "etcd",
             value: Duration::from_secs(10),

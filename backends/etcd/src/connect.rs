@@ -15,6 +15,7 @@ use crate::lease::keep_spare;
 use crate::lock::EtcdLock;
 use crate::members::member_fault;
 use crate::members::Members;
+use crate::timeout::RequestTimeout;
 use crate::tls::tls_options;
 
 /// HTTP/2 pings find dead connections (a paused or unplugged server) under a long watch.
@@ -84,7 +85,10 @@ impl EtcdLock {
             config::check_endpoint(e)?;
         }
         let endpoints = config.endpoints.join(",");
-        let timeout = config.request_timeout.max(Duration::from_millis(100));
+        // Until the elector validates the lock with its timing, a deadline of the default timing
+        // (unless the config gives one); the channels' own connect and ping timeouts keep it.
+        let request_timeout = RequestTimeout::new(config.request_timeout);
+        let timeout = request_timeout.get();
         let mut options = ConnectOptions::new()
             .with_connect_timeout(timeout)
             .with_keep_alive(PING_INTERVAL, timeout.max(Duration::from_secs(1)))
@@ -101,13 +105,13 @@ impl EtcdLock {
         }
         let key_text = format!("{}{}", config.key_prefix, lock_name);
         let inner = Arc::new(Inner {
-            members: Members::new(&config.endpoints, options, timeout),
+            members: Members::new(&config.endpoints, options, request_timeout.clone()),
             key: key_text.clone().into_bytes(),
             marker: format!("{key_text}{MARKER_SUFFIX}").into_bytes(),
             candidates: format!("{key_text}{CANDIDATES_SUFFIX}").into_bytes(),
             key_text,
             endpoints,
-            timeout,
+            timeout: request_timeout,
             state: Mutex::new(State::default()),
             knowledge: Arc::new(std::sync::Mutex::new(Knowledge::default())),
             spare: Mutex::new(None),
@@ -155,13 +159,13 @@ async fn reach(inner: &Inner) -> Result<(), Option<etcd_client::Error>> {
         [inner.members.url(i)],
         Some(inner.members.options().clone()),
     );
-    let client = match tokio::time::timeout(inner.timeout, connect).await {
+    let client = match tokio::time::timeout(inner.timeout.get(), connect).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return Err(Some(e)),
         Err(_) => return Err(None),
     };
     let mut kv = client.kv_client();
-    match tokio::time::timeout(inner.timeout, kv.get(inner.key.clone(), None)).await {
+    match tokio::time::timeout(inner.timeout.get(), kv.get(inner.key.clone(), None)).await {
         Ok(Ok(r)) => {
             inner.members.keep(i, client);
             if let Some(h) = r.header() {

@@ -141,8 +141,10 @@ impl Inner {
             return Ok(Handover::Not(self.read().await?));
         };
         let spare_id = spare.id();
-        let (alive, read) =
-            tokio::join!(spare.keep_alive(&self.members, self.timeout), self.read());
+        let (alive, read) = tokio::join!(
+            spare.keep_alive(&self.members, self.timeout.get()),
+            self.read()
+        );
         let resp = read?;
         if let Ok(LeaseState::Gone) = alive {
             // Expired or revoked: the key it carried is gone too, whatever the read said.

@@ -50,7 +50,7 @@ pub(crate) async fn keep_spare(inner: Weak<Inner>) {
             }
         }
         if let Some(s) = spare.as_mut() {
-            match s.keep_alive(&i.members, i.timeout).await {
+            match s.keep_alive(&i.members, i.timeout.get()).await {
                 Ok(LeaseState::Alive) => {}
                 Ok(LeaseState::Gone) => *spare = None,
                 // Kept: the stream reopens next time, and the acquire checks the lease anyway.
@@ -95,7 +95,7 @@ impl Inner {
             // Not connected: nothing to revoke over; the lease expires on its own.
             None => return,
         };
-        let timeout = self.timeout;
+        let timeout = self.timeout.get();
         tokio::spawn(async move {
             let mut client = client.lease_client();
             if let Ok(Err(e)) = tokio::time::timeout(timeout, client.revoke(lease)).await {

@@ -30,9 +30,10 @@ mod knowledge;
 mod lease;
 mod lock;
 mod members;
+mod timeout;
 mod tls;
 mod value;
 mod watch;
 
-pub use config::{EtcdConfig, MIN_LEASE};
+pub use config::{EtcdConfig, DEFAULT_KEY_PREFIX, MIN_LEASE};
 pub use lock::EtcdLock;

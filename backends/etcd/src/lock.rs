@@ -78,6 +78,14 @@ impl EtcdLock {
     pub fn release_marker_key(&self) -> String {
         String::from_utf8_lossy(&self.inner.marker).into_owned()
     }
+
+    /// The deadline of each request, as it applies now: the config's
+    /// [`request_timeout`](crate::EtcdConfig::request_timeout), else a quarter of the renew
+    /// deadline of the timing the elector validated the lock with (before that, of the default
+    /// timing's: 2.5 s).
+    pub fn request_timeout(&self) -> Duration {
+        self.inner.timeout.get()
+    }
 }
 
 impl Inner {
@@ -140,7 +148,7 @@ impl Inner {
         // A renew whose answer we never get may still be applied; remember its bytes.
         h.unanswered.sent(&bytes);
         let (alive, written) = tokio::join!(
-            h.lease.keep_alive(&self.members, self.timeout),
+            h.lease.keep_alive(&self.members, self.timeout.get()),
             self.call("renew transaction", |c| async move {
                 c.kv_client().txn(txn).await
             })
@@ -273,7 +281,7 @@ impl Inner {
         } else {
             let lease_ref = &mut lease;
             tokio::join!(
-                lease_ref.keep_alive(&self.members, self.timeout),
+                lease_ref.keep_alive(&self.members, self.timeout.get()),
                 self.call("acquire transaction", send)
             )
         };
@@ -427,7 +435,7 @@ impl Inner {
     /// its key) exactly as a later attempt would settle it.
     pub(crate) async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {
         let started = Instant::now();
-        let budget = self.timeout * ATTEMPT_TRIES;
+        let budget = self.timeout.get() * ATTEMPT_TRIES;
         let mut pause = Duration::ZERO;
         loop {
             let member = self.members.current();
@@ -592,9 +600,13 @@ impl LeaderLock for EtcdLock {
     }
 
     /// The timing rules of [`EtcdConfig::validate`](crate::EtcdConfig::validate), with the
-    /// request timeout this lock connected with.
+    /// config's request timeout or, when it gave none, a quarter of `timing`'s renew deadline,
+    /// which the lock's requests time out at from then on.
     fn validate(&self, timing: &Timing) -> Result<(), ConfigError> {
-        crate::config::check_timing(timing, self.inner.timeout)
+        let timeout = &self.inner.timeout;
+        crate::config::check_timing(timing, timeout.under(timing))?;
+        timeout.adopt(timing);
+        Ok(())
     }
 
     async fn try_acquire_or_renew(&self, c: &Candidate) -> Result<Attempt, LockError> {

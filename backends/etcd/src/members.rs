@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::error::map_error;
+use crate::timeout::RequestTimeout;
 
 /// One endpoint and its client, connected on first use.
 struct Member {
@@ -45,7 +46,7 @@ const ELECTION_TRIES: u32 = 4;
 pub(crate) struct Members {
     members: Vec<Member>,
     options: ConnectOptions,
-    timeout: Duration,
+    timeout: RequestTimeout,
     current: AtomicUsize,
     /// The current member's index, for the watches that must leave a member the lock left.
     moved: watch::Sender<usize>,
@@ -60,7 +61,11 @@ pub(crate) struct Members {
 
 impl Members {
     /// The members of `endpoints` (at least one), none connected yet; the first is current.
-    pub(crate) fn new(endpoints: &[String], options: ConnectOptions, timeout: Duration) -> Self {
+    pub(crate) fn new(
+        endpoints: &[String],
+        options: ConnectOptions,
+        timeout: RequestTimeout,
+    ) -> Self {
         Members {
             members: endpoints
                 .iter()
@@ -112,7 +117,7 @@ impl Members {
             return Ok((i, c));
         }
         let connect = Client::connect([member.url.as_str()], Some(self.options.clone()));
-        match tokio::time::timeout(self.timeout, connect).await {
+        match tokio::time::timeout(self.timeout.get(), connect).await {
             Ok(Ok(c)) => {
                 *guard(&member.client) = Some(c.clone());
                 Ok((i, c))
@@ -125,7 +130,7 @@ impl Members {
                 Err(e)
             }
             Err(_) => {
-                let e = LockError::Timeout(self.timeout);
+                let e = LockError::Timeout(self.timeout.get());
                 self.failed(i, &e);
                 Err(e)
             }
@@ -200,7 +205,7 @@ impl Members {
             return;
         }
         let n = self.members.len();
-        let limit = (self.timeout / 2).max(Duration::from_millis(100));
+        let limit = (self.timeout.get() / 2).max(Duration::from_millis(100));
         let left_id = self.members[left].id.load(Ordering::Acquire);
         let down = self.left_down.load(Ordering::Acquire);
         let waited = Instant::now();
@@ -215,7 +220,7 @@ impl Members {
             );
             let dead = down && !left_alive;
             if !electing(&answers, left_id, dead)
-                || waited.elapsed() >= self.timeout * ELECTION_TRIES
+                || waited.elapsed() >= self.timeout.get() * ELECTION_TRIES
             {
                 break answers;
             }

@@ -19,7 +19,7 @@ impl Inner {
         let options = WatchOptions::new()
             .with_start_revision(from)
             .with_prev_key();
-        let deadline = Instant::now() + self.timeout;
+        let deadline = Instant::now() + self.timeout.get();
         let key = self.key.clone();
         let mut stream = self
             .call("history watch", |c| async move {
@@ -29,7 +29,7 @@ impl Inner {
         loop {
             let msg = match tokio::time::timeout_at(deadline, stream.message()).await {
                 Ok(m) => m.map_err(|e| self.error("history watch", e))?,
-                Err(_) => return Err(LockError::Timeout(self.timeout)),
+                Err(_) => return Err(LockError::Timeout(self.timeout.get())),
             };
             let Some(resp) = msg else {
                 return Err(LockError::unavailable(format!(

@@ -8,7 +8,7 @@ use std::time::Duration;
 use etcd_client::PutOptions;
 use leader_lock::conformance::{Harness, HarnessError, Protect, Tamper};
 use leader_lock::{LeaderLock, Timing};
-use leader_lock_etcd::EtcdLock;
+use leader_lock_etcd::{EtcdLock, DEFAULT_KEY_PREFIX};
 use testkit::etcd::EtcdServer;
 use tokio::time::Instant;
 
@@ -51,7 +51,7 @@ impl Harness for Etcd {
         // The lease starts at the grant, so what is left of it is measured from just before.
         let granted = Instant::now();
         let lease = client.lease_grant(TAMPER_TTL, None).await?;
-        let key = format!("/gateway-leader/{name}");
+        let key = format!("{DEFAULT_KEY_PREFIX}{name}");
         client
             .put(key, raw, Some(PutOptions::new().with_lease(lease.id())))
             .await?;

@@ -12,7 +12,7 @@ use testkit::free_port;
 async fn unreachable_endpoint_names_it() {
     let endpoint = format!("http://127.0.0.1:{}", free_port().expect("port"));
     let mut config = EtcdConfig::new(vec![endpoint.clone()]);
-    config.request_timeout = Duration::from_millis(500);
+    config.request_timeout = Some(Duration::from_millis(500));
     let err = EtcdLock::connect(config, "lock")
         .await
         .err()

@@ -14,12 +14,13 @@ use leader_lock::conformance::{
     patience, wait_following, wait_leader, Fault, Faulty, SplitBrainChecker,
 };
 use leader_lock::{Elector, Identity, LeaderState, Term, Timing};
+use leader_lock_etcd::DEFAULT_KEY_PREFIX;
 use serde_json::Value;
 use testkit::etcd::EtcdServer;
 use tokio::time::Instant;
 
 fn key(name: &str) -> String {
-    format!("/gateway-leader/{name}")
+    format!("{DEFAULT_KEY_PREFIX}{name}")
 }
 
 fn candidacy(name: &str, holder: &str) -> String {

@@ -59,13 +59,12 @@ enum Target {
     Follower,
 }
 
-/// A lock client whose endpoints start with member `first`, with the binary's per-request
-/// timeout.
+/// A lock client whose endpoints start with member `first`, with the default per-request timeout
+/// (the binary's): a quarter of the renew deadline, from the elector's validation on.
 async fn lock(cluster: &EtcdCluster, first: usize, timing: Timing) -> Arc<dyn LeaderLock> {
     let mut endpoints = cluster.endpoints();
     endpoints.rotate_left(first);
-    let mut config = EtcdConfig::new(endpoints);
-    config.request_timeout = EtcdConfig::request_timeout_for(&timing);
+    let config = EtcdConfig::new(endpoints);
     config.validate(&timing).expect("a valid config");
     let lock = EtcdLock::connect(config, "members")
         .await

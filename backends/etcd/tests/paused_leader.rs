@@ -44,7 +44,7 @@ fn main() {
 /// The child: an elector that reports every change of `check()` and of its state on stdout.
 async fn contender(endpoint: String) {
     let mut config = leader_lock_etcd::EtcdConfig::new(vec![endpoint]);
-    config.request_timeout = Duration::from_millis(1000);
+    config.request_timeout = Some(Duration::from_millis(1000));
     let lock = EtcdLock::connect(config, LOCK).await.expect("connects");
     let elector = Elector::spawn(
         Arc::new(lock),

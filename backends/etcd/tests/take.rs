@@ -10,6 +10,7 @@ use std::time::Duration;
 use etcd_client::WatchOptions;
 use leader_lock::conformance::patience;
 use leader_lock::Term;
+use leader_lock_etcd::DEFAULT_KEY_PREFIX;
 use testkit::etcd::EtcdServer;
 use tokio::time::Instant;
 
@@ -87,7 +88,7 @@ async fn a_successor_that_saw_the_handover_takes_it_without_a_request() {
 async fn handed_key(server: &EtcdServer, name: &str) -> etcd_client::KeyValue {
     let mut raw = common::raw_client(server).await;
     let got = raw
-        .get(format!("/gateway-leader/{name}"), None)
+        .get(format!("{DEFAULT_KEY_PREFIX}{name}"), None)
         .await
         .expect("get the key");
     got.kvs()
@@ -207,7 +208,7 @@ async fn a_leader_learns_of_candidates_from_its_watch() {
     let mut raw = common::raw_client(&server).await;
     let mut registrations = raw
         .watch(
-            format!("/gateway-leader/{name}#candidates/"),
+            format!("{DEFAULT_KEY_PREFIX}{name}#candidates/"),
             Some(WatchOptions::new().with_prefix()),
         )
         .await
@@ -247,7 +248,7 @@ async fn a_leader_learns_of_candidates_from_its_watch() {
                 "a chosen candidate gone is looked up again"
             );
             let mut raw = common::raw_client(&server).await;
-            let got = raw.get(format!("/gateway-leader/{name}"), None).await;
+            let got = raw.get(format!("{DEFAULT_KEY_PREFIX}{name}"), None).await;
             assert!(
                 got.expect("get the key").kvs().is_empty(),
                 "nobody to hand to: deleted"

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use leader_lock::conformance::{patience, wait_leader};
 use leader_lock::{Identity, LeaderLock, LockError};
-use leader_lock_etcd::{EtcdConfig, EtcdLock};
+use leader_lock_etcd::{EtcdConfig, EtcdLock, DEFAULT_KEY_PREFIX};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -113,7 +113,7 @@ async fn tls_with_client_certificates() {
     assert!(server.endpoint().starts_with("https://"));
 
     let mut good = EtcdConfig::new(vec![server.endpoint()]);
-    good.request_timeout = Duration::from_millis(1500);
+    good.request_timeout = Some(Duration::from_millis(1500));
     good.ca_file = Some(pki.ca.clone());
     good.cert_file = Some(pki.client_cert.clone());
     good.key_file = Some(pki.client_key.clone());
@@ -216,7 +216,7 @@ async fn user_and_password() {
     admin
         .role_grant_permission(
             "gateway-leader",
-            etcd_client::Permission::read_write("/gateway-leader/").with_prefix(),
+            etcd_client::Permission::read_write(DEFAULT_KEY_PREFIX).with_prefix(),
         )
         .await
         .expect("permission on the prefix");

@@ -16,6 +16,7 @@ use leader_lock::conformance::{
     patience, wait_following, wait_leader, wait_state, Fault, Faulty, SplitBrainChecker,
 };
 use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Timing};
+use leader_lock_etcd::DEFAULT_KEY_PREFIX;
 use testkit::etcd::EtcdServer;
 use tokio::time::Instant;
 
@@ -29,7 +30,7 @@ enum Vanish {
 }
 
 fn key(name: &str) -> String {
-    format!("/gateway-leader/{name}")
+    format!("{DEFAULT_KEY_PREFIX}{name}")
 }
 
 async fn vanish(server: &EtcdServer, name: &str, how: Vanish) {

@@ -2,16 +2,19 @@
 //!
 //! It reconciles the ConfigMaps labelled `example.gateway-leader.dev/managed=true` in the
 //! kubeconfig's namespace: it annotates each with how many data keys it holds
-//! (`example.gateway-leader.dev/keys`) and which replica wrote that
-//! (`example.gateway-leader.dev/written-by`). Every replica watches and reconciles; the
-//! reconciler's client is [`gated_client`], so only the valid leader's patches are sent. A
-//! follower's, or a leader's after it stepped down, are refused unsent: the reconciler logs
-//! that and requeues. Becoming leader reconciles everything again at once.
+//! (`example.gateway-leader.dev/keys`), which replica wrote that
+//! (`example.gateway-leader.dev/written-by`) and under which fencing term
+//! (`example.gateway-leader.dev/term`, the Lease's `leaseTransitions`). Every replica watches and
+//! reconciles; each write runs under [`Leadership::run`] through [`permit_client`], so it is
+//! sent only while its permit's leadership holds, and the term it stamps is the term the gate
+//! checked. A follower's writes are refused unsent; it does not requeue them, because becoming
+//! leader reconciles everything again at once ([`Leadership::changes`]).
 //!
-//! The Lease (`configmap-controller`) is held through a separate, ungated client: the lock must
-//! be able to renew and acquire whatever the gate says. Ctrl-C or SIGTERM stops the controller
-//! (reconciles in flight finish) and then releases the Lease, so the other replica takes over at
-//! once.
+//! Both clients come from one `kube::Config`: the Lease (`configmap-controller`) is held through
+//! the ungated [`client`], since the lock must be able to renew and acquire whatever the gate
+//! says; the controller reads and writes through the [`gated_client`]. Ctrl-C or SIGTERM stops
+//! the controller (reconciles in flight finish) and then releases the Lease, so the other
+//! replica takes over at once.
 //!
 //! Against `gateway-leader-bench local-apiserver` (a throwaway kube-apiserver; from the checkout):
 //!
@@ -43,54 +46,77 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client, Config, ResourceExt};
-use leader_lock::{Elector, ElectorConfig, GateError, Identity, LeaderState, Timing};
-use leader_lock_kubernetes::{gated_client, install_crypto_provider, LeaseLock};
+use leader_lock::{
+    Elector, ElectorConfig, GuardedError, Identity, Leadership, LeadershipChange, Timing,
+};
+use leader_lock_kubernetes::{client, gated_client, permit_client, LeaseLock};
 use serde_json::json;
-use tokio_stream::wrappers::WatchStream;
 use tracing::{info, warn};
 use tracing_subscriber::EnvFilter;
 
 const SELECTOR: &str = "example.gateway-leader.dev/managed=true";
 const KEYS: &str = "example.gateway-leader.dev/keys";
 const WRITTEN_BY: &str = "example.gateway-leader.dev/written-by";
+const TERM: &str = "example.gateway-leader.dev/term";
 const LEASE: &str = "configmap-controller";
 const FIELD_MANAGER: &str = "configmap-controller";
 
-/// What the reconciler needs: the gated API and who we are.
+/// What the reconciler needs: the gated client, the leadership and who we are.
 struct Context {
-    configmaps: Api<ConfigMap>,
+    writes: Client,
+    namespace: String,
+    leadership: Leadership,
     holder: String,
 }
 
-/// Annotates one ConfigMap with its number of keys, through the write gate.
-async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Context>) -> Result<Action, kube::Error> {
+/// Annotates one ConfigMap with its number of keys and the term it is written under.
+async fn reconcile(
+    cm: Arc<ConfigMap>,
+    ctx: Arc<Context>,
+) -> Result<Action, GuardedError<kube::Error>> {
     let keys = cm.data.as_ref().map_or(0, |d| d.len()).to_string();
     if cm.annotations().get(KEYS) == Some(&keys) {
         return Ok(Action::await_change());
     }
     let name = cm.name_any();
-    let patch = json!({ "metadata": { "annotations": { KEYS: keys, WRITTEN_BY: ctx.holder } } });
-    let pp = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..PatchParams::default()
-    };
-    match ctx.configmaps.patch(&name, &pp, &Patch::Merge(patch)).await {
+    let written = ctx
+        .leadership
+        .run(|permit| {
+            // The gate checks this permit, so the term written is the term checked.
+            let api: Api<ConfigMap> =
+                Api::namespaced(permit_client(&ctx.writes, &permit), &ctx.namespace);
+            let annotations =
+                json!({ KEYS: keys, WRITTEN_BY: ctx.holder, TERM: permit.term.to_string() });
+            let patch = Patch::Merge(json!({ "metadata": { "annotations": annotations } }));
+            let pp = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_string()),
+                ..PatchParams::default()
+            };
+            let name = name.clone();
+            async move { api.patch(&name, &pp, &patch).await }
+        })
+        .await;
+    match written {
         Ok(_) => {
             info!(configmap = %name, %keys, "annotated");
             Ok(Action::await_change())
         }
-        // Not leading (or no longer): the gate refused, nothing was sent. Try again later; a
-        // new leadership also reconciles everything at once (see `main`).
-        Err(kube::Error::Service(e)) if e.downcast_ref::<GateError>().is_some() => {
-            info!(configmap = %name, reason = %e, "not leading: not written, requeued");
-            Ok(Action::requeue(Duration::from_secs(30)))
+        // Not leading (or no longer): nothing was sent, or the write was cut at its deadline.
+        // Nothing to requeue: a new leadership reconciles everything at once (see `main`).
+        Err(GuardedError::NotLeader(reason)) => {
+            info!(configmap = %name, %reason, "not leading: not written");
+            Ok(Action::await_change())
+        }
+        Err(GuardedError::Deadline { term }) => {
+            info!(configmap = %name, %term, "leadership ended during the write");
+            Ok(Action::await_change())
         }
         Err(e) => Err(e),
     }
 }
 
 /// A write that failed on the server (the failure is logged with the controller's output).
-fn error_policy(_: Arc<ConfigMap>, _: &kube::Error, _: Arc<Context>) -> Action {
+fn error_policy(_: Arc<ConfigMap>, _: &GuardedError<kube::Error>, _: Arc<Context>) -> Action {
     Action::requeue(Duration::from_secs(5))
 }
 
@@ -100,14 +126,13 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_env_filter(filter).init();
     let name = std::env::args().nth(1);
     let identity = Identity::new(name.as_deref().unwrap_or("configmap-controller"));
-    install_crypto_provider();
     let config = Config::infer()
         .await
         .context("no Kubernetes configuration")?;
     let ns = config.default_namespace.clone();
 
-    // The Lease gets its own client, without the gate.
-    let lock = LeaseLock::new(Client::try_from(config.clone())?, &ns, LEASE);
+    // One config, two clients: the Lease's without the gate, the controller's behind it.
+    let lock = LeaseLock::new(client(config.clone())?, &ns, LEASE);
     let elector = Elector::spawn(
         Arc::new(lock),
         ElectorConfig {
@@ -117,22 +142,20 @@ async fn main() -> anyhow::Result<()> {
         },
     )?;
     let leadership = elector.leadership();
+    let writes = gated_client(config, leadership.clone())?;
 
-    // Everything the controller sends goes through the gate; its reads and watches pass.
-    let configmaps: Api<ConfigMap> =
-        Api::namespaced(gated_client(config, leadership.clone())?, &ns);
+    // Reads and watches pass the gate.
+    let configmaps: Api<ConfigMap> = Api::namespaced(writes.clone(), &ns);
     let ctx = Arc::new(Context {
-        configmaps: configmaps.clone(),
+        writes,
+        namespace: ns.clone(),
+        leadership: leadership.clone(),
         holder: elector.candidate().holder(),
     });
     // Once per new term: a new leader catches up with what changed while it followed.
-    let new_terms = WatchStream::new(leadership.subscribe())
-        .scan(None, |last, state: LeaderState| {
-            let new = state.term().is_some_and(|t| *last != Some(t));
-            *last = state.term();
-            future::ready(Some(new.then_some(())))
-        })
-        .filter_map(future::ready);
+    let new_terms = leadership.changes().filter_map(|change| {
+        future::ready(matches!(change, LeadershipChange::StartedLeading { .. }).then_some(()))
+    });
 
     info!(holder = %ctx.holder, namespace = %ns, selector = SELECTOR, "starting");
     Controller::new(configmaps, watcher::Config::default().labels(SELECTOR))

@@ -34,9 +34,9 @@ use anyhow::Context;
 use clap::Parser;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Client, Config};
+use kube::{Api, Config};
 use leader_lock::{Elector, ElectorConfig, Identity, Timing};
-use leader_lock_kubernetes::{gated_client, install_crypto_provider, LeaseLock};
+use leader_lock_kubernetes::{client, gated_client, LeaseLock};
 use serde_json::json;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{info, warn};
@@ -89,7 +89,6 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let timing = Timing::new(args.lease_duration, args.renew_deadline, args.retry_period)?;
-    install_crypto_provider();
     let config = Config::infer()
         .await
         .context("no Kubernetes configuration")?;
@@ -98,8 +97,8 @@ async fn main() -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
 
-    // The lock and the attempt records get a client of their own, without the gate.
-    let ungated = Client::try_from(config.clone())?;
+    // One config, two clients: the lock and the attempt records get the ungated one.
+    let ungated = client(config.clone())?;
     let elector = Elector::spawn(
         Arc::new(LeaseLock::new(ungated.clone(), &ns, &args.lease)),
         ElectorConfig {

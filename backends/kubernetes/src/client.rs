@@ -1,4 +1,5 @@
-//! Building a kube client from a kubeconfig or the pod's service account.
+//! The clients of a replica: its configuration (a kubeconfig or the pod's service account), and
+//! the stack every client is built on.
 
 use std::path::{Path, PathBuf};
 
@@ -81,8 +82,15 @@ pub fn client_builder(config: Config) -> Result<ClientBuilder<ClientService>, ku
     Ok(ClientBuilder::new(service, config.default_namespace))
 }
 
-/// Installs rustls' ring provider for the process unless one is set: with more than one provider
-/// compiled in (a workspace build), rustls cannot pick and the first TLS client would panic.
+/// Installs rustls' ring provider for the process unless one is installed already.
+///
+/// rustls picks a provider by itself only when exactly one is compiled in; this crate compiles
+/// in ring (kube's `ring` feature), so a program whose build also has aws-lc-rs (kube's
+/// `aws-lc-rs` feature, or any other crate's) has two, and its first TLS client panics unless a
+/// provider was installed. Every client function of this crate ([`client`], [`client_builder`],
+/// [`gated_client`](crate::gated_client)) calls this first; call it (or install the provider of
+/// your choice) at the start of `main` when the program builds a TLS client of its own before
+/// them, such as `kube::Client::try_from(config)`.
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
@@ -100,16 +108,18 @@ fn default_kubeconfig() -> Option<PathBuf> {
     p.is_file().then_some(p)
 }
 
-/// Builds a client and returns it with its default namespace.
+/// Loads the configuration of this replica's clients, for a program with a kubeconfig setting
+/// and a context setting; a program without either can use `kube::Config::infer()` as well.
 ///
 /// The configuration comes from `kubeconfig` when given, else the files `KUBECONFIG` lists, else
 /// `~/.kube/config`, with `context` (default: the current one); with none of those, from the
-/// pod's service account (in-cluster). Every request carries `user_agent` (such as
-/// `my-controller/1.2 (pod-a)`): audit logs name the caller by it, and the apiserver names a
-/// write's field manager after it when the write gives none.
+/// pod's service account (in-cluster). Every request of a client built from it carries
+/// `user_agent` (such as `my-controller/1.2 (pod-a)`): audit logs name the caller by it, and the
+/// apiserver names a write's field manager after it when the write gives none. Its
+/// `default_namespace` is the kubeconfig context's (or the service account's) namespace.
 ///
-/// Give the [`LeaseLock`](crate::LeaseLock) this client as is; a controller's own writes go
-/// through a gated one ([`gated_client`](crate::gated_client)).
+/// Build the lock's client ([`client`]) and the controller's ([`gated_client`](crate::gated_client))
+/// from the one configuration it returns.
 ///
 /// # Errors
 /// [`LockError::Refused`] when no configuration is found, the kubeconfig or its context cannot be
@@ -121,22 +131,22 @@ fn default_kubeconfig() -> Option<PathBuf> {
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::path::Path;
 ///
-/// let (kube, namespace) = leader_lock_kubernetes::client(
+/// let config = leader_lock_kubernetes::load_config(
 ///     Some(Path::new("/etc/my-controller/kubeconfig")),
 ///     Some("production"),
 ///     "my-controller/0.1",
 /// )
 /// .await?;
-/// # let _ = (kube, namespace);
+/// let kube = leader_lock_kubernetes::client(config.clone())?;
+/// # let _ = kube;
 /// # Ok(())
 /// # }
 /// ```
-pub async fn client(
+pub async fn load_config(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
     user_agent: &str,
-) -> Result<(Client, String), LockError> {
-    install_crypto_provider();
+) -> Result<Config, LockError> {
     let opts = KubeConfigOptions {
         context: context.map(str::to_string),
         ..KubeConfigOptions::default()
@@ -200,16 +210,31 @@ pub async fn client(
         )
     })?;
     config.headers.push((http::header::USER_AGENT, agent));
-    let namespace = config.default_namespace.clone();
-    let url = config.cluster_url.to_string();
-    let client = client_builder(config)
-        .map(ClientBuilder::build)
-        .map_err(|e| {
-            LockError::refused_from(
-                format!("cannot build a client for {url} (from {source}): {e}"),
-                e,
-            )
-        })?;
-    info!(apiserver = %url, from = %source, %namespace, "kubernetes client ready");
-    Ok((client, namespace))
+    info!(apiserver = %config.cluster_url, from = %source, namespace = %config.default_namespace,
+        "kubernetes configuration loaded");
+    Ok(config)
+}
+
+/// A client on [`client_builder`]'s stack (`TCP_NODELAY` on every connection), ungated: for the
+/// [`LeaseLock`](crate::LeaseLock), the leadership Events and the controller's reads. Its writes
+/// are not gated; a controller's own writes go through [`gated_client`](crate::gated_client),
+/// built from the same `config`.
+///
+/// # Errors
+/// As [`client_builder`]: a proxy is set, or the TLS or auth settings could not be used.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use leader_lock_kubernetes::{client, LeaseLock};
+///
+/// let config = kube::Config::infer().await?;
+/// let lock = LeaseLock::new(client(config.clone())?, &config.default_namespace, "my-lock");
+/// # let _ = lock;
+/// # Ok(())
+/// # }
+/// ```
+pub fn client(config: Config) -> Result<Client, kube::Error> {
+    client_builder(config).map(ClientBuilder::build)
 }

@@ -1,7 +1,10 @@
 //! The write gate on a kube client, for a controller's own writes.
 
+use http::Request;
+use kube::client::Body;
 use kube::{Client, Config};
-use leader_lock::{Leadership, WriteGateLayer};
+use leader_lock::{Leadership, WriteGateLayer, WritePermit};
+use tower::Layer;
 
 use crate::client::client_builder;
 
@@ -13,7 +16,8 @@ use crate::client::client_builder;
 /// [`GateError`](leader_lock::GateError).
 ///
 /// Only the controller's client is gated. The [`LeaseLock`](crate::LeaseLock) and the leadership
-/// Events ([`spawn_leader_events`](crate::spawn_leader_events)) keep their own, ungated client:
+/// Events ([`spawn_leader_events`](crate::spawn_leader_events)) keep their own, ungated
+/// [`client`](crate::client()) of the same `config`:
 /// never give them a gated one, or a leader could not renew once its validity lapsed and a
 /// follower could never acquire.
 ///
@@ -32,11 +36,11 @@ use crate::client::client_builder;
 /// use k8s_openapi::api::core::v1::ConfigMap;
 /// use kube::api::{Api, Patch, PatchParams};
 /// use leader_lock::{Elector, ElectorConfig, GateError, Identity, Timing};
-/// use leader_lock_kubernetes::{gated_client, LeaseLock};
+/// use leader_lock_kubernetes::{client, gated_client, LeaseLock};
 ///
 /// let config = kube::Config::infer().await?;
-/// // The lock gets an ungated client of its own.
-/// let lock = LeaseLock::new(kube::Client::try_from(config.clone())?, "default", "my-controller");
+/// // The lock gets an ungated client of its own, from the same config.
+/// let lock = LeaseLock::new(client(config.clone())?, "default", "my-controller");
 /// let elector = Elector::spawn(
 ///     Arc::new(lock),
 ///     ElectorConfig {
@@ -95,4 +99,65 @@ pub fn gated_client(config: Config, leadership: Leadership) -> Result<Client, ku
     Ok(client_builder(config)?
         .with_layer(&WriteGateLayer::new(leadership))
         .build())
+}
+
+/// A client whose every mutating request goes out under `permit`: the write gate checks that
+/// permit, not one of its own, so a write that carries `permit.term` (in an annotation, say)
+/// carries the term the gate checked. Each mutating request is refused, unsent, once `permit`'s
+/// leadership has ended ([`GateError::NotLeader`](leader_lock::GateError::NotLeader)), even when
+/// this replica leads again under a new term, and is cancelled at `permit`'s deadline
+/// ([`GateError::Deadline`](leader_lock::GateError::Deadline)); reads pass. With
+/// [`Leadership::run`], a refusal comes back as `GuardedError::NotLeader`.
+///
+/// `client` is the controller's client: the [`gated_client`] (or a [`client`](crate::client()))
+/// of the same `kube::Config`; the connection pool of either binds the body of each write to
+/// `permit`'s deadline, so it cannot leave later even from a process that was frozen. Over any
+/// other kube client the deadline still cancels the call.
+///
+/// The client holds `permit`, and a held permit delays a graceful release: build one per write,
+/// inside the write, and drop it with the write.
+///
+/// # Panics
+/// Outside a Tokio runtime (the client's buffer runs on a task of its own, as every kube client's).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run(writes: kube::Client, leadership: leader_lock::Leadership)
+/// #     -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube::api::{Api, Patch, PatchParams};
+/// use leader_lock::GuardedError;
+/// use leader_lock_kubernetes::permit_client;
+/// use serde_json::json;
+///
+/// // `writes` is the controller's `gated_client`.
+/// let written = leadership
+///     .run(|permit| {
+///         let api: Api<ConfigMap> = Api::default_namespaced(permit_client(&writes, &permit));
+///         let stamp = json!({ "metadata": { "annotations": {
+///             "example.dev/leader-term": permit.term.to_string(),
+///         } } });
+///         async move {
+///             api.patch("state", &PatchParams::default(), &Patch::Merge(stamp)).await
+///         }
+///     })
+///     .await;
+/// match written {
+///     Ok(_) => {}                             // written under the term it names
+///     Err(GuardedError::NotLeader(_) | GuardedError::Deadline { .. }) => {} // not ours to write
+///     Err(e) => return Err(e.into()),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "the client sends nothing unless used for the write"]
+pub fn permit_client(client: &Client, permit: &WritePermit) -> Client {
+    let inner = client.clone();
+    let send = tower::service_fn(move |req: Request<Body>| {
+        let inner = inner.clone();
+        async move { inner.send(req).await }
+    });
+    let gated = WriteGateLayer::for_permit(permit.clone()).layer(send);
+    Client::new(gated, client.default_namespace())
 }

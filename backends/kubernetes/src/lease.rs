@@ -59,8 +59,8 @@ const WATCH_TIMEOUT_SECS: u32 = 290;
 /// use leader_lock_kubernetes::{client, LeaseLock};
 ///
 /// // A kubeconfig (`KUBECONFIG`, `~/.kube/config`) or the pod's service account.
-/// let (kube, namespace) = client(None, None, "my-controller/0.1").await?;
-/// let lock = LeaseLock::new(kube, &namespace, "my-controller-lock")
+/// let config = kube::Config::infer().await?;
+/// let lock = LeaseLock::new(client(config.clone())?, &config.default_namespace, "my-controller-lock")
 ///     .with_field_manager("my-controller");
 /// let elector = Elector::spawn(
 ///     Arc::new(lock),

@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::PostParams;
 use kube::runtime::wait::await_condition;
@@ -50,10 +51,23 @@ async fn the_configmap_controller_example_annotates_while_leading_and_releases_o
                     .is_some_and(|w| w.starts_with("example-test_"))
         })
     };
-    tokio::time::timeout(PATIENCE, await_condition(configmaps, &name, annotated))
+    let written = tokio::time::timeout(PATIENCE, await_condition(configmaps, &name, annotated))
         .await
         .expect("annotated in time")
-        .expect("watching the ConfigMap");
+        .expect("watching the ConfigMap")
+        .expect("the ConfigMap");
+    // The term it stamped is the Lease's: the term the write gate checked.
+    let lease = Api::<Lease>::namespaced(s.admin_client(), "default")
+        .get("configmap-controller")
+        .await
+        .expect("reading the Lease");
+    let transitions = lease.spec.and_then(|s| s.lease_transitions);
+    let stamped = written.annotations().get("example.gateway-leader.dev/term");
+    assert_eq!(
+        stamped.and_then(|t| t.parse::<i32>().ok()),
+        transitions,
+        "the stamped term {stamped:?} is the Lease's leaseTransitions"
+    );
 
     let (status, out) = example
         .stop(Signal::SIGTERM, PATIENCE)

@@ -5,7 +5,6 @@ mod common;
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -14,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::api::{Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client, ResourceExt};
 use leader_lock::conformance::{wait_leader, wait_state};
-use leader_lock::{Elector, ElectorConfig, GateError, Identity, LeaderState, NotLeader, Timing};
+use leader_lock::{Elector, GateError, LeaderState, NotLeader, Timing};
 use leader_lock_kubernetes::{client_builder, gated_client, LeaseLock};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -31,18 +30,6 @@ const TARGET: &str = "gated";
 
 /// The field manager of the frozen child's gated writes.
 const FROZEN_MANAGER: &str = "gate-frozen";
-
-fn elector(lock: LeaseLock, name: &str, timing: Timing) -> Elector {
-    Elector::spawn(
-        Arc::new(lock),
-        ElectorConfig {
-            identity: Identity::new(name),
-            timing,
-            release_on_shutdown: true,
-        },
-    )
-    .expect("a valid timing")
-}
 
 /// Creates a ConfigMap with the admin client (field manager `test-setup`).
 async fn create_config_map(client: Client, ns: &str, name: &str) -> ConfigMap {
@@ -138,9 +125,9 @@ async fn leader_and_follower(
     ns: &str,
     timing: Timing,
 ) -> (Elector, Elector, leader_lock::Term) {
-    let a = elector(common::lock(s, ns, "gate"), "a", timing);
+    let a = common::elector(common::lock(s, ns, "gate"), "a", timing);
     let term = wait_leader(&a.leadership(), PATIENCE, "a").await;
-    let b = elector(common::lock(s, ns, "gate"), "b", timing);
+    let b = common::elector(common::lock(s, ns, "gate"), "b", timing);
     let holder = a.candidate().holder();
     wait_state(
         &b.leadership(),
@@ -337,7 +324,7 @@ async fn a_leader_frozen_past_its_validity_sends_nothing_after_the_thaw() {
     })
     .await;
     let lock = LeaseLock::new(s.admin_client(), &ns, "gate-frozen").with_server(s.url());
-    let taker = elector(lock, "taker", short_timing());
+    let taker = common::elector(lock, "taker", short_timing());
     wait_state(
         &taker.leadership(),
         PATIENCE,
@@ -433,7 +420,7 @@ async fn a_write_that_outlives_the_validity_is_cancelled_at_the_deadline_and_fen
     let s = common::server().await;
     let ns = common::namespace(s, "gate-blackhole").await;
     let timing = common::timing();
-    let a = elector(common::lock(s, &ns, "gate"), "a", timing);
+    let a = common::elector(common::lock(s, &ns, "gate"), "a", timing);
     let term = wait_leader(&a.leadership(), PATIENCE, "a").await;
     create_config_map(s.admin_client(), &ns, TARGET).await;
 
@@ -524,7 +511,7 @@ async fn a_write_queued_past_its_permit_s_deadline_is_not_sent() {
     common::init_tracing();
     let s = common::server().await;
     let ns = common::namespace(s, "gate-queued").await;
-    let a = elector(common::lock(s, &ns, "gate"), "a", common::timing());
+    let a = common::elector(common::lock(s, &ns, "gate"), "a", common::timing());
     wait_leader(&a.leadership(), PATIENCE, "a").await;
     create_config_map(s.admin_client(), &ns, TARGET).await;
     let before = get(s.admin_client(), &ns, TARGET).await;

@@ -19,7 +19,7 @@ use leader_lock::{
     Candidate, ConfigError, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, LockError,
     TimingError, AFTER_RELEASE_QUIET,
 };
-use leader_lock_kubernetes::{client, spawn_leader_events, LeaseLock};
+use leader_lock_kubernetes::{client, load_config, spawn_leader_events, LeaseLock};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -366,27 +366,36 @@ async fn documented_role_is_enough_and_no_rbac_is_refused_clearly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn client_is_built_from_a_kubeconfig_and_errors_name_the_setting() {
+async fn clients_are_built_from_a_loaded_kubeconfig_and_errors_name_the_setting() {
     common::init_tracing();
     let s = common::server().await;
-    let (c, ns) = client(Some(s.kubeconfig_path()), None, "gateway-leader-test")
+    let config = load_config(Some(s.kubeconfig_path()), None, "gateway-leader-test")
         .await
-        .expect("client from the kubeconfig");
+        .expect("the kubeconfig's configuration");
+    let ns = config.default_namespace.clone();
     assert!(!ns.is_empty());
-    let lock = LeaseLock::new(c, &ns, "from-kubeconfig");
+    assert!(
+        config
+            .headers
+            .iter()
+            .any(|(k, v)| k == http::header::USER_AGENT && v == "gateway-leader-test"),
+        "{:?}",
+        config.headers
+    );
+    let lock = LeaseLock::new(client(config).expect("a client"), &ns, "from-kubeconfig");
     lock.get().await.expect("a read through that client");
 
     let missing = std::path::Path::new("/nonexistent/kubeconfig");
-    match client(Some(missing), None, "gateway-leader-test").await {
+    match load_config(Some(missing), None, "gateway-leader-test").await {
         Err(LockError::Refused { message: m, .. }) => {
             assert!(
                 m.contains("cannot read kubeconfig /nonexistent/kubeconfig"),
                 "{m}"
             )
         }
-        other => panic!("expected a refusal, got {:?}", other.map(|(_, ns)| ns)),
+        other => panic!("expected a refusal, got {:?}", other.map(|c| c.cluster_url)),
     }
-    match client(
+    match load_config(
         Some(s.kubeconfig_path()),
         Some("no-such-context"),
         "gateway-leader-test",
@@ -394,7 +403,7 @@ async fn client_is_built_from_a_kubeconfig_and_errors_name_the_setting() {
     .await
     {
         Err(LockError::Refused { message: m, .. }) => assert!(m.contains("no-such-context"), "{m}"),
-        other => panic!("expected a refusal, got {:?}", other.map(|(_, ns)| ns)),
+        other => panic!("expected a refusal, got {:?}", other.map(|c| c.cluster_url)),
     }
 }
 

@@ -37,6 +37,17 @@
 //! one there checks *that* permit instead of taking a new one (so a write already in flight may
 //! finish during a graceful release, and each retry of it is checked again).
 //!
+//! # Writing the term the gate checks
+//!
+//! A gate from [`WriteGateLayer::new`] takes a permit per request, so a write that stamps a term
+//! into what it sends (an annotation, a fencing token) cannot know which term the gate will check:
+//! between the caller's [`Leadership::check`] and the request, this replica may have lost the lock
+//! and won it again under a new term. A gate from [`WriteGateLayer::for_permit`] takes none: every
+//! mutating request goes out under the permit it was given, and is refused once that permit's
+//! leadership ended, so what was stamped is the term that was checked. Inner layers read the
+//! permit (and its [`term`](WritePermit::term)) from the request's extensions.
+//! leader-lock-kubernetes' `permit_client` builds a kube client on it.
+//!
 //! # Keep the lock's own requests out
 //!
 //! Only the controller's client is gated. The lock (the Lease, the etcd or Redis client) and the
@@ -149,14 +160,23 @@ pub enum GateError {
 /// ```
 #[derive(Debug, Clone)]
 pub struct WriteGateLayer {
-    leadership: Leadership,
+    permits: Permits,
 }
 
 /// The service of a [`WriteGateLayer`]: forwards reads, gates everything else.
 #[derive(Debug, Clone)]
 pub struct WriteGate<S> {
     inner: S,
-    leadership: Leadership,
+    permits: Permits,
+}
+
+/// Where a gate's permits come from when a request carries none.
+#[derive(Debug, Clone)]
+enum Permits {
+    /// One per request, from [`Leadership::check`].
+    Take(Leadership),
+    /// Always this one ([`WriteGateLayer::for_permit`]).
+    Given(WritePermit),
 }
 
 pin_project! {
@@ -202,9 +222,54 @@ fn is_read(method: &Method) -> bool {
 // === impl WriteGateLayer ===
 
 impl WriteGateLayer {
-    /// A gate that takes its permits from `leadership`.
+    /// A gate that takes a permit from `leadership` for each mutating request.
     pub fn new(leadership: Leadership) -> Self {
-        WriteGateLayer { leadership }
+        WriteGateLayer {
+            permits: Permits::Take(leadership),
+        }
+    }
+
+    /// A gate that sends every mutating request under `permit` and takes no permit of its own:
+    /// each is refused, unsent, once [`WritePermit::check`] fails (the leadership `permit` was
+    /// taken under ended, even if this replica leads again under a new term, or its deadline
+    /// passed) and cancelled at `permit`'s deadline. For a write that carries `permit.term` in
+    /// what it sends: the term it carries is the one the gate checks.
+    ///
+    /// The gate holds `permit` for as long as it lives, and a held permit delays a graceful
+    /// release ([`Elector::shutdown`](crate::Elector::shutdown)): build it for one write and
+    /// drop it with the write.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use leader_lock::{Leadership, NotLeader, WriteGateLayer, WritePermit};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// // A stand-in for the HTTP client: it answers with the term of the request's permit.
+    /// let http = service_fn(|req: http::Request<String>| async move {
+    ///     let permit = req.extensions().get::<WritePermit>().expect("a gated write");
+    ///     Ok::<_, std::convert::Infallible>(format!("{} under term {}", req.body(), permit.term))
+    /// });
+    /// let leadership = Leadership::always_leader();
+    /// let sent = leadership
+    ///     .run(|permit| async move {
+    ///         let body = format!("written by term {}", permit.term); // stamped into the write
+    ///         let client = WriteGateLayer::for_permit(permit).layer(http);
+    ///         let req = http::Request::put("/objects/a").body(body).expect("a request");
+    ///         client.oneshot(req).await.map_err(|e| e.to_string())
+    ///     })
+    ///     .await?;
+    /// assert_eq!(sent, "written by term disabled under term disabled");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use = "a layer gates nothing until it wraps a service"]
+    pub fn for_permit(permit: WritePermit) -> Self {
+        WriteGateLayer {
+            permits: Permits::Given(permit),
+        }
     }
 }
 
@@ -214,7 +279,7 @@ impl<S> Layer<S> for WriteGateLayer {
     fn layer(&self, inner: S) -> WriteGate<S> {
         WriteGate {
             inner,
-            leadership: self.leadership.clone(),
+            permits: self.permits.clone(),
         }
     }
 }
@@ -256,10 +321,12 @@ where
                 },
             })
         };
-        // 1. A permit: the one a gate further out took for this request, else a new one.
-        let permit = match req.extensions().get::<WritePermit>() {
-            Some(outer) => outer.clone(),
-            None => match self.leadership.check() {
+        // 1. A permit: the one a gate further out took for this request, else this gate's own
+        //    (the one it was given, or a new one).
+        let permit = match (req.extensions().get::<WritePermit>(), &self.permits) {
+            (Some(outer), _) => outer.clone(),
+            (None, Permits::Given(permit)) => permit.clone(),
+            (None, Permits::Take(leadership)) => match leadership.check() {
                 Ok(p) => p,
                 Err(reason) => return refuse(&req, reason),
             },

@@ -6,10 +6,15 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+use tokio_stream::wrappers::WatchStream;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
 
 use crate::record::Term;
+
+mod changes;
+
+pub use changes::{LeadershipChange, LeadershipChanges};
 
 /// What this replica currently is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -487,9 +492,60 @@ impl Leadership {
         self.rx.borrow().clone()
     }
 
-    /// A receiver that wakes on every change of state.
+    /// A receiver that wakes on every change of state, each renewal included (it moves the
+    /// validity deadline). For a new term and the end of one only, see [`changes`](Self::changes).
     pub fn subscribe(&self) -> watch::Receiver<LeaderState> {
         self.rx.clone()
+    }
+
+    /// The changes of this replica's leadership: a term that starts, a term that ends; never a
+    /// renewal. If this replica leads when it is called, the first item is that term's
+    /// [`StartedLeading`](LeadershipChange::StartedLeading); each term's
+    /// [`StoppedLeading`](LeadershipChange::StoppedLeading) comes before the next one starts,
+    /// even when the stream only sees the new term (states published faster than it is
+    /// polled are skipped). It ends after the elector is gone.
+    ///
+    /// The end of a term comes when the elector publishes it: at the validity deadline at the
+    /// latest, on the elector's own timer. Whether a write may go out is still
+    /// [`check`](Self::check)'s answer (or [`run`](Self::run)'s, or the gate's), never this
+    /// stream's.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a change is taken out of the stream only when `next()` returns it.
+    ///
+    /// # Examples
+    ///
+    /// A trigger that fires when this replica starts leading, for kube-runtime's
+    /// `Controller::reconcile_all_on` (a follower's writes were refused, so a new leader catches
+    /// up at once; leader-lock-kubernetes' crate docs show the whole controller):
+    ///
+    /// ```
+    /// use futures::{future, Stream, StreamExt};
+    /// use leader_lock::{Leadership, LeadershipChange};
+    ///
+    /// fn new_terms(leadership: &Leadership) -> impl Stream<Item = ()> + Send + Sync + 'static {
+    ///     leadership.changes().filter_map(|change| {
+    ///         future::ready(matches!(change, LeadershipChange::StartedLeading { .. }).then_some(()))
+    ///     })
+    /// }
+    /// # let _ = new_terms(&Leadership::always_leader());
+    /// ```
+    ///
+    /// A runnable one:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use futures::StreamExt;
+    /// use leader_lock::{Leadership, LeadershipChange, Term};
+    ///
+    /// let mut changes = Leadership::always_leader().changes();
+    /// let first = changes.next().await;
+    /// assert_eq!(first, Some(LeadershipChange::StartedLeading { term: Term::DISABLED }));
+    /// # }
+    /// ```
+    pub fn changes(&self) -> LeadershipChanges {
+        LeadershipChanges::new(WatchStream::new(self.rx.clone()))
     }
 
     /// Waits until `check()` passes (or the elector stops); returns the permit.

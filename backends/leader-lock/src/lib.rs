@@ -14,9 +14,12 @@
 //! 2. [`Elector::spawn`] it with an [`ElectorConfig`]: an [`Identity`] (a pod's name, say) and a
 //!    [`Timing`]. It refuses a timing the lock cannot honour with a [`ConfigError`].
 //! 3. Gate every write: [`Leadership::run`] for a write in code, or [`WriteGateLayer`] (a tower
-//!    layer) on the controller's HTTP client so every mutating request takes a permit. The lock's
-//!    own client stays ungated.
-//! 4. On the way out, [`Elector::shutdown`]: no new writes, the writes in flight finish, then the
+//!    layer) on the controller's HTTP client so every mutating request takes a permit
+//!    ([`WriteGateLayer::for_permit`] for writes that carry their permit's term). The lock's own
+//!    client stays ungated.
+//! 4. React to a new term or the end of one with [`Leadership::changes`] (a reconcile of
+//!    everything when this replica starts leading, say); its renewals are no change.
+//! 5. On the way out, [`Elector::shutdown`]: no new writes, the writes in flight finish, then the
 //!    lock is released so a follower takes over at once.
 //!
 //! ```
@@ -77,7 +80,10 @@ pub use elector::{Elector, ElectorConfig, AFTER_RELEASE_QUIET, SHUTDOWN_BUDGET};
 pub use gate::{DeadlineBody, GateError, WriteGate, WriteGateFuture, WriteGateLayer};
 #[cfg(feature = "conformance")]
 pub use leadership::Scripted;
-pub use leadership::{GuardedError, LeaderState, Leadership, NotLeader, Stamped, WritePermit};
+pub use leadership::{
+    GuardedError, LeaderState, Leadership, LeadershipChange, LeadershipChanges, NotLeader, Stamped,
+    WritePermit,
+};
 pub use lock::{Attempt, LeaderLock, LockError, LockEvent, LockEventStream};
 pub use memory::{MemoryLock, MemoryStore};
 pub use observe::ObservedRecord;

@@ -97,11 +97,14 @@ const SENTINEL_MASTER: &str = "redis-sentinel-master";
 const USERNAME: &str = "redis-username";
 const SENTINEL_USERNAME: &str = "redis-sentinel-username";
 
-/// The default key prefix.
-pub const DEFAULT_KEY_PREFIX: &str = "gateway-leader";
+/// The default key prefix: named after this library, so that an operator finds every lock it
+/// holds under `leader-lock:*`, whatever program embeds it. Give a program's own prefix (its name,
+/// say) with [`RedisConfig::key_prefix`].
+pub const DEFAULT_KEY_PREFIX: &str = "leader-lock";
 
 impl RedisConfig {
-    /// A config for `url` with no extra auth, prefix `gateway-leader` and a 2 s request timeout.
+    /// A config for `url` with no extra auth, prefix [`DEFAULT_KEY_PREFIX`] and a 2 s request
+    /// timeout.
     pub fn new(url: impl Into<String>) -> Self {
         RedisConfig {
             url: url.into(),

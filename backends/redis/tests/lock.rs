@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use leader_lock::{Attempt, Candidate, Identity, LeaderLock, LockError, LockEvent, Term};
+use leader_lock_redis::{RedisConfig, RedisLock, DEFAULT_KEY_PREFIX};
 
 fn candidate(name: &str) -> Candidate {
     Candidate {
@@ -46,6 +47,12 @@ async fn acquire_renew_release_and_layout() {
     assert_eq!(lock.holder_key(), "gateway-leader:{layout}:holder");
     assert_eq!(lock.term_key(), "gateway-leader:{layout}:term");
     assert_eq!(lock.events_channel(), "gateway-leader:{layout}:events");
+    // Without a prefix of the program's, the library's own.
+    let defaults = RedisLock::connect(RedisConfig::new(r.server.url()), "layout")
+        .await
+        .expect("connects");
+    assert_eq!(DEFAULT_KEY_PREFIX, "leader-lock");
+    assert_eq!(defaults.holder_key(), "leader-lock:{layout}:holder");
     let a = candidate("a");
     let b = candidate("b");
     let t1 = wait_for_uptime(&lock, &a).await;

@@ -25,7 +25,7 @@ pub fn timing() -> Timing {
 /// A config for `server` with a per-request timeout under the test renew deadline.
 pub fn config(server: &EtcdServer) -> EtcdConfig {
     let mut c = EtcdConfig::new(vec![server.endpoint()]);
-    c.request_timeout = Duration::from_millis(1000);
+    c.request_timeout = Some(Duration::from_millis(1000));
     c
 }
 

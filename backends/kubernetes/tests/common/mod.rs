@@ -2,12 +2,13 @@
 
 #![allow(dead_code)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams};
 use kube::Api;
-use leader_lock::Timing;
+use leader_lock::{Elector, ElectorConfig, Identity, Timing};
 use leader_lock_kubernetes::LeaseLock;
 use testkit::kube::KubeApiServer;
 
@@ -58,6 +59,19 @@ pub fn lock(server: &KubeApiServer, ns: &str, name: &str) -> LeaseLock {
     LeaseLock::new(server.admin_client(), ns, name)
         .with_max_lease_duration(TEST_MAX_LEASE)
         .with_server(server.url())
+}
+
+/// An elector named `name` on `lock` that releases on shutdown.
+pub fn elector(lock: LeaseLock, name: &str, timing: Timing) -> Elector {
+    Elector::spawn(
+        Arc::new(lock),
+        ElectorConfig {
+            identity: Identity::new(name),
+            timing,
+            release_on_shutdown: true,
+        },
+    )
+    .expect("a valid timing")
 }
 
 /// Writes a raw Lease (any JSON the API accepts), replacing one that exists.

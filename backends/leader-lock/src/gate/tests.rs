@@ -81,6 +81,17 @@ fn gate_error(e: &BoxError) -> &GateError {
         .unwrap_or_else(|| panic!("not a gate error: {e}"))
 }
 
+/// Whether the gate refused the request, unsent, because this replica follows.
+fn refused_as_follower(e: &BoxError) -> bool {
+    matches!(
+        gate_error(e),
+        GateError::NotLeader {
+            reason: NotLeader::Follower { .. },
+            ..
+        }
+    )
+}
+
 fn writes() -> Vec<Method> {
     let unknown = Method::from_bytes(b"PURGE").expect("a valid method token");
     vec![
@@ -231,16 +242,7 @@ async fn an_inner_gate_refuses_a_write_whose_leadership_ended_on_the_way_down() 
     tokio::task::yield_now().await;
     script.publish(follower());
     let e = write.await.expect("task").unwrap_err();
-    assert!(
-        matches!(
-            gate_error(&e),
-            GateError::NotLeader {
-                reason: NotLeader::Follower { .. },
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert!(refused_as_follower(&e), "{e}");
     assert_eq!(probe.calls(), 0, "refused after the await, unsent");
 
     // A new leadership: both gates pass, and the inner one checks the outer one's permit.
@@ -302,4 +304,66 @@ async fn a_read_in_flight_does_not_hold_back_a_graceful_release() {
         .await
         .expect("drained while a watch runs");
     watch.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_for_a_permit_refuses_its_writes_once_a_new_term_leads() {
+    let (script, leadership) = Leadership::scripted(leader(3, Duration::from_secs(10)));
+    let probe = Probe::default();
+    let permit = leadership.check().expect("leading");
+    let bound = WriteGateLayer::for_permit(permit).layer(probe.client(Duration::ZERO));
+    let r = bound.clone().oneshot(request(Method::PATCH)).await;
+    assert_eq!(r.ok(), Some(Some(Term(3))), "sent under the given permit");
+
+    // Lost and won again: the leadership is valid, but not the one the permit (and whatever
+    // the write stamped with its term) belongs to.
+    script.publish(follower());
+    script.publish(leader(4, Duration::from_secs(10)));
+    let e = bound
+        .clone()
+        .oneshot(request(Method::PATCH))
+        .await
+        .unwrap_err();
+    assert!(refused_as_follower(&e), "{e}");
+    assert_eq!(probe.calls(), 1, "the stale term's write was not sent");
+    // Reads pass; a gate that takes its own permits writes under the new term.
+    let read = bound.oneshot(request(Method::GET)).await;
+    assert_eq!(read.ok(), Some(None));
+    let taking = WriteGateLayer::new(leadership).layer(probe.client(Duration::ZERO));
+    let r = taking.oneshot(request(Method::PATCH)).await;
+    assert_eq!(r.ok(), Some(Some(Term(4))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_for_a_permit_keeps_to_that_permit_s_deadline_through_renewals() {
+    let (script, leadership) = Leadership::scripted(leader(5, Duration::from_secs(10)));
+    let probe = Probe::default();
+    let permit = leadership.check().expect("leading");
+    let bound = WriteGateLayer::for_permit(permit).layer(probe.client(Duration::from_secs(60)));
+    let started = Instant::now();
+    let write = tokio::spawn(bound.clone().oneshot(request(Method::PUT)));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Renewed: the leadership's deadline moves out to 15 s, the permit's stays at 10 s.
+    script.publish(leader(5, Duration::from_secs(10)));
+    let e = write.await.expect("task").unwrap_err();
+    assert!(
+        matches!(gate_error(&e), GateError::Deadline { term: Term(5), .. }),
+        "{e}"
+    );
+    assert_eq!(Instant::now() - started, Duration::from_secs(10));
+    assert!(probe.dropped.load(Ordering::SeqCst), "cancelled");
+    // After its deadline the permit sends nothing, although the leadership is still valid.
+    let e = bound.oneshot(request(Method::PUT)).await.unwrap_err();
+    assert!(
+        matches!(
+            gate_error(&e),
+            GateError::NotLeader {
+                reason: NotLeader::Expired { term: Term(5), .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(probe.calls(), 1);
+    assert!(leadership.check().is_ok(), "the leadership itself is valid");
 }

@@ -212,3 +212,97 @@ async fn drain_waits_for_permits() {
         .expect("drained after the permit was dropped")
         .expect("task");
 }
+
+// === changes ===
+
+/// Nobody leads, as far as this replica knows.
+const NO_LEADER: LeaderState = LeaderState::Follower {
+    holder: None,
+    term: None,
+};
+
+fn started(term: u64) -> Option<LeadershipChange> {
+    Some(LeadershipChange::StartedLeading { term: Term(term) })
+}
+
+fn stopped(term: u64) -> Option<LeadershipChange> {
+    Some(LeadershipChange::StoppedLeading { term: Term(term) })
+}
+
+/// The next change, or `None` when none comes within a (paused) minute.
+async fn next_change(changes: &mut LeadershipChanges) -> Option<LeadershipChange> {
+    use futures::StreamExt;
+    tokio::time::timeout(Duration::from_secs(60), changes.next())
+        .await
+        .ok()
+        .flatten()
+}
+
+#[test]
+fn the_changes_can_be_a_kube_runtime_trigger() {
+    fn trigger<T: futures::Stream + Send + Sync + Unpin + 'static>() {}
+    trigger::<LeadershipChanges>();
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_are_no_change_and_each_term_starts_and_stops_once() {
+    let (tx, l) = Publisher::channel(LeaderState::Starting);
+    let mut changes = l.changes();
+    tx.publish(NO_LEADER);
+    tx.publish(leader(3, Duration::from_secs(10)));
+    assert_eq!(next_change(&mut changes).await, started(3));
+    for _ in 0..5 {
+        tokio::time::advance(Duration::from_secs(2)).await;
+        tx.publish(leader(3, Duration::from_secs(10)));
+        assert_eq!(next_change(&mut changes).await, None, "a renewal");
+    }
+    tx.publish(NO_LEADER);
+    assert_eq!(next_change(&mut changes).await, stopped(3));
+    tx.publish(LeaderState::Follower {
+        holder: Some("pod-c".into()),
+        term: Some(Term(4)),
+    });
+    assert_eq!(
+        next_change(&mut changes).await,
+        None,
+        "another follower state"
+    );
+    tx.publish(leader(5, Duration::from_secs(10)));
+    assert_eq!(next_change(&mut changes).await, started(5));
+    tx.publish(LeaderState::Stopped);
+    assert_eq!(next_change(&mut changes).await, stopped(5));
+    drop((tx, l));
+    assert_eq!(
+        next_change(&mut changes).await,
+        None,
+        "ends with the elector"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_term_that_replaced_the_last_one_unseen_ends_it_first() {
+    let (tx, l) = Publisher::channel(leader(3, Duration::from_secs(10)));
+    let mut changes = l.changes();
+    assert_eq!(
+        next_change(&mut changes).await,
+        started(3),
+        "leading already"
+    );
+    // Lost and won again before the stream looked: it sees only the new term.
+    tx.publish(NO_LEADER);
+    tx.publish(leader(4, Duration::from_secs(10)));
+    assert_eq!(next_change(&mut changes).await, stopped(3));
+    assert_eq!(next_change(&mut changes).await, started(4));
+    assert_eq!(next_change(&mut changes).await, None);
+    assert_eq!(started(4).map(|c| c.term()), Some(Term(4)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leadership_open_when_the_elector_goes_away_is_ended() {
+    let (tx, l) = Publisher::channel(leader(7, Duration::from_secs(10)));
+    let mut changes = l.changes();
+    assert_eq!(next_change(&mut changes).await, started(7));
+    drop((tx, l));
+    assert_eq!(next_change(&mut changes).await, stopped(7));
+    assert_eq!(next_change(&mut changes).await, None);
+}

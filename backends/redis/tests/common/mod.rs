@@ -19,10 +19,12 @@ pub fn timing() -> Timing {
     .expect("valid timing")
 }
 
-/// The config the CLI would build for `url` with `timing`.
+/// The config the CLI would build for `url` with `timing` (its key prefix is the binary's
+/// `gateway-leader`, which docs/redis.md's ACL names).
 pub fn config(url: &str, timing: &Timing) -> RedisConfig {
     RedisConfig {
         request_timeout: timing.renew_deadline / 2,
+        key_prefix: "gateway-leader".to_string(),
         ..RedisConfig::new(url)
     }
 }
