@@ -7,7 +7,7 @@
 //!
 //! One concept per file: [`args`] (flags and their check), [`scenario`], [`lockserver`] (the
 //! lock's server), [`cluster`] (the apiserver and the route), [`replica`] (one process),
-//! [`events`] (its log lines), [`lane`] (the replicas of one lock), [`round`] (one failover), [`member`] (one etcd member fault),
+//! [`events`] (its log lines), [`peer`] (a Go peer started as a replica), [`lane`] (the replicas of one lock), [`round`] (one failover), [`member`] (one etcd member fault),
 //! [`cost`] (steady state), [`anchor`] (`etcdctl elect` beside etcd × graceful), [`floor`] (a bare
 //! Lease takeover beside Kubernetes × graceful), [`plot`],
 //! [`stats`], [`checker`], [`report`].
@@ -23,6 +23,7 @@ pub mod floor;
 pub mod lane;
 pub mod local;
 pub mod lockserver;
+pub mod peer;
 pub mod plot;
 pub mod replica;
 pub mod report;
