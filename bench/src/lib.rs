@@ -9,7 +9,8 @@
 //! lock's server), [`cluster`] (the apiserver and the route), [`replica`] (one process),
 //! [`events`] (its log lines), [`peer`] (a Go peer started as a replica), [`lane`] (the replicas of one lock), [`round`] (one failover), [`member`] (one etcd member fault),
 //! [`cost`] (steady state), [`anchor`] (`etcdctl elect` beside etcd × graceful), [`floor`] (a bare
-//! Lease takeover beside Kubernetes × graceful), [`plot`],
+//! Lease takeover beside Kubernetes × graceful), [`held`] (what the apiserver held: who wrote
+//! under which Lease), [`plot`],
 //! [`stats`], [`checker`], [`report`].
 
 pub mod anchor;
@@ -20,6 +21,7 @@ pub mod cluster;
 pub mod cost;
 pub mod events;
 pub mod floor;
+pub mod held;
 pub mod lane;
 pub mod local;
 pub mod lockserver;
