@@ -218,15 +218,16 @@ async fn run(
     if let Some(w) = ours.iter().find(|w| !matches!(w.writer, Writer::Ours(_))) {
         bail!("a status version not made by one of ours: {w:?}");
     }
+    // Only the frozen leadership's own writes: the same replica may lead again later.
     let after_thaw = played
         .iter()
-        .filter_map(|p| p.thawed)
-        .map(|(index, at)| {
+        .filter_map(|p| p.thawed.map(|t| (t, p.old.1)))
+        .map(|((index, at), term)| {
             let ms: Vec<f64> = lane
                 .events
                 .iter()
                 .filter(|e| e.replica == index && e.mono_ms >= at)
-                .filter(|e| matches!(e.what, What::Written { .. }))
+                .filter(|e| matches!(e.what, What::Written { term: t, .. } if t == term))
                 .map(|e| e.mono_ms - at)
                 .collect();
             (

@@ -103,5 +103,13 @@ pub(crate) fn report(o: &Outcome) -> String {
             rvs.last().copied().unwrap_or_default()
         ));
     }
+    // Each stale write with the Lease version it landed under, for the few that are not a
+    // thawed leader's run of them.
+    for s in o.peers_stale.iter().filter(|s| {
+        let same = |t: &&held::Stale| t.write.writer == s.write.writer;
+        o.peers_stale.iter().filter(same).count() <= 3
+    }) {
+        out.push_str(&format!("    {s}\n"));
+    }
     out
 }
