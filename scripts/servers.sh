@@ -24,4 +24,9 @@ ensure_servers() {
     GATEWAY_LEADER_GATEWAY_API_CRDS=$(scripts/gateway-api-crds.sh | tail -n 1)
     export GATEWAY_LEADER_GATEWAY_API_CRDS
   fi
+  # GATEWAY_LEADER_PEERS: the Go peers of testkit/peers/ (kept when set).
+  if [ -z "${GATEWAY_LEADER_PEERS:-}" ]; then
+    GATEWAY_LEADER_PEERS=$(scripts/build-peers.sh | tail -n 1)
+    export GATEWAY_LEADER_PEERS
+  fi
 }

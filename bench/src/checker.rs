@@ -27,8 +27,21 @@
 //! logged start is slightly late and its logged end slightly late too. A renew published in the
 //! instant before a SIGSTOP or SIGKILL may not reach the log; then the deadline used is the
 //! previous one, a retry period early.
+//!
+//! # Other programs on the same Lease
+//!
+//! [`check_mixed`] reads the Go peers' lines too (client-go's elector, a controller-runtime
+//! manager; [`crate::peer`]): a peer's leadership runs from its `started leading` line until
+//! its last renewal was sent plus the renew deadline, its release was sent, its `stopped
+//! leading` line or its SIGKILL. The rules are the same; what breaks one is blamed on the
+//! leadership that started later (it took the lock while another was valid) or on the
+//! writer: a violation when that is one of ours, a *finding* when it is a peer's (they are
+//! counted and reported, not failures: client-go takes a deleted Lease at once, for one). A
+//! Lease deleted by hand restarts `leaseTransitions` when a peer (or a replica of ours started
+//! since) creates it again, so terms are compared only between leaderships and writes of the
+//! same *epoch*, the time between two deletions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
@@ -56,6 +69,9 @@ pub struct Verdict {
     pub writes: usize,
     /// Each violation, in words.
     pub violations: Vec<String>,
+    /// What other programs on the lock did that ours may never do ([`check_mixed`]), in words.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<String>,
     /// The smallest gap (ms) from a leadership's end to the next start of another replica's
     /// leadership; negative would be an overlap. `None` with fewer than two leaderships.
     pub min_gap_ms: Option<f64>,
@@ -100,7 +116,18 @@ pub fn leaderships(events: &[Event], killed: &BTreeMap<usize, f64>) -> Vec<Inter
                         close(i, e.mono_ms, &mut out);
                     }
                 }
-                // The release comes after the leadership's `stopped` line, which ended it.
+                // Ours log the release after the leadership's `stopped` line, which ended it;
+                // client-go releases first and calls back afterwards: the release, once sent,
+                // ends the leadership.
+                What::Released {
+                    released: true,
+                    sent: Some(sent),
+                    ..
+                } => {
+                    if let Some(i) = open.take() {
+                        close(i, *sent, &mut out);
+                    }
+                }
                 What::Written { .. }
                 | What::SweepDone { .. }
                 | What::Endpoint { .. }
@@ -117,6 +144,45 @@ pub fn leaderships(events: &[Event], killed: &BTreeMap<usize, f64>) -> Vec<Inter
 
 /// Checks one lane's events; see the module docs for the rules.
 pub fn check(events: &[Event], killed: &BTreeMap<usize, f64>) -> Verdict {
+    check_mixed(events, killed, &Mixed::default())
+}
+
+/// Who else is on the lock, for [`check_mixed`].
+#[derive(Debug, Clone, Default)]
+pub struct Mixed {
+    /// The replicas that are Go peers, not ours.
+    pub peers: BTreeSet<usize>,
+    /// When the lock record was deleted by hand (`CLOCK_MONOTONIC` ms).
+    pub deletions: Vec<f64>,
+}
+
+impl Mixed {
+    /// The epoch of instant `at`: how many deletions came before it.
+    fn epoch(&self, at: f64) -> usize {
+        self.deletions.iter().filter(|d| **d <= at).count()
+    }
+
+    /// Where a break of the rules by `replica` goes: a finding for a peer, else a violation.
+    fn blame<'v>(&self, v: &'v mut Verdict, replica: usize) -> &'v mut Vec<String> {
+        if self.peers.contains(&replica) {
+            &mut v.findings
+        } else {
+            &mut v.violations
+        }
+    }
+
+    fn who(&self, replica: usize) -> &'static str {
+        if self.peers.contains(&replica) {
+            "peer"
+        } else {
+            "replica"
+        }
+    }
+}
+
+/// Checks the events of every program on one lock, ours and the peers `mixed` names; see the
+/// module docs for the rules and for whom each break is blamed on.
+pub fn check_mixed(events: &[Event], killed: &BTreeMap<usize, f64>, mixed: &Mixed) -> Verdict {
     let ls = leaderships(events, killed);
     let mut v = Verdict {
         leaderships: ls.len(),
@@ -126,29 +192,40 @@ pub fn check(events: &[Event], killed: &BTreeMap<usize, f64>) -> Verdict {
         for b in &ls[i + 1..] {
             // Sorted by start: b starts at or after a.
             if a.replica != b.replica && b.start < a.end {
-                v.violations.push(format!(
-                    "two valid leaders: replica {} (term {}) until {:.1} ms and replica {} \
-                     (term {}) from {:.1} ms, {:.1} ms at once",
+                let line = format!(
+                    "two valid leaders: {} {} (term {}) until {:.1} ms and {} {} (term {}) from \
+                     {:.1} ms, {:.1} ms at once",
+                    mixed.who(a.replica),
                     a.replica,
                     a.term,
                     a.end,
+                    mixed.who(b.replica),
                     b.replica,
                     b.term,
                     b.start,
                     a.end.min(b.end) - b.start
-                ));
+                );
+                mixed.blame(&mut v, b.replica).push(line);
             }
         }
         // Terms grow from each leadership to the next (one report per regression, not one per
         // later leadership). A process that steps down and takes its own record back before
         // anyone else held it keeps its term: the holder did not change.
         if let Some(b) = ls.get(i + 1) {
-            if b.term < a.term || (b.term == a.term && b.replica != a.replica) {
-                v.violations.push(format!(
-                    "term did not grow: replica {} led under term {} from {:.1} ms, after \
-                     replica {} under term {}",
-                    b.replica, b.term, b.start, a.replica, a.term
-                ));
+            let same_epoch = mixed.epoch(a.start) == mixed.epoch(b.start);
+            if same_epoch && (b.term < a.term || (b.term == a.term && b.replica != a.replica)) {
+                let line = format!(
+                    "term did not grow: {} {} led under term {} from {:.1} ms, after {} {} \
+                     under term {}",
+                    mixed.who(b.replica),
+                    b.replica,
+                    b.term,
+                    b.start,
+                    mixed.who(a.replica),
+                    a.replica,
+                    a.term
+                );
+                mixed.blame(&mut v, b.replica).push(line);
             }
         }
         if let Some(next) = ls[i + 1..].iter().find(|b| b.replica != a.replica) {
@@ -164,19 +241,29 @@ pub fn check(events: &[Event], killed: &BTreeMap<usize, f64>) -> Verdict {
         })
         .collect();
     v.writes = writes.len();
-    let mut first: BTreeMap<u64, f64> = BTreeMap::new();
+    // The first write of each term, per epoch.
+    let mut first: BTreeMap<(usize, u64), f64> = BTreeMap::new();
     for (e, term) in &writes {
-        let f = first.entry(*term).or_insert(e.mono_ms);
+        let f = first
+            .entry((mixed.epoch(e.mono_ms), *term))
+            .or_insert(e.mono_ms);
         *f = f.min(e.mono_ms);
     }
     for (e, term) in &writes {
+        let epoch = mixed.epoch(e.mono_ms);
         // The newest term whose first write came before this one.
-        if let Some((newer, at)) = first.range(term + 1..).rfind(|(_, at)| **at < e.mono_ms) {
-            v.violations.push(format!(
-                "late write: replica {} wrote under term {term} at {:.1} ms, after term {newer}'s \
+        if let Some(((_, newer), at)) = first
+            .range((epoch, term.saturating_add(1))..(epoch + 1, 0))
+            .rfind(|(_, at)| **at < e.mono_ms)
+        {
+            let line = format!(
+                "late write: {} {} wrote under term {term} at {:.1} ms, after term {newer}'s \
                  first write at {at:.1} ms",
-                e.replica, e.mono_ms
-            ));
+                mixed.who(e.replica),
+                e.replica,
+                e.mono_ms
+            );
+            mixed.blame(&mut v, e.replica).push(line);
         }
     }
     v
@@ -300,5 +387,73 @@ mod tests {
             "{:?}",
             v.violations
         );
+    }
+
+    #[test]
+    fn a_peers_release_ends_its_leadership_before_its_callback() {
+        // client-go writes the release, then calls OnStoppedLeading: the release counts.
+        let events = vec![
+            ev(5, 0.0, lead(3, 3000.0)),
+            ev(
+                5,
+                1012.0,
+                What::Released {
+                    term: 3,
+                    released: true,
+                    sent: Some(1000.0),
+                },
+            ),
+            ev(0, 1008.0, lead(4, 4008.0)),
+            ev(5, 1020.0, What::Stopped),
+        ];
+        let mixed = Mixed {
+            peers: BTreeSet::from([5]),
+            deletions: Vec::new(),
+        };
+        let v = check_mixed(&events, &BTreeMap::new(), &mixed);
+        assert!(v.violations.is_empty() && v.findings.is_empty(), "{v:?}");
+    }
+
+    #[test]
+    fn a_break_is_blamed_on_who_started_later_or_wrote() {
+        let mixed = Mixed {
+            peers: BTreeSet::from([5, 6]),
+            deletions: vec![500.0],
+        };
+        // A peer took over while one of ours was valid: a finding. One of ours took over while
+        // a peer was valid: a violation.
+        let events = vec![
+            ev(0, 0.0, lead(1, 2000.0)),
+            ev(5, 1500.0, lead(2, 3500.0)),
+            ev(1, 3000.0, lead(3, 5000.0)),
+        ];
+        let v = check_mixed(&events, &BTreeMap::new(), &mixed);
+        assert_eq!(v.findings.len(), 1, "{v:?}");
+        assert!(v.findings[0].starts_with("two valid leaders: replica 0"));
+        assert_eq!(v.violations.len(), 1, "{v:?}");
+        assert!(v.violations[0].contains("peer 5 (term 2) until 3500.0 ms and replica 1"));
+        // After the deletion at 500 a peer recreates the Lease under term 0: no term rule
+        // across epochs. A peer's write under an older term after a newer term's first write
+        // is a finding; one of ours is a violation.
+        let events = vec![
+            ev(0, 0.0, lead(7, 400.0)),
+            ev(0, 100.0, write(7)),
+            ev(0, 450.0, What::Stopped),
+            ev(5, 600.0, lead(0, 800.0)),
+            ev(5, 650.0, write(0)),
+            ev(5, 900.0, What::Stopped),
+            ev(6, 1000.0, lead(1, 1200.0)),
+            ev(6, 1050.0, write(1)),
+            ev(5, 1100.0, write(0)),
+            ev(6, 1300.0, What::Stopped),
+            ev(1, 1400.0, lead(2, 1600.0)),
+            ev(1, 1450.0, write(2)),
+            ev(0, 1500.0, write(1)),
+        ];
+        let v = check_mixed(&events, &BTreeMap::new(), &mixed);
+        assert_eq!(v.findings.len(), 1, "{v:?}");
+        assert!(v.findings[0].starts_with("late write: peer 5 wrote under term 0"));
+        assert_eq!(v.violations.len(), 1, "{v:?}");
+        assert!(v.violations[0].starts_with("late write: replica 0 wrote under term 1"));
     }
 }

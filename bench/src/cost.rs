@@ -1,5 +1,6 @@
-//! Steady-state cost: backend requests per second as the server itself counts them, and each
-//! replica's CPU and memory from /proc, over a quiet window with one leader and N followers.
+//! Steady-state cost: backend requests per second as the server itself counts them, per
+//! renewal of the leader, and each replica's CPU and memory from /proc, over a quiet window with
+//! one leader and N followers.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -9,7 +10,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
 use crate::cluster::Cluster;
+use crate::events::What;
+use crate::lane::Lane;
 use crate::lockserver::LockServer;
+use leader_lock::clock;
 
 /// What one lane costs while nothing happens.
 #[derive(Debug, Clone, Serialize)]
@@ -24,6 +28,13 @@ pub struct Cost {
     pub requests_per_s: Option<f64>,
     /// What counted them (or why nothing did).
     pub counted_by: String,
+    /// The leader's renewals in the window (its `renewed` lines), when they were counted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renewals: Option<usize>,
+    /// Requests on the lock's server per renewal of the leader: what the leader and every
+    /// follower together send for each renewal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests_per_renewal: Option<f64>,
     /// The leader's CPU use, percent of one core.
     pub leader_cpu_pct: f64,
     /// The followers' mean CPU use, percent of one core.
@@ -182,11 +193,62 @@ pub async fn measure(
         window_s: secs,
         requests_per_s,
         counted_by,
+        renewals: None,
+        requests_per_renewal: None,
         leader_cpu_pct: pct(&l0, &l1),
         follower_cpu_pct: pct(&f0, &f1),
         leader_rss_mib: mean_rss(&[leader]),
         follower_rss_mib: mean_rss(followers),
     }
+}
+
+/// How long the lines of a window's last instants may take through the log readers.
+const LINES_PATIENCE: Duration = Duration::from_millis(300);
+
+/// Settles `lane` (within `patience`) and measures it over `window` as [`measure`] does, with
+/// the leader's renewals in the window and the requests per renewal; `None` when no process of
+/// the lane leads.
+///
+/// # Errors
+/// The lane does not settle.
+pub async fn of_lane(
+    lane: &mut Lane,
+    (server, cluster): (&LockServer, &Cluster),
+    window: Duration,
+    patience: Duration,
+) -> Result<Option<Cost>> {
+    let leader = lane.settle(patience).await?;
+    let pids: Vec<(usize, u32)> = lane
+        .slots
+        .iter()
+        .enumerate()
+        .filter_map(|(slot, r)| r.as_ref().map(|r| (slot, r.pid())))
+        .collect();
+    let Some(&(_, leader_pid)) = pids.iter().find(|(s, _)| *s == leader.slot) else {
+        return Ok(None);
+    };
+    let followers: Vec<u32> = pids
+        .iter()
+        .filter(|(s, _)| *s != leader.slot)
+        .map(|p| p.1)
+        .collect();
+    let from = clock::mono_ms();
+    let mut c = measure(server, cluster, leader_pid, &followers, window).await;
+    let to = clock::mono_ms();
+    // Nothing matches: this only lets the window's last lines come in.
+    lane.wait(LINES_PATIENCE, |_| false).await;
+    let renewals = lane
+        .events
+        .iter()
+        .filter(|e| e.replica == leader.index && (from..=to).contains(&e.mono_ms))
+        .filter(|e| matches!(e.what, What::Renewed { .. }))
+        .count();
+    c.renewals = Some(renewals);
+    c.requests_per_renewal = c
+        .requests_per_s
+        .filter(|_| renewals > 0)
+        .map(|r| r * c.window_s / renewals as f64);
+    Ok(Some(c))
 }
 
 #[cfg(test)]

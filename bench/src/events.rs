@@ -1,7 +1,9 @@
 //! What a replica's JSON log says, as far as the bench and the checker need it.
 //!
 //! Every instant is `mono_ms`: `CLOCK_MONOTONIC` in milliseconds, logged by the replica itself
-//! (see `leader_lock::clock`), so it compares with the bench's own signal instants.
+//! (see `leader_lock::clock`), so it compares with the bench's own signal instants. The Go peers
+//! (`testkit/peers/`) stamp their lines with the same clock; [`parse_peer`] reads them into the
+//! same events.
 
 use serde::Serialize;
 
@@ -128,6 +130,42 @@ pub fn parse(replica: usize, line: &str) -> Option<Event> {
     })
 }
 
+/// Reads one JSON line of Go peer `replica` (`testkit/peers/internal/peer` lists them); `None`
+/// for lines that do not matter here. A peer's leadership is valid from its `started leading`
+/// line until its last `renewed` write was sent plus the renew deadline, as the peer computes
+/// it in `valid_until_mono_ms`; its release and its `stopped leading` line end it sooner.
+pub fn parse_peer(replica: usize, line: &str) -> Option<Event> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let what = match v["event"].as_str()? {
+        "started leading" => What::Leading {
+            term: term(&v)?,
+            valid_until: num(&v, "valid_until_mono_ms")?,
+        },
+        "renewed" => What::Renewed {
+            term: term(&v)?,
+            valid_until: num(&v, "valid_until_mono_ms")?,
+        },
+        "following" => What::Following { term: term(&v) },
+        "stopped leading" => What::Stopped,
+        "released" => What::Released {
+            term: term(&v)?,
+            released: true,
+            sent: num(&v, "sent_mono_ms"),
+        },
+        "wrote" => What::Written {
+            term: term(&v)?,
+            object_kind: "ConfigMap".to_string(),
+            name: v["object"].as_str().unwrap_or_default().to_string(),
+        },
+        _ => return None,
+    };
+    Some(Event {
+        replica,
+        mono_ms: num(&v, "mono_ms")?,
+        what,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,5 +215,45 @@ mod tests {
         assert_eq!(parse(1, old), None);
         assert_eq!(parse(0, r#"{"message":"something else"}"#), None);
         assert_eq!(parse(0, "not json"), None);
+    }
+
+    #[test]
+    fn reads_the_peers_lines() {
+        // As testkit/peers prints them (Go's encoding/json: sorted keys, numbers as numbers).
+        let l = r#"{"event":"started leading","holder":"cg-3_1b2c","mono_ms":100.5,"renew_deadline_ms":3000,"term":4,"valid_until_mono_ms":3098.25}"#;
+        assert_eq!(
+            parse_peer(3, l),
+            Some(Event {
+                replica: 3,
+                mono_ms: 100.5,
+                what: What::Leading {
+                    term: 4,
+                    valid_until: 3098.25
+                }
+            })
+        );
+        let r = r#"{"event":"released","mono_ms":12.5,"sent_mono_ms":10.0,"term":4}"#;
+        assert_eq!(
+            parse_peer(3, r).map(|e| e.what),
+            Some(What::Released {
+                term: 4,
+                released: true,
+                sent: Some(10.0)
+            })
+        );
+        let f = r#"{"event":"following","holder":"","mono_ms":5.0}"#;
+        assert_eq!(
+            parse_peer(3, f).map(|e| e.what),
+            Some(What::Following { term: None })
+        );
+        let w = r#"{"event":"wrote","mono_ms":7.0,"object":"writes","resource_version":"812","sent_mono_ms":6.0,"seq":2,"term":4}"#;
+        assert!(matches!(
+            parse_peer(3, w).map(|e| e.what),
+            Some(What::Written { term: 4, .. })
+        ));
+        // The acquiring write comes before the callback; it is not a leadership yet.
+        let a = r#"{"event":"acquired","created":false,"mono_ms":1.0,"sent_mono_ms":0.5,"term":4,"valid_until_mono_ms":3000.5}"#;
+        assert_eq!(parse_peer(3, a), None);
+        assert_eq!(parse_peer(3, "I1203 07:13:46 klog text"), None);
     }
 }

@@ -1,7 +1,8 @@
 //! A lane: the replicas of one lock (one backend, one wake-up mode), their logs as events, and
-//! the route they write the status of.
+//! the route they write the status of. A lane may also run Go peers ([`crate::peer`]) on its
+//! Lease beside ours, as the interop test does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::cluster::Route;
 use crate::events::{Event, What};
+use crate::peer::{self, Peer, PeerArgs};
 use crate::replica::Replica;
 use testkit::proxy::BlackholeProxy;
 
@@ -20,8 +22,8 @@ pub struct Lane {
     /// A name for files and the report, e.g. `etcd-watch`.
     pub label: String,
     exe: PathBuf,
-    /// Each slot's `run` flags (its own proxy, when it has one).
-    args: Vec<Vec<String>>,
+    /// What each slot runs.
+    launch: Vec<Launch>,
     logs: PathBuf,
     /// Each slot's partition proxies to the lock's server (empty when not needed).
     pub proxies: Vec<Vec<BlackholeProxy>>,
@@ -42,6 +44,16 @@ pub struct Lane {
     pub lock: String,
     /// The lane's namespace (the Lease's too).
     pub ns: String,
+    /// The replica indices that are peers.
+    peers: BTreeSet<usize>,
+}
+
+/// What a slot runs.
+enum Launch {
+    /// One of ours with these `run` flags (its own proxy, when it has one).
+    Ours(Vec<String>),
+    /// A Go peer.
+    Peer(Peer, PeerArgs),
 }
 
 /// The current leader of a lane.
@@ -73,7 +85,7 @@ impl Lane {
         let mut lane = Lane {
             label: label.to_string(),
             exe,
-            args,
+            launch: args.into_iter().map(Launch::Ours).collect(),
             logs,
             proxies,
             _files: files,
@@ -86,6 +98,7 @@ impl Lane {
             route,
             lock: lock.to_string(),
             ns: ns.to_string(),
+            peers: BTreeSet::new(),
         };
         for slot in 0..replicas {
             lane.spawn(slot)?;
@@ -97,18 +110,44 @@ impl Lane {
     pub fn spawn(&mut self, slot: usize) -> Result<usize> {
         let index = self.next;
         self.next += 1;
-        let name = format!("{}-{index}", self.label);
-        let log = self.logs.join(format!("{name}.log"));
-        let r = Replica::start(
-            &self.exe,
-            index,
-            &name,
-            &self.args[slot],
-            log,
-            self.tx.clone(),
-        )?;
+        let r = match &self.launch[slot] {
+            Launch::Ours(args) => {
+                let name = format!("{}-{index}", self.label);
+                let log = self.logs.join(format!("{name}.log"));
+                Replica::start(&self.exe, index, &name, args, log, self.tx.clone())?
+            }
+            Launch::Peer(p, args) => {
+                let name = format!("{}-{p}-{index}", self.label);
+                let log = self.logs.join(format!("{name}.log"));
+                self.peers.insert(index);
+                peer::start(*p, args, (index, &name), log, self.tx.clone())?
+            }
+        };
         self.slots[slot] = Some(r);
         Ok(index)
+    }
+
+    /// Adds a slot running Go peer `p` on the lane's Lease, and starts it; returns the slot.
+    pub fn add_peer(&mut self, p: Peer, args: PeerArgs) -> Result<usize> {
+        self.launch.push(Launch::Peer(p, args));
+        self.slots.push(None);
+        self.proxies.push(Vec::new());
+        let slot = self.slots.len() - 1;
+        self.spawn(slot)?;
+        Ok(slot)
+    }
+
+    /// The peer a slot runs; `None` for one of ours.
+    pub fn peer(&self, slot: usize) -> Option<Peer> {
+        match self.launch.get(slot)? {
+            Launch::Peer(p, _) => Some(*p),
+            Launch::Ours(_) => None,
+        }
+    }
+
+    /// Every replica index that was a peer.
+    pub fn peers(&self) -> &BTreeSet<usize> {
+        &self.peers
     }
 
     fn drain(&mut self) {

@@ -7,9 +7,11 @@
 //!
 //! One concept per file: [`args`] (flags and their check), [`scenario`], [`lockserver`] (the
 //! lock's server), [`cluster`] (the apiserver and the route), [`replica`] (one process),
-//! [`events`] (its log lines), [`lane`] (the replicas of one lock), [`round`] (one failover), [`member`] (one etcd member fault),
-//! [`cost`] (steady state), [`anchor`] (`etcdctl elect` beside etcd × graceful), [`floor`] (a bare
-//! Lease takeover beside Kubernetes × graceful), [`plot`],
+//! [`events`] (its log lines), [`peer`] (a Go peer started as a replica), [`lane`] (the replicas of one lock), [`round`] (one failover), [`member`] (one etcd member fault),
+//! [`cost`] (steady state), [`anchor`] (`etcdctl elect` beside etcd × graceful), [`peer_anchor`]
+//! (client-go and controller-runtime beside Kubernetes × graceful and × crash), [`floor`] (a bare
+//! Lease takeover beside Kubernetes × graceful), [`held`] (what the apiserver held: who wrote
+//! under which Lease), [`plot`],
 //! [`stats`], [`checker`], [`report`].
 
 pub mod anchor;
@@ -20,9 +22,12 @@ pub mod cluster;
 pub mod cost;
 pub mod events;
 pub mod floor;
+pub mod held;
 pub mod lane;
 pub mod local;
 pub mod lockserver;
+pub mod peer;
+pub mod peer_anchor;
 pub mod plot;
 pub mod replica;
 pub mod report;
@@ -71,7 +76,19 @@ pub fn main(args: BenchArgs) -> ExitCode {
         } else {
             None
         };
-        Ok((plan, Programs { exe, etcdctl }))
+        let peers = if peer_anchor::wanted(&plan) {
+            Some(testkit::built::peers().map_err(|e| format!("{e:#}"))?)
+        } else {
+            None
+        };
+        Ok((
+            plan,
+            Programs {
+                exe,
+                etcdctl,
+                peers,
+            },
+        ))
     });
     let (plan, programs) = match checked {
         Ok(x) => x,
@@ -131,6 +148,8 @@ struct Programs {
     exe: PathBuf,
     /// `etcdctl`, when the plan has the anchor ([`wants_anchor`]).
     etcdctl: Option<PathBuf>,
+    /// The Go peers' folder, when the plan has their anchors ([`peer_anchor::wanted`]).
+    peers: Option<PathBuf>,
 }
 
 /// Whether the plan runs the `etcdctl elect` anchor: the single etcd with `graceful`.
@@ -211,23 +230,11 @@ async fn run(plan: &Plan, programs: &Programs) -> Result<Report> {
                 (proxies, files),
             )?;
             if !plan.steady.is_zero() {
-                let leader = lane.settle(plan.leader_patience()).await?;
                 pb.set_message(format!("{label}: steady state for {:?}", plan.steady));
-                let pids: Vec<(usize, u32)> = lane
-                    .slots
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(slot, r)| r.as_ref().map(|r| (slot, r.pid())))
-                    .collect();
-                let leader_pid = pids.iter().find(|(s, _)| *s == leader.slot).map(|p| p.1);
-                let followers: Vec<u32> = pids
-                    .iter()
-                    .filter(|(s, _)| *s != leader.slot)
-                    .map(|p| p.1)
-                    .collect();
-                if let Some(pid) = leader_pid {
-                    let mut c =
-                        cost::measure(&server, &cluster, pid, &followers, plan.steady).await;
+                let window = (plan.steady, plan.leader_patience());
+                if let Some(mut c) =
+                    cost::of_lane(&mut lane, (&server, &cluster), window.0, window.1).await?
+                {
                     c.wakeup = wakeup.to_string();
                     costs.push(c);
                 }
@@ -381,10 +388,28 @@ async fn run(plan: &Plan, programs: &Programs) -> Result<Report> {
                 samples,
             });
         }
+        // client-go and controller-runtime: after our Kubernetes lanes, on the same apiserver.
+        if let (Some(peers), Backend::Kubernetes) = (&programs.peers, backend) {
+            pb.set_message("the client-go and controller-runtime anchors");
+            let m = peer_anchor::run(plan, (peers, exe), &mut server, &mut cluster, &|line| {
+                say(&pb, line)
+            })
+            .await?;
+            anchors.extend(m.anchors);
+            costs.extend(m.costs);
+            verdicts.extend(m.verdicts);
+        }
     }
     pb.finish_and_clear();
+    let apiserver = cluster
+        .client()
+        .apiserver_version()
+        .await
+        .ok()
+        .map(|v| v.git_version);
     Ok(Report {
         machine: Machine::read(),
+        apiserver,
         replicas: plan.replicas,
         timing: plan.timing_args.clone(),
         seed: plan

@@ -1,5 +1,6 @@
 //! One `gateway-leader run` replica process started by the bench, its log kept in a file and
-//! read as it is written.
+//! read as it is written. A Go peer (client-go's elector, a controller-runtime manager;
+//! [`crate::peer`]) is started and read the same way, from its own command and its own lines.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -22,6 +23,18 @@ pub const REPLICA_ENV: &str = "GATEWAY_LEADER";
 /// The log filter of every replica: info, plus the leadership logger's debug lines (renewals
 /// with their validity deadlines, which the split-brain checker needs).
 pub const LOG_FILTER: &str = "info,gateway_leader::run=debug";
+
+/// Which output of a process carries the lines the bench reads; the other goes to the log too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lines {
+    /// `gateway-leader run` logs its JSON lines on stderr.
+    Stderr,
+    /// The Go peers print their JSON lines on stdout (client-go's own logs go to stderr).
+    Stdout,
+}
+
+/// Reads one line of process `index`'s output; `None` for lines that do not matter.
+pub type Parser = fn(usize, &str) -> Option<Event>;
 
 /// A running replica.
 pub struct Replica {
@@ -51,10 +64,7 @@ impl Replica {
             .args(["--leader-election-identity", name])
             .args(["--health-addr", "127.0.0.1:0", "--log-format", "json"])
             .args(["--log-level", LOG_FILTER])
-            .env("RUST_LOG", LOG_FILTER)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .env("RUST_LOG", LOG_FILTER);
         // The user's own settings must not leak into the replicas: the bench decides them all.
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with(REPLICA_ENV) {
@@ -64,20 +74,58 @@ impl Replica {
         for k in ["POD_NAME", "POD_NAMESPACE"] {
             cmd.env_remove(k);
         }
+        Replica::spawn(
+            cmd,
+            index,
+            name,
+            log,
+            (Lines::Stderr, events::parse),
+            events,
+        )
+    }
+
+    /// Starts `cmd` as process `index` named `name`: both its outputs go to `log`, and each
+    /// line of `lines` that `parse` reads goes to `events`.
+    pub fn spawn(
+        mut cmd: Command,
+        index: usize,
+        name: &str,
+        log: PathBuf,
+        (lines, parse): (Lines, Parser),
+        events: UnboundedSender<Event>,
+    ) -> Result<Replica> {
+        let mut file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let other = file
+            .try_clone()
+            .with_context(|| format!("opening {} twice", log.display()))?;
+        cmd.stdin(Stdio::null());
+        match lines {
+            Lines::Stderr => cmd.stdout(other).stderr(Stdio::piped()),
+            Lines::Stdout => cmd.stdout(Stdio::piped()).stderr(other),
+        };
         let mut child = cmd
             .spawn()
-            .with_context(|| format!("starting replica {name}: {}", exe.display()))?;
-        let stderr = child
-            .stderr
-            .take()
-            .ok_or_else(|| anyhow!("replica {name}: no stderr pipe"))?;
-        let mut file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+            .with_context(|| format!("starting {name}: {cmd:?}"))?;
+        let read: Box<dyn std::io::Read + Send> = match lines {
+            Lines::Stderr => Box::new(
+                child
+                    .stderr
+                    .take()
+                    .ok_or_else(|| anyhow!("{name}: no stderr pipe"))?,
+            ),
+            Lines::Stdout => Box::new(
+                child
+                    .stdout
+                    .take()
+                    .ok_or_else(|| anyhow!("{name}: no stdout pipe"))?,
+            ),
+        };
         std::thread::Builder::new()
             .name(format!("log-{name}"))
             .spawn(move || {
-                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                for line in BufReader::new(read).lines().map_while(Result::ok) {
                     let _ = writeln!(file, "{line}");
-                    if let Some(e) = events::parse(index, &line) {
+                    if let Some(e) = parse(index, &line) {
                         if events.send(e).is_err() {
                             return;
                         }

@@ -131,6 +131,8 @@ impl Machine {
 pub struct Report {
     /// The machine.
     pub machine: Machine,
+    /// The apiserver's version (`/version`'s `gitVersion`), when it answered.
+    pub apiserver: Option<String>,
     /// Replicas per lane.
     pub replicas: usize,
     /// The timing flags given to the replicas.
@@ -189,6 +191,9 @@ impl Report {
     /// The tables, one per backend × scenario, our figures beside the polling baseline's.
     pub fn tables(&self) -> String {
         let mut out = String::new();
+        if let Some(v) = &self.apiserver {
+            let _ = writeln!(out, "kube-apiserver {v}");
+        }
         let mut keys: Vec<(&str, &str)> = Vec::new();
         for r in &self.results {
             if !keys.contains(&(r.backend.as_str(), r.scenario.as_str())) {
@@ -312,14 +317,18 @@ impl Report {
         for c in &self.costs {
             let _ = writeln!(
                 out,
-                "steady state, {} ({}), {:.0} s, {} replicas: {} backend requests/s [{}]; \
-                 leader CPU {:.2} % RSS {:.1} MiB; followers (mean) CPU {:.2} % RSS {:.1} MiB",
+                "steady state, {} ({}), {:.0} s, {} replicas: {} backend requests/s, {} per \
+                 renewal ({} renewals) [{}]; leader CPU {:.2} % RSS {:.1} MiB; followers (mean) \
+                 CPU {:.2} % RSS {:.1} MiB",
                 c.backend,
                 c.wakeup,
                 c.window_s,
                 self.replicas,
                 c.requests_per_s
                     .map_or("n/a".to_string(), |r| format!("{r:.1}")),
+                c.requests_per_renewal
+                    .map_or("n/a".to_string(), |r| format!("{r:.2}")),
+                c.renewals.map_or("n/a".to_string(), |n| n.to_string()),
                 c.counted_by,
                 c.leader_cpu_pct,
                 c.leader_rss_mib,
@@ -333,12 +342,16 @@ impl Report {
         for v in &self.verdicts {
             let _ = writeln!(
                 out,
-                "split-brain checker, {} ({}): {} leaderships, {} status writes, {} violation(s){}",
+                "split-brain checker, {} ({}): {} leaderships, {} writes, {} violation(s){}{}",
                 v.backend,
                 v.wakeup,
                 v.verdict.leaderships,
                 v.verdict.writes,
                 v.verdict.violations.len(),
+                match v.verdict.findings.len() {
+                    0 => String::new(),
+                    n => format!(", {n} finding(s) about the peers"),
+                },
                 v.verdict
                     .min_gap_ms
                     .map(|g| format!("; smallest gap between leaderships {g:.1} ms"))
@@ -346,6 +359,9 @@ impl Report {
             );
             for m in &v.verdict.violations {
                 let _ = writeln!(out, "  VIOLATION: {m}");
+            }
+            for m in &v.verdict.findings {
+                let _ = writeln!(out, "  finding: {m}");
             }
         }
         out

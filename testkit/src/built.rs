@@ -1,7 +1,8 @@
-//! Where the servers built from their Go modules are: an environment variable names a binary,
-//! else the cache that the build scripts (`scripts/build-kube-apiserver.sh`,
-//! `scripts/build-etcd.sh`, `scripts/gateway-api-crds.sh`) fill, asked with `--cached` so that a
-//! binary of an older recipe is never used. A missing one is an error that says how to get it.
+//! Where the servers and peers built from their Go modules are: an environment variable names a
+//! binary, else the cache that the build scripts (`scripts/build-kube-apiserver.sh`,
+//! `scripts/build-etcd.sh`, `scripts/gateway-api-crds.sh`, `scripts/build-peers.sh`) fill, asked
+//! with `--cached` so that a binary of an older recipe is never used. A missing one is an error
+//! that says how to get it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,6 +18,13 @@ pub const KUBE_VERSION_ENV: &str = "GATEWAY_LEADER_KUBE_VERSION";
 pub const ETCD_ENV: &str = "GATEWAY_LEADER_ETCD";
 /// Names a folder of Gateway API CRD files (`*.yaml`), e.g. upstream's `config/crd/standard/`.
 pub const CRDS_ENV: &str = "GATEWAY_LEADER_GATEWAY_API_CRDS";
+/// Names the folder of the Go peers (`client-go-elector`, `controller-runtime-manager`).
+pub const PEERS_ENV: &str = "GATEWAY_LEADER_PEERS";
+/// The Go peer that runs client-go's `leaderelection` (a file in [`peers`]).
+pub const CLIENT_GO_ELECTOR: &str = "client-go-elector";
+/// The Go peer that runs a controller-runtime Manager with leader election (a file in
+/// [`peers`]).
+pub const CONTROLLER_RUNTIME_MANAGER: &str = "controller-runtime-manager";
 
 /// The workspace's `scripts/` folder (testkit sits one level below the workspace root).
 fn scripts() -> PathBuf {
@@ -134,4 +142,33 @@ pub fn gateway_api_crds() -> Result<PathBuf> {
              folder of CRD files"
         ),
     )
+}
+
+/// The folder of the Go peers built from `testkit/peers/` (their programs are
+/// [`CLIENT_GO_ELECTOR`] and [`CONTROLLER_RUNTIME_MANAGER`]): `GATEWAY_LEADER_PEERS`, else the
+/// cached build of the sources as they are now (`scripts/build-peers.sh`).
+pub fn peers() -> Result<PathBuf> {
+    let dir = match from_env(PEERS_ENV)? {
+        Some(p) => p,
+        None => cached(
+            "build-peers.sh",
+            &[],
+            "the Go peers",
+            &format!(
+                "run scripts/build-peers.sh (it builds testkit/peers/ with client-go and \
+                 controller-runtime from the Go module proxy, about a minute; scripts/test.sh does \
+                 it for you) or set {PEERS_ENV} to a folder holding {CLIENT_GO_ELECTOR} and \
+                 {CONTROLLER_RUNTIME_MANAGER}"
+            ),
+        )?,
+    };
+    for program in [CLIENT_GO_ELECTOR, CONTROLLER_RUNTIME_MANAGER] {
+        if !dir.join(program).is_file() {
+            bail!(
+                "no {program} in {}; scripts/build-peers.sh builds both peers",
+                dir.display()
+            );
+        }
+    }
+    Ok(dir)
 }

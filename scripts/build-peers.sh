@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Builds the Go peers in testkit/peers/ (client-go-elector: client-go's leaderelection over a
+# Lease; controller-runtime-manager: a controller-runtime Manager with leader election), at the
+# client-go and controller-runtime versions their go.mod pins (scripts/versions.sh says the same),
+# and caches them outside the repository. The interop test (bench/tests/interop.rs) runs them
+# beside gateway-leader replicas on one Lease.
+#
+# Usage:   dir=$(scripts/build-peers.sh | tail -n1)      # a folder holding both programs
+#          scripts/build-peers.sh --cached               # its path, or exit 1 without building
+#
+# Cache:   ${GATEWAY_LEADER_CACHE_DIR:-$HOME/.cache/gateway-leader}/
+#          client-go-elector-<client-go>-<sources>-<recipe>/ where <sources> hashes the Go files,
+#          go.mod and go.sum of testkit/peers/ and <recipe> this script and scripts/go.sh (see
+#          scripts/build-kube-apiserver.sh): an edited peer is rebuilt once, and the older build
+#          removed. About a minute on 2 cores once the modules are downloaded.
+set -euo pipefail
+
+exec 3>&1 1>&2
+GO_SCRIPT=build-peers
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/versions.sh"
+. "$here/packages.sh"
+. "$here/go.sh"
+
+[ "${1:-}" = "--cached" ] && GO_CACHED_ONLY=1
+src="$here/../testkit/peers"
+# The peers' sources are part of the recipe (cached_build hashes this script and go.sh).
+VERSION="$CLIENT_GO_VERSION-$(cd "$src" && find . -type f \( -name '*.go' -o -name 'go.mod' \
+  -o -name 'go.sum' \) -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-12)"
+
+# Both programs (the folder's name says which sources they were built from).
+binaries_ok() {
+  local dir
+  dir=$(dirname "$1")
+  [ -x "$dir/client-go-elector" ] && [ -x "$dir/controller-runtime-manager" ]
+}
+
+# Both built programs carry the pinned modules (their build info, `go version -m`).
+modules_ok() {
+  go version -m "$1/client-go-elector" | grep -Eq "k8s.io/client-go[[:space:]]+$CLIENT_GO_VERSION" \
+    && go version -m "$1/controller-runtime-manager" \
+      | grep -Eq "sigs.k8s.io/controller-runtime[[:space:]]+$CONTROLLER_RUNTIME_VERSION"
+}
+
+finish() {
+  printf '%s\n' "$BUILD_DIR" >&3
+  exit 0
+}
+
+grep -q "k8s.io/client-go $CLIENT_GO_VERSION" "$src/go.mod" \
+  && grep -q "sigs.k8s.io/controller-runtime $CONTROLLER_RUNTIME_VERSION" "$src/go.mod" \
+  || go_die "testkit/peers/go.mod does not pin client-go $CLIENT_GO_VERSION and controller-runtime \
+$CONTROLLER_RUNTIME_VERSION (scripts/versions.sh); change both together"
+
+if cached_build client-go-elector "$VERSION" binaries_ok; then
+  go_say "cached peers are fine: $BUILD_DIR"
+  finish
+fi
+ensure_go
+start=$(date +%s)
+work="$BUILD_DIR/work"
+rm -rf "$work"
+mkdir -p "$work"
+trap 'go_say "failed; the build dir is kept for inspection: $work"' ERR
+go_say "building the peers (client-go $CLIENT_GO_VERSION, controller-runtime $CONTROLLER_RUNTIME_VERSION)"
+# go.sum is committed: the modules are checked against it, and nothing is resolved anew.
+(cd "$src" && GOFLAGS="-mod=readonly -trimpath" go build -ldflags "-s -w" -o "$work/" ./cmd/...)
+modules_ok "$work" || go_die "the built peers do not carry client-go \
+$CLIENT_GO_VERSION and controller-runtime $CONTROLLER_RUNTIME_VERSION"
+install_built "$work/client-go-elector" "$BUILD_DIR/client-go-elector"
+install_built "$work/controller-runtime-manager" "$BUILD_DIR/controller-runtime-manager"
+trap - ERR
+rm -rf "$work"
+prune_builds peers
+go_say "built the peers in $(($(date +%s) - start)) s"
+finish
