@@ -88,7 +88,7 @@ pub fn kube_apiserver() -> Result<PathBuf> {
         &format!("kube-apiserver ({version})"),
         &format!(
             "run scripts/build-kube-apiserver.sh {version} (it builds the binary from the \
-             k8s.io/kubernetes Go module, about 9 minutes; scripts/test.sh does it for you), set \
+             k8s.io/kubernetes Go module, about 6 minutes; scripts/test.sh does it for you), set \
              {APISERVER_ENV} to a kube-apiserver binary, or set GATEWAY_LEADER_TEST_KUBECONFIG \
              to an existing cluster's kubeconfig"
         ),
