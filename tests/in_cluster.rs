@@ -70,18 +70,8 @@ async fn the_base_rbac_is_enough_in_cluster() {
     blocking(|| a.wait_for("released leadership", PATIENCE));
     assert_eq!(blocking(|| a.wait_exit(PATIENCE)), Some(0));
     blocking(|| b.wait_for("leadership: leading", PATIENCE));
-    put(
-        &c.routes,
-        &route(&c.ns, "route", "gw", &[(&c.ns, "missing", 80)]),
-    )
-    .await;
-    let ctl = c.controller.clone();
-    wait_for(&c.routes, "route", "BackendNotFound", move |r| {
-        route_says(r, &ctl, "ResolvedRefs", "False", "BackendNotFound")
-    })
-    .await;
-    let r = c.routes.get("route").await.expect("route");
-    assert!(status_managers(&r).contains(&manager_of("gateway-leader-b")));
+    c.route_to_a_missing_service_written_by("gateway-leader-b")
+        .await;
     for r in [&mut a, &mut b] {
         let denied: Vec<_> = r
             .lines()

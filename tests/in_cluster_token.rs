@@ -179,18 +179,8 @@ async fn a_leader_keeps_leading_across_a_rotation_of_its_bound_token() {
         last = Some(renew);
     }
     // A status written after the rotation, with the new token.
-    put(
-        &c.routes,
-        &route(&c.ns, "route", "gw", &[(&c.ns, "missing", 80)]),
-    )
-    .await;
-    let ctl = c.controller.clone();
-    wait_for(&c.routes, "route", "BackendNotFound", move |r| {
-        route_says(r, &ctl, "ResolvedRefs", "False", "BackendNotFound")
-    })
-    .await;
-    let r = c.routes.get("route").await.expect("route");
-    assert!(status_managers(&r).contains(&manager_of("gateway-leader-a")));
+    c.route_to_a_missing_service_written_by("gateway-leader-a")
+        .await;
     // Never lost, never refused: one leadership from start to end.
     let lines = a.lines();
     let leading = lines

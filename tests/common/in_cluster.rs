@@ -232,6 +232,27 @@ impl InCluster {
         Replica::spawn(pod_name, self.pod.command(binary, &args, &env))
     }
 
+    /// Points the route at a Service that does not exist and waits until its status says so,
+    /// written by the replica named `pod_name`: the leader writes a status it computed now.
+    pub async fn route_to_a_missing_service_written_by(&self, pod_name: &str) {
+        put(
+            &self.routes,
+            &route(&self.ns, "route", "gw", &[(&self.ns, "missing", 80)]),
+        )
+        .await;
+        let ctl = self.controller.clone();
+        wait_for(&self.routes, "route", "BackendNotFound", move |r| {
+            route_says(r, &ctl, "ResolvedRefs", "False", "BackendNotFound")
+        })
+        .await;
+        let r = self.routes.get("route").await.expect("route");
+        assert!(
+            status_managers(&r).contains(&manager_of(pod_name)),
+            "{pod_name} wrote the route's status: {:?}",
+            status_managers(&r)
+        );
+    }
+
     /// Waits until the route and the Gateway say what a valid setup says.
     pub async fn wait_written(&self) {
         let c = self.controller.clone();

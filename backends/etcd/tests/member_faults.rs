@@ -119,25 +119,60 @@ fn step_downs(history: &[(Instant, LeaderState)]) -> usize {
     count
 }
 
+/// A cluster with a leader `a` whose endpoints start with the member `target` picks (the
+/// victim) and a follower `b` on the next member, as a replica elsewhere would be, both watched
+/// by the split-brain checker.
+struct Scene {
+    cluster: EtcdCluster,
+    victim: usize,
+    checker: SplitBrainChecker,
+    a: Elector,
+    ia: usize,
+    b: Elector,
+    ib: usize,
+}
+
+impl Scene {
+    async fn start(target: Target, timing: Timing) -> Scene {
+        common::init_tracing();
+        let cluster = EtcdCluster::start().await.expect("the cluster starts");
+        let raft_leader = cluster
+            .wait_healthy(patience(&timing))
+            .await
+            .expect("a Raft leader");
+        let victim = match target {
+            Target::RaftLeader => raft_leader,
+            Target::Follower => (raft_leader + 1) % 3,
+        };
+        let checker = SplitBrainChecker::new();
+        let a = contender(&cluster, victim, "a", timing).await;
+        let ia = checker.watch(a.leadership());
+        wait_leader(&a.leadership(), patience(&timing), "a").await;
+        let b = contender(&cluster, (victim + 1) % 3, "b", timing).await;
+        let ib = checker.watch(b.leadership());
+        wait_following(&b.leadership(), patience(&timing), "b").await;
+        Scene {
+            cluster,
+            victim,
+            checker,
+            a,
+            ia,
+            b,
+            ib,
+        }
+    }
+}
+
 async fn one_member_fault_costs_no_leadership(fault: Fault, target: Target, timing: Timing) {
-    common::init_tracing();
-    let mut cluster = EtcdCluster::start().await.expect("the cluster starts");
-    let raft_leader = cluster
-        .wait_healthy(patience(&timing))
-        .await
-        .expect("a Raft leader");
-    let victim = match target {
-        Target::RaftLeader => raft_leader,
-        Target::Follower => (raft_leader + 1) % 3,
-    };
-    let checker = SplitBrainChecker::new();
-    let a = contender(&cluster, victim, "a", timing).await;
-    let ia = checker.watch(a.leadership());
-    wait_leader(&a.leadership(), patience(&timing), "a").await;
-    // The follower talks to another member, as a replica elsewhere would.
-    let b = contender(&cluster, (victim + 1) % 3, "b", timing).await;
-    let ib = checker.watch(b.leadership());
-    wait_following(&b.leadership(), patience(&timing), "b").await;
+    let Scene {
+        mut cluster,
+        victim,
+        checker,
+        a,
+        ia,
+        b,
+        ib,
+    } = Scene::start(target, timing).await;
 
     let member = cluster.member(victim);
     match fault {
@@ -266,20 +301,16 @@ async fn member_frozen_under_the_leader_costs_no_leadership() {
 /// again afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_raft_leader_frozen_past_a_lease_is_ridden_out_or_left_safely() {
-    common::init_tracing();
     let timing = Timing::default();
-    let mut cluster = EtcdCluster::start().await.expect("the cluster starts");
-    let victim = cluster
-        .wait_healthy(patience(&timing))
-        .await
-        .expect("a Raft leader");
-    let checker = SplitBrainChecker::new();
-    let a = contender(&cluster, victim, "a", timing).await;
-    let ia = checker.watch(a.leadership());
-    wait_leader(&a.leadership(), patience(&timing), "a").await;
-    let b = contender(&cluster, (victim + 1) % 3, "b", timing).await;
-    let ib = checker.watch(b.leadership());
-    wait_following(&b.leadership(), patience(&timing), "b").await;
+    let Scene {
+        mut cluster,
+        victim,
+        checker,
+        a,
+        ia,
+        b,
+        ib,
+    } = Scene::start(Target::RaftLeader, timing).await;
 
     let member = cluster.member(victim);
     member.pause().expect("freezes the member");
