@@ -103,7 +103,7 @@ pub use crate::PROGRAM;
 /// The longest field manager name the apiserver accepts.
 const FIELD_MANAGER_MAX: usize = 128;
 /// Kubernetes kills a pod this long after SIGTERM unless told otherwise
-/// (`terminationGracePeriodSeconds`; deploy/kubernetes/deployment.yaml keeps the default).
+/// (`terminationGracePeriodSeconds`; deploy/base/deployment.yaml sets the same 30 s).
 const TERMINATION_GRACE: Duration = Duration::from_secs(30);
 /// What the whole stop after SIGTERM may take: the writer and the elector stop together within
 /// the elector's budget (drain, then release), a quiet moment for the successor follows, then
