@@ -27,6 +27,47 @@ fn candidacy(name: &str, holder: &str) -> String {
     format!("{}#candidates/{holder}", key(name))
 }
 
+/// `holder`'s candidacy as the server holds it, waiting for it within `limit`: a follower
+/// registers on its first attempt, which may end after its watch has already shown it the
+/// holder (and so after `wait_following` returns).
+async fn registered(
+    raw: &mut etcd_client::Client,
+    name: &str,
+    holder: &str,
+    limit: Duration,
+) -> KeyValue {
+    let key = candidacy(name, holder);
+    let now = raw
+        .get(key.as_str(), None)
+        .await
+        .expect("get the candidacy");
+    if let Some(kv) = now.kvs().first() {
+        return kv.clone();
+    }
+    let rev = now.header().expect("a header").revision();
+    let options = WatchOptions::new().with_start_revision(rev + 1);
+    let mut stream = raw
+        .watch(key.as_str(), Some(options))
+        .await
+        .expect("watch the candidacy");
+    let deadline = Instant::now() + limit;
+    loop {
+        let msg = tokio::time::timeout_at(deadline, stream.message())
+            .await
+            .unwrap_or_else(|_| panic!("{holder} did not register as a candidate in time"))
+            .expect("the watch works")
+            .expect("the watch stays open");
+        let put = msg
+            .events()
+            .iter()
+            .filter(|ev| ev.event_type() == EventType::Put)
+            .find_map(|ev| ev.kv());
+        if let Some(kv) = put {
+            return kv.clone();
+        }
+    }
+}
+
 /// One change of the key as the server recorded it.
 #[derive(Debug, Clone)]
 struct Change {
@@ -128,14 +169,8 @@ async fn a_release_hands_the_key_to_the_follower_in_one_write() {
 
     let mut raw = common::raw_client(&server).await;
     // b registered as a candidate on its spare lease while it followed.
-    let registered = raw
-        .get(candidacy(name, &b_holder), None)
+    let spare = registered(&mut raw, name, &b_holder, patience(&timing))
         .await
-        .expect("get b's candidacy");
-    let spare = registered
-        .kvs()
-        .first()
-        .expect("b registered as a candidate")
         .lease();
     assert_ne!(spare, 0, "the candidacy is attached to b's spare lease");
     let before = raw.get(key(name), None).await.expect("get the key");
@@ -536,8 +571,7 @@ async fn no_candidacy_outlives_a_graceful_stop() {
         d.candidate().holder(),
     );
     for h in [&b_holder, &c_holder, &d_holder] {
-        let got = raw.get(candidacy(name, h), None).await.expect("get");
-        assert_eq!(got.kvs().len(), 1, "{h} registered as a candidate");
+        registered(&mut raw, name, h, patience(&timing)).await;
     }
 
     // b, the oldest candidate, stops while following: its candidacy is gone when it is.
