@@ -14,10 +14,12 @@ use common::deploy::{deploy_dir, one, render};
 use common::gateway::*;
 use common::in_cluster::*;
 use common::{blocking, Replica};
+use futures::{StreamExt, TryStreamExt};
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,15 +57,20 @@ async fn the_base_rbac_is_enough_in_cluster() {
         holder.starts_with("gateway-leader-a_"),
         "the leader holds it: {holder}"
     );
+    // The Event waits for the leadership's first renewal, which may come after the first write.
     let events: Api<Event> = Api::namespaced(admin(c.server), &c.ns);
-    let became = events
-        .list(&ListParams::default())
-        .await
-        .expect("events")
-        .items
-        .into_iter()
-        .any(|e| e.message.is_some_and(|m| m.ends_with("became leader")));
-    assert!(became, "a \"became leader\" Event");
+    let mut became = watcher(events, watcher::Config::default())
+        .applied_objects()
+        .try_filter(|e| {
+            let m = e.message.as_deref().unwrap_or_default();
+            std::future::ready(m.starts_with("gateway-leader-a_") && m.ends_with("became leader"))
+        })
+        .boxed();
+    let became = tokio::time::timeout(PATIENCE, became.try_next()).await;
+    assert!(
+        matches!(became, Ok(Ok(Some(_)))),
+        "a \"became leader\" Event for a within {PATIENCE:?}: {became:?}"
+    );
 
     // SIGTERM, as the kubelet sends: the leader releases, the follower takes over and writes.
     a.terminate();
