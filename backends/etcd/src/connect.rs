@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
-use leader_lock::LockError;
+use leader_lock::backend::LockError;
 use tokio::sync::Mutex;
 
 use crate::client::{Inner, State};

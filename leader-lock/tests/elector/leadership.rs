@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leader_lock::conformance::{wait_leader, wait_state, Fault, Faulty};
-use leader_lock::{LeaderState, MemoryStore, NotLeader, Term};
+use leader_lock::leadership::NotLeader;
+use leader_lock::{LeaderState, MemoryStore, Term};
 use tokio::time::Instant;
 
 use crate::support::*;

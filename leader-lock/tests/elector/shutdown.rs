@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use leader_lock::conformance::{wait_leader, Fault, Faulty};
-use leader_lock::{
-    clock, Attempt, Candidate, LeaderLock, LeaderState, LockError, LockEventStream, LockRecord,
-    MemoryStore, NotLeader, Term, Timing, SHUTDOWN_BUDGET,
+use leader_lock::backend::{
+    Attempt, Candidate, LeaderLock, LockError, LockEventStream, LockRecord,
 };
+use leader_lock::conformance::{wait_leader, Fault, Faulty};
+use leader_lock::elector::SHUTDOWN_BUDGET;
+use leader_lock::leadership::NotLeader;
+use leader_lock::{clock, LeaderState, MemoryStore, Term, Timing};
 use tokio::time::Instant;
 
 use crate::support::*;

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use leader_lock::{
-    Attempt, Candidate, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, LockError,
-    LockEvent, LockEventStream, LockRecord, Term, Timing,
+use leader_lock::backend::{
+    Attempt, Candidate, LeaderLock, LockError, LockEvent, LockEventStream, LockRecord,
 };
+use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Term, Timing};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 

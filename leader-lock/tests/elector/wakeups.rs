@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use leader_lock::conformance::{wait_following, wait_leader, wait_state, SplitBrainChecker};
-use leader_lock::{
-    Attempt, Candidate, LeaderLock, LeaderState, LockError, LockEvent, LockEventStream, LockRecord,
-    MemoryStore, Term,
+use leader_lock::backend::{
+    Attempt, Candidate, LeaderLock, LockError, LockEvent, LockEventStream, LockRecord,
 };
+use leader_lock::conformance::{wait_following, wait_leader, wait_state, SplitBrainChecker};
+use leader_lock::{LeaderState, MemoryStore, Term};
 use tokio::time::Instant;
 
 use crate::support::*;
