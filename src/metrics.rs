@@ -286,7 +286,10 @@ mod tests {
         let m = Metrics::new("x");
         let faulty = Faulty::new(Arc::new(leader_lock::MemoryStore::new().lock("x")));
         faulty.set(Some(Fault::Fail));
-        let lock = InstrumentedLock::new(crate::poll::PollingLock::wrap(faulty.clone()), m.clone());
+        let lock = InstrumentedLock::new(
+            leader_lock::wrap::PollingLock::wrap(faulty.clone()),
+            m.clone(),
+        );
         let c = leader_lock::backend::Candidate {
             identity: leader_lock::Identity::new("a"),
             lease_duration: std::time::Duration::from_secs(10),

@@ -17,9 +17,9 @@ use crate::backend;
 use crate::config::{Settings, Wakeup};
 use crate::health::{self, Health};
 use crate::metrics::{InstrumentedLock, Metrics};
-use crate::poll::PollingLock;
 use gateway_leader_status::{Readiness, StatusController, WriterConfig};
 use leader_lock::clock;
+use leader_lock::wrap::PollingLock;
 
 /// SIGTERM and SIGINT, caught from the start: a signal that arrives while the replica is still
 /// connecting must stop it cleanly, not kill it with the default action.

@@ -95,6 +95,7 @@ pub mod memory;
 mod observe;
 mod record;
 pub mod timing;
+pub mod wrap;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

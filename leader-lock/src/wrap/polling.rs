@@ -8,11 +8,11 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use leader_lock::backend::{
+use crate::backend::{
     Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
 };
-use leader_lock::{Term, Timing};
+use crate::{Term, Timing};
+use async_trait::async_trait;
 
 /// A lock whose change stream never opens and whose attempts carry no expiry hint.
 pub struct PollingLock {
@@ -70,7 +70,7 @@ impl LeaderLock for PollingLock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leader_lock::{Identity, MemoryStore};
+    use crate::{Identity, MemoryStore};
     use std::time::Duration;
 
     #[tokio::test]

@@ -1,0 +1,5 @@
+//! Locks that wrap another lock.
+
+mod polling;
+
+pub use polling::PollingLock;
