@@ -1,5 +1,6 @@
 //! `gateway-leader run`: the status writer guarded by the elector, until SIGTERM or Ctrl-C.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,10 +17,10 @@ use tracing::{debug, info, warn};
 use crate::backend;
 use crate::config::{Settings, Wakeup};
 use crate::health::{self, Health};
-use crate::metrics::{InstrumentedLock, Metrics};
+use crate::metrics::Metrics;
 use gateway_leader_status::{Readiness, StatusController, WriterConfig};
 use leader_lock::clock;
-use leader_lock::wrap::PollingLock;
+use leader_lock::wrap::{InstrumentedLock, PollingLock};
 
 /// SIGTERM and SIGINT, caught from the start: a signal that arrives while the replica is still
 /// connecting must stop it cleanly, not kill it with the default action.
@@ -244,10 +245,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     };
     let lock = match settings.wakeup {
         Wakeup::Watch => connected.lock,
-        Wakeup::Poll => PollingLock::wrap(connected.lock),
+        Wakeup::Poll => Arc::new(PollingLock::new(connected.lock)),
     };
     let elector = Elector::spawn(
-        InstrumentedLock::new(lock, metrics.clone()),
+        Arc::new(InstrumentedLock::new(lock, metrics.clone())),
         ElectorConfig {
             identity: identity.clone(),
             timing: settings.timing,

@@ -66,6 +66,7 @@
 //!   body and error).
 //! - [`timing`]: [`Timing`], client-go's rules and their bounds.
 //! - [`memory`]: the in-memory lock ([`MemoryStore`]).
+//! - [`wrap`]: locks that wrap another: client-go's polling, every request timed.
 //! - [`backend`]: for lock authors: the [`LeaderLock`](backend::LeaderLock) trait, records,
 //!   errors, and the rule for a record that vanished.
 //! - [`clock`]: instants as `CLOCK_MONOTONIC` milliseconds, for log lines that several processes
