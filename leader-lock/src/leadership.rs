@@ -458,6 +458,10 @@ impl Leadership {
     /// As [`WritePermit::run`]: a refusal by the write's own check comes back as
     /// [`GuardedError::NotLeader`].
     ///
+    /// # Cancel safety
+    /// As [`WritePermit::run`]: dropping the returned future drops the write and the permit
+    /// with it.
+    ///
     /// # Examples
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -174,6 +174,15 @@ pub type LockEventStream = BoxStream<'static, Result<LockEvent, LockError>>;
 /// [`Elector::spawn`](crate::Elector::spawn) calls [`validate`](Self::validate) once before it
 /// sends anything; a wrapper around another lock must forward it.
 ///
+/// # Cancel safety
+/// The elector drops these futures part-way: an attempt that outlasts its limit, a release or a
+/// withdrawal at the end of the shutdown budget, whatever is under way when it is cancelled. A
+/// request may have reached the server by then, so no method can promise that nothing happened;
+/// each says what a backend must guarantee instead. Common to all: the server holds the whole
+/// of a write or none of it (one atomic request: a transaction, a script, an update
+/// conditioned on the version read), and the lock's own state stays usable, so the next call
+/// works without assuming either outcome of the dropped one. A wrapper only forwards the drop.
+///
 /// # Examples
 ///
 /// A skeleton of a backend (here one that delegates to the in-memory lock); a real one talks to
@@ -246,9 +255,28 @@ pub trait LeaderLock: Send + Sync {
     /// Acquires the lock if free or expired, renews it if the candidate holds it.
     ///
     /// Must be atomic: two candidates never both get [`Attempt::Leader`] for overlapping leases.
+    ///
+    /// # Cancel safety
+    /// Dropped when it outlasts its limit (the renew deadline for a candidate, the validity
+    /// left for a leader) or when the elector is cancelled. The elector counts a dropped attempt
+    /// as failed and publishes no leadership for it, but its write may have been made. The
+    /// backend must then guarantee that:
+    /// - such a record expires as any record nobody renews: nothing the dropped future started
+    ///   keeps it alive;
+    /// - the next attempt of the same candidate finds it as its own (renews or adopts it), not
+    ///   as another holder's;
+    /// - a renew dropped part-way leaves the record releasable under the term of the last
+    ///   attempt that returned: a graceful shutdown drops the attempt under way and releases
+    ///   right after, and a release that finds nothing makes the followers wait out a lease.
     async fn try_acquire_or_renew(&self, candidate: &Candidate) -> Result<Attempt, LockError>;
 
     /// Releases the lock if the candidate still holds it under `term`; returns whether it did.
+    ///
+    /// # Cancel safety
+    /// Dropped when the shutdown budget ends. The record is then either released in full (with
+    /// whatever wakes the followers: a release message, a handover) or still ours and expiring
+    /// on its own, since nobody renews it any more; never released without the followers being
+    /// told.
     async fn release(&self, candidate: &Candidate, term: Term) -> Result<bool, LockError>;
 
     /// Withdraws a candidate that holds nothing and is stopping (the elector's graceful
@@ -259,16 +287,30 @@ pub trait LeaderLock: Send + Sync {
     ///
     /// # Errors
     /// The backend's; the state it would have taken back then ends with its lease.
+    ///
+    /// # Cancel safety
+    /// Dropped when the shutdown budget ends: what it had not taken back must then end with its
+    /// lease on the server, as when it fails.
     async fn withdraw(&self, candidate: &Candidate) -> Result<(), LockError> {
         let _ = candidate;
         Ok(())
     }
 
     /// Reads the current record (`None` when nobody holds the lock).
+    ///
+    /// # Cancel safety
+    /// Must be cancel safe: it only reads, and a drop changes nothing on the server or in the
+    /// lock's state.
     async fn get(&self) -> Result<Option<LockRecord>, LockError>;
 
     /// Opens a change stream on the lock. The elector reopens it with backoff when it breaks and
     /// polls every retry period meanwhile.
+    ///
+    /// # Cancel safety
+    /// Dropped when the elector is cancelled while the stream opens. Nothing it started may
+    /// outlive it: a task or server-side watch opened for the stream ends with the future, or,
+    /// once the stream is returned, when the stream is dropped (that is how the elector closes
+    /// it).
     async fn watch(&self) -> Result<LockEventStream, LockError>;
 }
 

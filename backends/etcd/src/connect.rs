@@ -41,6 +41,10 @@ impl EtcdLock {
     /// ([`LockError::Unavailable`], [`LockError::Timeout`]: worth retrying), a TLS file cannot be
     /// read, or authentication is refused ([`LockError::Refused`]).
     ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads, and its connections close when it is dropped; the task that
+    /// keeps the lock's spare lease alive starts only as it returns.
+    ///
     /// # Examples
     ///
     /// ```no_run

@@ -126,6 +126,9 @@ fn default_kubeconfig() -> Option<PathBuf> {
 /// [`LockError::Refused`] when no configuration is found, the kubeconfig or its context cannot be
 /// used, or `user_agent` is no valid header value; the message names the file or context.
 ///
+/// # Cancel safety
+/// Cancel safe: it only reads configuration.
+///
 /// # Examples
 ///
 /// ```no_run

@@ -117,6 +117,9 @@ impl RedisLock {
     /// [`LockError::Timeout`]: worth retrying) or refuses the credentials
     /// ([`LockError::Refused`]).
     ///
+    /// # Cancel safety
+    /// Cancel safe: it writes nothing, and its connections close when it is dropped.
+    ///
     /// # Examples
     ///
     /// ```no_run

@@ -53,6 +53,9 @@ pub enum Protect {
 }
 
 /// What a backend gives the suite.
+///
+/// # Cancel safety
+/// The suite awaits every call to its end, so none needs to be cancel safe.
 #[async_trait]
 pub trait Harness: Send + Sync {
     /// Timing for the suite: short, but within the backend's granularity.
