@@ -7,7 +7,7 @@ use anyhow::Context;
 use backon::{ExponentialBuilder, Retryable};
 use leader_lock::backend::LockError;
 use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership, Term};
-use leader_lock_kubernetes::EVENT_POST_TIMEOUT;
+use leader_lock_kubernetes::{LeaderEventsConfig, EVENT_POST_TIMEOUT};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -148,13 +148,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         "starting gateway-leader"
     );
     let user_agent = format!("gateway-leader/{} ({identity})", env!("CARGO_PKG_VERSION"));
-    let config = leader_lock_kubernetes::load_config(
-        settings.kube.kubeconfig.as_deref(),
-        settings.kube.context.as_deref(),
-        &user_agent,
-    )
-    .await
-    .context("connecting to Kubernetes")?;
+    let config = settings
+        .kube
+        .client_options()
+        .with_user_agent(user_agent)
+        .load()
+        .await
+        .context("connecting to Kubernetes")?;
     let default_ns = config.default_namespace.clone();
     let apiserver = config.cluster_url.to_string();
     let client = leader_lock_kubernetes::client(config)
@@ -261,14 +261,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let gauges = metrics.follow(&leadership);
     let logger = log_changes(&leadership);
     let events = connected.lease_namespace.map(|ns| {
-        leader_lock_kubernetes::spawn_leader_events(
-            client.clone(),
-            PROGRAM,
-            &ns,
-            &settings.lock_name,
-            &identity,
-            leadership.clone(),
-        )
+        let config = LeaderEventsConfig {
+            component: PROGRAM.to_string(),
+            namespace: ns,
+            lease_name: settings.lock_name.clone(),
+            identity: identity.clone(),
+        };
+        leader_lock_kubernetes::spawn_leader_events(client.clone(), config, leadership.clone())
     });
     let mut status = StatusController::start(client, leadership, writer, synced_tx);
     let sig = signals.recv().await;
