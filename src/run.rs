@@ -231,7 +231,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         .retry(backoff)
         .when(|e| matches!(e, LockError::Unavailable { .. } | LockError::Timeout(_)))
         .notify(|e, after| {
-            warn!(backend = %settings.backend, error = %e, retry_in = ?after,
+            warn!(backend = %settings.backend, error = %e.chain(), retry_in = ?after,
                 "lock backend unreachable; retrying")
         });
     let connected = tokio::select! {
@@ -291,7 +291,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
                 tokio::time::sleep(leader_lock::elector::AFTER_RELEASE_QUIET).await;
             }
         }
-        Err(e) => warn!(error = %e, "elector stopped without a clean release"),
+        Err(e) => warn!(error = %e.chain(), "elector stopped without a clean release"),
     }
     status.stop().await;
     let _ = logger.await;

@@ -239,7 +239,8 @@ impl Elector {
             match tokio::time::timeout(left, self.lock.withdraw(&self.candidate)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    warn!(error = %e, "withdrawing the candidacy failed; it ends with its lease")
+                    warn!(error = %e.chain(),
+                        "withdrawing the candidacy failed; it ends with its lease")
                 }
                 Err(_) => {
                     warn!(budget = ?budget, "withdrawing the candidacy did not finish within the shutdown budget; it ends with its lease")
@@ -266,7 +267,8 @@ impl Elector {
                 Ok(released)
             }
             Ok(Err(e)) => {
-                warn!(term = %term, error = %e, "release failed; the lease will expire on its own");
+                warn!(term = %term, error = %e.chain(),
+                    "release failed; the lease will expire on its own");
                 Err(e)
             }
             Err(_) => {
@@ -512,9 +514,9 @@ impl Run {
         if let Err(e) = result {
             match e {
                 LockError::Refused { .. } | LockError::Malformed { .. } => {
-                    error!(error = %e, lock = %lock, "lock attempt failed")
+                    error!(error = %e.chain(), lock = %lock, "lock attempt failed")
                 }
-                _ => warn!(error = %e, lock = %lock, "lock attempt failed"),
+                _ => warn!(error = %e.chain(), lock = %lock, "lock attempt failed"),
             }
         }
         match &d.note {

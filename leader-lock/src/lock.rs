@@ -11,8 +11,10 @@ use crate::timing::Timing;
 /// Why a lock operation failed.
 ///
 /// The message says what failed (the operation, the object) and what to check; `source` keeps
-/// the backend client's own error (`kube::Error`, `etcd_client::Error`, `redis::RedisError`) or
-/// the [`ConfigError`] behind a refusal, for [`std::error::Error::source`].
+/// the backend client's own error (`kube::Error`, or the apiserver's `kube::core::Status` for
+/// its answer; `etcd_client::Error`, `redis::RedisError`) or the [`ConfigError`] behind a
+/// refusal, for [`std::error::Error::source`]. The message does not repeat the source: log
+/// [`chain`](LockError::chain) to show both.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
@@ -106,6 +108,37 @@ impl LockError {
             message: message.into(),
             source: Some(source.into()),
         }
+    }
+
+    /// This error and each of its causes, `: `-separated (as anyhow's `{:#}` shows a chain),
+    /// for a log line: the message says what failed, and its cause is only in
+    /// [`source`](std::error::Error::source), so a line showing the message alone would lose it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_lock::backend::LockError;
+    ///
+    /// let e = LockError::unavailable_from("get key k", std::io::Error::other("reset by peer"));
+    /// assert_eq!(e.chain().to_string(), "backend unavailable: get key k: reset by peer");
+    /// ```
+    pub fn chain(&self) -> impl std::fmt::Display + '_ {
+        Chain(self)
+    }
+}
+
+/// An error and its causes, as [`LockError::chain`] shows them.
+struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(e) = cause {
+            write!(f, ": {e}")?;
+            cause = e.source();
+        }
+        Ok(())
     }
 }
 

@@ -228,16 +228,13 @@ impl ClientOptions {
         let (mut config, from) = match source {
             Some(KubeconfigSource::Given(path)) => {
                 let kc = Kubeconfig::read_from(&path).map_err(|e| {
-                    LockError::refused_from(
-                        format!("cannot read kubeconfig {}: {e}", path.display()),
-                        e,
-                    )
+                    LockError::refused_from(format!("cannot read kubeconfig {}", path.display()), e)
                 })?;
                 let c = Config::from_custom_kubeconfig(kc, &opts)
                     .await
                     .map_err(|e| {
                         LockError::refused_from(
-                            format!("kubeconfig {} (context {context}): {e}", path.display()),
+                            format!("kubeconfig {} (context {context})", path.display()),
                             e,
                         )
                     })?;
@@ -262,10 +259,8 @@ impl ClientOptions {
                 }
                 let c = Config::incluster().map_err(|e| {
                     LockError::refused_from(
-                        format!(
-                            "in-cluster config (service account at \
-                             /var/run/secrets/kubernetes.io/serviceaccount): {e}"
-                        ),
+                        "in-cluster config (service account at \
+                         /var/run/secrets/kubernetes.io/serviceaccount)",
                         e,
                     )
                 })?;
@@ -280,10 +275,7 @@ impl ClientOptions {
         };
         if let Some(agent) = &self.user_agent {
             let value = http::HeaderValue::from_str(agent).map_err(|e| {
-                LockError::refused_from(
-                    format!("user agent {agent:?} is not a header value: {e}"),
-                    e,
-                )
+                LockError::refused_from(format!("user agent {agent:?} is not a header value"), e)
             })?;
             config.headers.push((http::header::USER_AGENT, value));
         }
@@ -302,9 +294,7 @@ async fn found_kubeconfig(
 ) -> Result<Config, LockError> {
     Config::from_kubeconfig(opts).await.map_err(|e| {
         LockError::refused_from(
-            format!(
-                "kubeconfig {shown} (from KUBECONFIG or ~/.kube/config, context {context}): {e}"
-            ),
+            format!("kubeconfig {shown} (from KUBECONFIG or ~/.kube/config, context {context})"),
             e,
         )
     })
