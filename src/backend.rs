@@ -210,16 +210,12 @@ pub struct Connected {
     pub lease_namespace: Option<String>,
 }
 
-/// The namespace of the Lease: the setting, else `POD_NAMESPACE`, else the client's default.
+/// The namespace of the Lease: the settings' (the setting, else `POD_NAMESPACE`, both checked
+/// there), else the client's default.
 pub fn lease_namespace(s: &Settings, client_default: &str) -> String {
     s.kube
         .namespace
         .clone()
-        .or_else(|| {
-            std::env::var("POD_NAMESPACE")
-                .ok()
-                .filter(|n| !n.is_empty())
-        })
         .unwrap_or_else(|| client_default.to_string())
 }
 
