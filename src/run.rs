@@ -1,11 +1,13 @@
 //! `gateway-leader run`: the status writer guarded by the elector, until SIGTERM or Ctrl-C.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use backon::{ExponentialBuilder, Retryable};
-use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership, LockError, Term};
-use leader_lock_kubernetes::EVENT_POST_TIMEOUT;
+use leader_lock::backend::LockError;
+use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership, Term};
+use leader_lock_kubernetes::{LeaderEventsConfig, EVENT_POST_TIMEOUT};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -15,10 +17,10 @@ use tracing::{debug, info, warn};
 use crate::backend;
 use crate::config::{Settings, Wakeup};
 use crate::health::{self, Health};
-use crate::metrics::{InstrumentedLock, Metrics};
-use crate::poll::PollingLock;
+use crate::metrics::Metrics;
 use gateway_leader_status::{Readiness, StatusController, WriterConfig};
 use leader_lock::clock;
+use leader_lock::wrap::{InstrumentedLock, PollingLock};
 
 /// SIGTERM and SIGINT, caught from the start: a signal that arrives while the replica is still
 /// connecting must stop it cleanly, not kill it with the default action.
@@ -111,8 +113,8 @@ const TERMINATION_GRACE: Duration = Duration::from_secs(30);
 /// the exit itself.
 const SHUTDOWN_BUDGET: Duration = Duration::from_secs(25);
 const _: () = assert!(
-    leader_lock::SHUTDOWN_BUDGET.as_secs()
-        + leader_lock::AFTER_RELEASE_QUIET.as_secs()
+    leader_lock::elector::SHUTDOWN_BUDGET.as_secs()
+        + leader_lock::elector::AFTER_RELEASE_QUIET.as_secs()
         + EVENT_POST_TIMEOUT.as_secs()
         <= SHUTDOWN_BUDGET.as_secs()
         && SHUTDOWN_BUDGET.as_secs() < TERMINATION_GRACE.as_secs()
@@ -146,13 +148,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         "starting gateway-leader"
     );
     let user_agent = format!("gateway-leader/{} ({identity})", env!("CARGO_PKG_VERSION"));
-    let config = leader_lock_kubernetes::load_config(
-        settings.kube.kubeconfig.as_deref(),
-        settings.kube.context.as_deref(),
-        &user_agent,
-    )
-    .await
-    .context("connecting to Kubernetes")?;
+    let config = settings
+        .kube
+        .client_options()
+        .with_user_agent(user_agent)
+        .load()
+        .await
+        .context("connecting to Kubernetes")?;
     let default_ns = config.default_namespace.clone();
     let apiserver = config.cluster_url.to_string();
     let client = leader_lock_kubernetes::client(config)
@@ -186,7 +188,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             settings
                 .timing
                 .renew_deadline
-                .min(leader_lock::SHUTDOWN_BUDGET / 2),
+                .min(leader_lock::elector::SHUTDOWN_BUDGET / 2),
         )
         .with_metrics(metrics.status.clone());
     if settings.disabled {
@@ -229,7 +231,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         .retry(backoff)
         .when(|e| matches!(e, LockError::Unavailable { .. } | LockError::Timeout(_)))
         .notify(|e, after| {
-            warn!(backend = %settings.backend, error = %e, retry_in = ?after,
+            warn!(backend = %settings.backend, error = %e.chain(), retry_in = ?after,
                 "lock backend unreachable; retrying")
         });
     let connected = tokio::select! {
@@ -243,10 +245,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     };
     let lock = match settings.wakeup {
         Wakeup::Watch => connected.lock,
-        Wakeup::Poll => PollingLock::wrap(connected.lock),
+        Wakeup::Poll => Arc::new(PollingLock::new(connected.lock)),
     };
     let elector = Elector::spawn(
-        InstrumentedLock::new(lock, metrics.clone()),
+        Arc::new(InstrumentedLock::new(lock, metrics.clone())),
         ElectorConfig {
             identity: identity.clone(),
             timing: settings.timing,
@@ -259,14 +261,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let gauges = metrics.follow(&leadership);
     let logger = log_changes(&leadership);
     let events = connected.lease_namespace.map(|ns| {
-        leader_lock_kubernetes::spawn_leader_events(
-            client.clone(),
-            PROGRAM,
-            &ns,
-            &settings.lock_name,
-            &identity,
-            leadership.clone(),
-        )
+        let config = LeaderEventsConfig {
+            component: PROGRAM.to_string(),
+            namespace: ns,
+            lease_name: settings.lock_name.clone(),
+            identity: identity.clone(),
+        };
+        leader_lock_kubernetes::spawn_leader_events(client.clone(), config, leadership.clone())
     });
     let mut status = StatusController::start(client, leadership, writer, synced_tx);
     let sig = signals.recv().await;
@@ -287,10 +288,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         Ok(released) => {
             info!(released, "elector stopped");
             if released {
-                tokio::time::sleep(leader_lock::AFTER_RELEASE_QUIET).await;
+                tokio::time::sleep(leader_lock::elector::AFTER_RELEASE_QUIET).await;
             }
         }
-        Err(e) => warn!(error = %e, "elector stopped without a clean release"),
+        Err(e) => warn!(error = %e.chain(), "elector stopped without a clean release"),
     }
     status.stop().await;
     let _ = logger.await;
