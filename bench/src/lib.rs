@@ -20,7 +20,7 @@ pub mod backend;
 pub mod checker;
 pub mod cluster;
 pub mod cost;
-pub mod events;
+pub use gateway_leader_log as events;
 pub mod floor;
 pub mod held;
 pub mod lane;
