@@ -19,6 +19,7 @@ pub mod proxy;
 pub mod rbac;
 pub mod redis;
 pub mod redis_sentinel;
+pub mod replica;
 
 pub use cargo::workspace_binary;
 pub use process::{free_port, require_binary, tail, wait_until, ServerProcess};

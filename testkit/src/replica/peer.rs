@@ -12,8 +12,8 @@ use std::time::Duration;
 use anyhow::Result;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::events::{self, Event};
-use crate::replica::{Lines, Replica};
+use super::{Lines, Replica};
+use gateway_leader_log::{self as events, Event};
 use leader_lock::Timing;
 
 /// Which Go peer.
@@ -33,8 +33,8 @@ impl Peer {
     /// The program's file name in the peers' folder (`testkit::built::peers`).
     pub fn program(self) -> &'static str {
         match self {
-            Peer::ClientGo => testkit::built::CLIENT_GO_ELECTOR,
-            Peer::ControllerRuntime => testkit::built::CONTROLLER_RUNTIME_MANAGER,
+            Peer::ClientGo => crate::built::CLIENT_GO_ELECTOR,
+            Peer::ControllerRuntime => crate::built::CONTROLLER_RUNTIME_MANAGER,
         }
     }
 

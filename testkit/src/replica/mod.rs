@@ -1,6 +1,8 @@
 //! One `gateway-leader run` replica process started by the bench, its log kept in a file and
 //! read as it is written. A Go peer (client-go's elector, a controller-runtime manager;
-//! [`crate::peer`]) is started and read the same way, from its own command and its own lines.
+//! [`peer`]) is started and read the same way, from its own command and its own lines.
+
+pub mod peer;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -13,7 +15,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::events::{self, Event};
+use gateway_leader_log::{self as events, Event};
 use leader_lock::clock;
 
 /// The prefix of `gateway-leader run`'s environment variables: the bench removes every one of
