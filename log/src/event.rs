@@ -1,259 +1,370 @@
-//! What a replica's JSON log says, as far as the bench and the checker need it.
-//!
-//! Every instant is `mono_ms`: `CLOCK_MONOTONIC` in milliseconds, logged by the replica itself
-//! (see `leader_lock::clock`), so it compares with the bench's own signal instants. The Go peers
-//! (`testkit/peers/`) stamp their lines with the same clock; [`parse_peer`] reads them into the
-//! same events.
+//! [`Event`]: one line of the declaration, read back from its JSON.
 
-use serde::Serialize;
+use std::net::SocketAddr;
 
-/// One line of a replica's log that matters here.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Event {
-    /// Which replica of its lane logged it.
-    pub replica: usize,
-    /// When, on `CLOCK_MONOTONIC`, in milliseconds.
-    pub mono_ms: f64,
-    /// What it says.
-    pub what: What,
-}
+use serde_json::Value;
 
-/// The lines the bench reads.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum What {
-    /// `leadership: leading`: a new leadership, valid until the deadline.
+use crate::{field, message};
+
+/// One line a machine reads, typed: which of [`crate::message`] it is and what its fields say.
+///
+/// Each variant names the message it is read from. Numbers are read whether they were logged as
+/// numbers or as text (terms are logged as text, so that the disabled marker fits the same
+/// field).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Event {
+    /// [`message::LEADING`]: a new leadership, valid until `valid_until`.
     Leading {
         /// The fencing term.
         term: u64,
         /// The validity deadline (`CLOCK_MONOTONIC` ms).
         valid_until: f64,
     },
-    /// `leadership: renewed` (debug): the deadline moved.
+    /// [`message::RENEWED`]: the validity deadline moved.
     Renewed {
         /// The fencing term.
         term: u64,
         /// The new validity deadline (`CLOCK_MONOTONIC` ms).
         valid_until: f64,
     },
-    /// `leadership: following`: not leading (any more); the holder's term when known.
+    /// [`message::FOLLOWING`]: not leading (any more).
     Following {
-        /// The term of the leadership this replica follows.
+        /// The term of the leadership this replica follows, when known.
         term: Option<u64>,
+        /// The holder it follows; `None` when it sees none ([`field::HOLDER_UNKNOWN`]).
+        holder: Option<String>,
     },
-    /// `leadership: stopped`: the elector stopped; nothing is written any more.
+    /// [`message::STOPPED`]: the elector stopped; nothing is written any more.
     Stopped,
-    /// `released leadership`: the elector's release of the lock returned, at `mono_ms`.
+    /// [`message::RELEASED`]: the elector's release of the lock returned.
     Released {
         /// The term released.
         term: u64,
         /// Whether the lock was still ours and is now free (`false`: someone else's already).
         released: bool,
-        /// When the release was sent (`CLOCK_MONOTONIC` ms); `None` from versions without it.
+        /// When the release was sent (`CLOCK_MONOTONIC` ms), if the line says.
         sent: Option<f64>,
     },
-    /// `status written` under a term.
+    /// [`message::SWEEP_STARTED`]: a new leadership checks every cached status.
+    SweepStarted {
+        /// The term of the leadership.
+        term: u64,
+        /// How many desired statuses it holds.
+        statuses: u64,
+    },
+    /// [`message::WRITTEN`]: one status written under a term.
     Written {
         /// The term the write carried.
         term: u64,
-        /// GatewayClass, Gateway or HTTPRoute.
+        /// The object's kind (`HTTPRoute`).
         object_kind: String,
+        /// The object's namespace; empty for a cluster-scoped one.
+        namespace: String,
         /// The object's name.
         name: String,
     },
-    /// `every cached status checked`: the new leader's first pass is over.
+    /// [`message::FIRST_WRITE`]: the first status written under a leadership.
+    FirstWrite {
+        /// The term of the leadership.
+        term: u64,
+        /// The object, as one piece of text ([`field::OBJECT`]).
+        object: String,
+        /// Milliseconds from the start of the leadership.
+        after_ms: f64,
+    },
+    /// [`message::SWEEP_DONE`]: the new leader's check of every cached status is over.
     SweepDone {
         /// The term of the leadership.
         term: u64,
+        /// Statuses written.
+        written: u64,
+        /// Statuses found already right.
+        unchanged: u64,
+        /// Statuses neither written nor right.
+        other: u64,
+        /// How long the check took, in milliseconds.
+        took_ms: f64,
     },
-    /// `using etcd endpoint`: the etcd member this replica's lock talks to from now on (at
-    /// connect, and after each move away from a member that failed).
+    /// [`message::ENDPOINT`]: the etcd member the lock talks to from now on.
     Endpoint {
         /// The member's URL, as given in `--etcd-endpoints`.
         url: String,
     },
+    /// [`message::SERVING`]: the health and metrics server is up.
+    Serving {
+        /// The address it bound.
+        addr: SocketAddr,
+    },
 }
 
-fn num(v: &serde_json::Value, key: &str) -> Option<f64> {
+// === impl Event ===
+
+impl Event {
+    /// Reads one JSON log line; `None` for a line that is not one of the declared ones, or that
+    /// lacks a field its event needs (a line of an older version, a disabled replica's term).
+    pub fn parse(line: &str) -> Option<Event> {
+        Event::from_json(&serde_json::from_str(line).ok()?)
+    }
+
+    /// As [`Event::parse`], from a line already read as JSON.
+    pub fn from_json(v: &Value) -> Option<Event> {
+        let term = || whole(v, field::TERM);
+        let text = |key: &str| v[key].as_str().map(str::to_string);
+        Some(match v[field::MESSAGE].as_str()? {
+            message::LEADING => Event::Leading {
+                term: term()?,
+                valid_until: float(v, field::VALID_UNTIL_MONO_MS)?,
+            },
+            message::RENEWED => Event::Renewed {
+                term: term()?,
+                valid_until: float(v, field::VALID_UNTIL_MONO_MS)?,
+            },
+            message::FOLLOWING => Event::Following {
+                term: term(),
+                holder: text(field::HOLDER).filter(|h| h != field::HOLDER_UNKNOWN),
+            },
+            message::STOPPED => Event::Stopped,
+            message::RELEASED => Event::Released {
+                term: term()?,
+                released: v[field::RELEASED].as_bool()?,
+                sent: float(v, field::SENT_MONO_MS),
+            },
+            message::SWEEP_STARTED => Event::SweepStarted {
+                term: term()?,
+                statuses: whole(v, field::STATUSES)?,
+            },
+            message::WRITTEN => Event::Written {
+                term: term()?,
+                object_kind: text(field::KIND).unwrap_or_default(),
+                namespace: text(field::NAMESPACE).unwrap_or_default(),
+                name: text(field::NAME).unwrap_or_default(),
+            },
+            message::FIRST_WRITE => Event::FirstWrite {
+                term: term()?,
+                object: text(field::OBJECT)?,
+                after_ms: float(v, field::AFTER_MS)?,
+            },
+            message::SWEEP_DONE => Event::SweepDone {
+                term: term()?,
+                written: whole(v, field::WRITTEN)?,
+                unchanged: whole(v, field::UNCHANGED)?,
+                other: whole(v, field::OTHER)?,
+                took_ms: float(v, field::TOOK_MS)?,
+            },
+            message::ENDPOINT => Event::Endpoint {
+                url: text(field::ENDPOINT)?,
+            },
+            message::SERVING => Event::Serving {
+                addr: text(field::ADDR)?.parse().ok()?,
+            },
+            _ => return None,
+        })
+    }
+
+    /// The fencing term the line is about, if it names one.
+    pub fn term(&self) -> Option<u64> {
+        match self {
+            Event::Leading { term, .. }
+            | Event::Renewed { term, .. }
+            | Event::Released { term, .. }
+            | Event::SweepStarted { term, .. }
+            | Event::Written { term, .. }
+            | Event::FirstWrite { term, .. }
+            | Event::SweepDone { term, .. } => Some(*term),
+            Event::Following { term, .. } => *term,
+            Event::Stopped | Event::Endpoint { .. } | Event::Serving { .. } => None,
+        }
+    }
+}
+
+/// The instant a JSON log line carries ([`field::MONO_MS`]), if it carries one.
+pub fn mono_ms(v: &Value) -> Option<f64> {
+    float(v, field::MONO_MS)
+}
+
+/// A number logged as a number or as text.
+fn float(v: &Value, key: &str) -> Option<f64> {
     let f = &v[key];
     f.as_f64()
         .or_else(|| f.as_str().and_then(|s| s.parse().ok()))
 }
 
-fn term(v: &serde_json::Value) -> Option<u64> {
-    let t = &v["term"];
-    t.as_u64()
-        .or_else(|| t.as_str().and_then(|s| s.parse().ok()))
-}
-
-/// Reads one JSON log line of replica `replica`; `None` for lines that do not matter here.
-pub fn parse(replica: usize, line: &str) -> Option<Event> {
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
-    let message = v["message"].as_str()?;
-    let what = match message {
-        "leadership: leading" => What::Leading {
-            term: term(&v)?,
-            valid_until: num(&v, "valid_until_mono_ms")?,
-        },
-        "leadership: renewed" => What::Renewed {
-            term: term(&v)?,
-            valid_until: num(&v, "valid_until_mono_ms")?,
-        },
-        "leadership: following" => What::Following { term: term(&v) },
-        "leadership: stopped" => What::Stopped,
-        "released leadership" => What::Released {
-            term: term(&v)?,
-            released: v["released"].as_bool()?,
-            sent: num(&v, "sent_mono_ms"),
-        },
-        "status written" => What::Written {
-            term: term(&v)?,
-            object_kind: v["kind"].as_str().unwrap_or_default().to_string(),
-            name: v["name"].as_str().unwrap_or_default().to_string(),
-        },
-        "every cached status checked" => What::SweepDone { term: term(&v)? },
-        "using etcd endpoint" => What::Endpoint {
-            url: v["endpoint"].as_str()?.to_string(),
-        },
-        _ => return None,
-    };
-    // Lines without the monotonic instant have no place on the common time line.
-    let mono_ms = match what {
-        // The sweep line carries no instant; it is only used to end a wait, never as a time.
-        What::SweepDone { .. } => num(&v, "mono_ms").unwrap_or(f64::NAN),
-        _ => num(&v, "mono_ms")?,
-    };
-    Some(Event {
-        replica,
-        mono_ms,
-        what,
-    })
-}
-
-/// Reads one JSON line of Go peer `replica` (`testkit/peers/internal/peer` lists them); `None`
-/// for lines that do not matter here. A peer's leadership is valid from its `started leading`
-/// line until its last `renewed` write was sent plus the renew deadline, as the peer computes
-/// it in `valid_until_mono_ms`; its release and its `stopped leading` line end it sooner.
-pub fn parse_peer(replica: usize, line: &str) -> Option<Event> {
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
-    let what = match v["event"].as_str()? {
-        "started leading" => What::Leading {
-            term: term(&v)?,
-            valid_until: num(&v, "valid_until_mono_ms")?,
-        },
-        "renewed" => What::Renewed {
-            term: term(&v)?,
-            valid_until: num(&v, "valid_until_mono_ms")?,
-        },
-        "following" => What::Following { term: term(&v) },
-        "stopped leading" => What::Stopped,
-        "released" => What::Released {
-            term: term(&v)?,
-            released: true,
-            sent: num(&v, "sent_mono_ms"),
-        },
-        "wrote" => What::Written {
-            term: term(&v)?,
-            object_kind: "ConfigMap".to_string(),
-            name: v["object"].as_str().unwrap_or_default().to_string(),
-        },
-        _ => return None,
-    };
-    Some(Event {
-        replica,
-        mono_ms: num(&v, "mono_ms")?,
-        what,
-    })
+/// A whole number logged as a number or as text (`%term`, `Display`).
+fn whole(v: &Value, key: &str) -> Option<u64> {
+    let f = &v[key];
+    f.as_u64()
+        .or_else(|| f.as_str().and_then(|s| s.parse().ok()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
-    #[test]
-    fn reads_the_lines_that_matter() {
-        let l = r#"{"timestamp":"x","level":"INFO","message":"leadership: leading","term":"7","mono_ms":10.5,"valid_until_mono_ms":3010.5}"#;
-        assert_eq!(
-            parse(2, l),
-            Some(Event {
-                replica: 2,
-                mono_ms: 10.5,
-                what: What::Leading {
-                    term: 7,
-                    valid_until: 3010.5
-                }
-            })
-        );
-        let w = r#"{"message":"status written","term":"7","kind":"HTTPRoute","namespace":"n","name":"route","mono_ms":12.0}"#;
-        assert!(matches!(
-            parse(0, w).map(|e| e.what),
-            Some(What::Written { term: 7, .. })
-        ));
-        let u = r#"{"message":"using etcd endpoint","endpoint":"http://127.0.0.1:2379","mono_ms":13.0,"answered":"[Some(0)]"}"#;
-        assert_eq!(
-            parse(1, u).map(|e| e.what),
-            Some(What::Endpoint {
-                url: "http://127.0.0.1:2379".into()
-            })
-        );
-        // The elector's line, as `tracing`'s JSON layer flattens it (target and all).
-        let r = r#"{"timestamp":"x","level":"INFO","message":"released leadership","term":"7","released":true,"lock":"etcd key /gateway-leader/l","sent_mono_ms":19.5,"mono_ms":20.25,"target":"leader_lock::elector"}"#;
-        assert_eq!(
-            parse(1, r),
-            Some(Event {
-                replica: 1,
-                mono_ms: 20.25,
-                what: What::Released {
-                    term: 7,
-                    released: true,
-                    sent: Some(19.5),
-                }
-            })
-        );
-        // Before the release carried its instant, the line had none: no place on the time line.
-        let old = r#"{"message":"released leadership","term":"7","released":true}"#;
-        assert_eq!(parse(1, old), None);
-        assert_eq!(parse(0, r#"{"message":"something else"}"#), None);
-        assert_eq!(parse(0, "not json"), None);
+    /// Lines as the binary logs them, spelled out rather than from the declaration: these tests
+    /// hold the declaration to the lines that are out there.
+    fn read(v: Value) -> Option<Event> {
+        Event::parse(&v.to_string())
     }
 
     #[test]
-    fn reads_the_peers_lines() {
-        // As testkit/peers prints them (Go's encoding/json: sorted keys, numbers as numbers).
-        let l = r#"{"event":"started leading","holder":"cg-3_1b2c","mono_ms":100.5,"renew_deadline_ms":3000,"term":4,"valid_until_mono_ms":3098.25}"#;
+    fn reads_the_leadership_lines() {
+        let l = json!({"timestamp": "x", "level": "INFO", "message": "leadership: leading",
+            "term": "7", "mono_ms": 10.5, "valid_until_mono_ms": 3010.5});
         assert_eq!(
-            parse_peer(3, l),
-            Some(Event {
-                replica: 3,
-                mono_ms: 100.5,
-                what: What::Leading {
-                    term: 4,
-                    valid_until: 3098.25
-                }
+            read(l),
+            Some(Event::Leading {
+                term: 7,
+                valid_until: 3010.5
             })
         );
-        let r = r#"{"event":"released","mono_ms":12.5,"sent_mono_ms":10.0,"term":4}"#;
+        let f = json!({"message": "leadership: following", "holder": "unknown", "mono_ms": 5.0});
         assert_eq!(
-            parse_peer(3, r).map(|e| e.what),
-            Some(What::Released {
-                term: 4,
+            read(f),
+            Some(Event::Following {
+                term: None,
+                holder: None
+            })
+        );
+        let f = json!({"message": "leadership: following", "holder": "a_1b", "term": "3",
+            "mono_ms": 5.0});
+        assert_eq!(
+            read(f),
+            Some(Event::Following {
+                term: Some(3),
+                holder: Some("a_1b".into())
+            })
+        );
+        // A disabled replica's term is no number: there is no leadership to read.
+        let d = json!({"message": "leadership: leading", "term": "disabled", "mono_ms": 1.0,
+            "valid_until_mono_ms": 2.0});
+        assert_eq!(read(d), None);
+    }
+
+    #[test]
+    fn reads_the_writers_lines() {
+        let w = json!({"message": "status written", "term": "7", "kind": "HTTPRoute",
+            "namespace": "n", "name": "route", "mono_ms": 12.0});
+        assert_eq!(
+            read(w),
+            Some(Event::Written {
+                term: 7,
+                object_kind: "HTTPRoute".into(),
+                namespace: "n".into(),
+                name: "route".into()
+            })
+        );
+        let done = json!({"message": "every cached status checked", "term": "7",
+            "identity": "a_1", "written": 2, "unchanged": 5, "other": 0, "took_ms": 31.5,
+            "mono_ms": 40.0});
+        assert_eq!(
+            read(done),
+            Some(Event::SweepDone {
+                term: 7,
+                written: 2,
+                unchanged: 5,
+                other: 0,
+                took_ms: 31.5
+            })
+        );
+        let first = json!({"message": "first status write of this leadership", "term": "7",
+            "identity": "a_1", "object": "HTTPRoute n/route", "after_ms": 4.25});
+        assert_eq!(
+            read(first),
+            Some(Event::FirstWrite {
+                term: 7,
+                object: "HTTPRoute n/route".into(),
+                after_ms: 4.25
+            })
+        );
+        let started = json!({"message": "leading: writing every cached status", "term": "7",
+            "identity": "a_1", "statuses": 6});
+        assert_eq!(
+            read(started),
+            Some(Event::SweepStarted {
+                term: 7,
+                statuses: 6
+            })
+        );
+    }
+
+    #[test]
+    fn reads_the_release_endpoint_and_address() {
+        // The elector's line, as `tracing`'s JSON layer flattens it (target and all).
+        let r = json!({"timestamp": "x", "level": "INFO", "message": "released leadership",
+            "term": "7", "released": true, "lock": "etcd key /gateway-leader/l",
+            "sent_mono_ms": 19.5, "mono_ms": 20.25, "target": "leader_lock::elector"});
+        assert_eq!(mono_ms(&r), Some(20.25));
+        assert_eq!(
+            read(r),
+            Some(Event::Released {
+                term: 7,
                 released: true,
-                sent: Some(10.0)
+                sent: Some(19.5),
             })
         );
-        let f = r#"{"event":"following","holder":"","mono_ms":5.0}"#;
+        let u = json!({"message": "using etcd endpoint", "endpoint": "http://127.0.0.1:2379",
+            "mono_ms": 13.0, "answered": "[Some(0)]"});
         assert_eq!(
-            parse_peer(3, f).map(|e| e.what),
-            Some(What::Following { term: None })
+            read(u),
+            Some(Event::Endpoint {
+                url: "http://127.0.0.1:2379".into()
+            })
         );
-        let w = r#"{"event":"wrote","mono_ms":7.0,"object":"writes","resource_version":"812","sent_mono_ms":6.0,"seq":2,"term":4}"#;
-        assert!(matches!(
-            parse_peer(3, w).map(|e| e.what),
-            Some(What::Written { term: 4, .. })
-        ));
-        // The acquiring write comes before the callback; it is not a leadership yet.
-        let a = r#"{"event":"acquired","created":false,"mono_ms":1.0,"sent_mono_ms":0.5,"term":4,"valid_until_mono_ms":3000.5}"#;
-        assert_eq!(parse_peer(3, a), None);
-        assert_eq!(parse_peer(3, "I1203 07:13:46 klog text"), None);
+        let s = json!({"message": "serving /healthz, /readyz and /metrics",
+            "addr": "127.0.0.1:40123"});
+        assert_eq!(
+            read(s),
+            Some(Event::Serving {
+                addr: "127.0.0.1:40123".parse().expect("addr")
+            })
+        );
+        assert_eq!(read(json!({"message": "something else"})), None);
+        assert_eq!(Event::parse("not json"), None);
+    }
+
+    #[test]
+    fn a_line_logged_with_the_declared_names_reads_back() {
+        use std::sync::{Arc, Mutex};
+
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        // The binary's JSON format (`--log-format json`).
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!({ field::TERM } = %12, { field::RELEASED } = true,
+                { field::LOCK } = "a Lease", { field::SENT_MONO_MS } = 1.5,
+                { field::MONO_MS } = 2.5, "{}", message::RELEASED);
+        });
+        let text = String::from_utf8(buf.0.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .expect("utf-8");
+        assert_eq!(
+            Event::parse(text.trim()),
+            Some(Event::Released {
+                term: 12,
+                released: true,
+                sent: Some(1.5)
+            }),
+            "{text}"
+        );
     }
 }
