@@ -16,13 +16,12 @@
 
 mod cluster;
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fmt::Display;
-use std::io::{IsTerminal, Write as _};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::process::ExitCode;
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -30,14 +29,14 @@ use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
+use gateway_leader_log::{message, Event};
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ManagedFieldsEntry, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client, Resource};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -45,10 +44,8 @@ use tempfile::TempDir;
 use testkit::etcd::EtcdServer;
 use testkit::kube::KubeApiServer;
 use testkit::redis::RedisServer;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStderr, Command};
+use testkit::replica::{Dialect, Journal, Line, Replica, Snapshot, Transcript};
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 const USAGE: &str =
@@ -85,7 +82,7 @@ const PATIENCE: Duration = Duration::from_secs(120);
 /// One object of the sample whose status the demo shows.
 #[derive(Debug, Clone, Copy)]
 struct Key {
-    /// As the replicas log it (`kind` of "status written").
+    /// As the replicas log it (the `kind` of [`message::WRITTEN`]).
     kind: &'static str,
     namespace: Option<&'static str>,
     name: &'static str,
@@ -131,12 +128,12 @@ impl Key {
         }
     }
 
-    /// A "status written" line about this object.
+    /// A [`message::WRITTEN`] line about this object.
     fn written_by(&self, line: &Line) -> bool {
-        line.message() == "status written"
-            && line.str("kind").as_deref() == Some(self.kind)
-            && line.str("namespace").unwrap_or_default() == self.namespace.unwrap_or_default()
-            && line.str("name").as_deref() == Some(self.name)
+        matches!(&line.event, Some(Event::Written { object_kind, namespace, name, .. })
+            if object_kind == self.kind
+                && namespace == self.namespace.unwrap_or_default()
+                && name == self.name)
     }
 }
 
@@ -230,232 +227,118 @@ fn list(items: &[String]) -> String {
     }
 }
 
-// === the replicas' logs ===
+// === the replicas ===
 
-/// One JSON log line of a replica (the binary flattens fields; `message` is the text).
-#[derive(Debug, Clone)]
-struct Line {
-    /// The replica's own timestamp of the line.
-    at: SystemTime,
-    json: Value,
-}
-
-impl Line {
-    fn parse(text: &str) -> Option<Line> {
-        let json: Value = serde_json::from_str(text).ok()?;
-        let at = json["timestamp"]
-            .as_str()
-            .and_then(|t| humantime::parse_rfc3339(t).ok())
-            // Only the timings need the replica's own time; a line without one is still a line.
-            .unwrap_or_else(SystemTime::now);
-        Some(Line { at, json })
-    }
-
-    fn message(&self) -> &str {
-        self.json["message"].as_str().unwrap_or_default()
-    }
-
-    /// A field as text, whether it was logged as a string (`%term`) or a number.
-    fn str(&self, field: &str) -> Option<String> {
-        match &self.json[field] {
-            Value::String(s) => Some(s.clone()),
-            Value::Number(n) => Some(n.to_string()),
-            _ => None,
-        }
-    }
-
-    fn term(&self) -> Option<String> {
-        self.str("term")
-    }
-
-    /// The object a write line is about: `object`, or `kind` and `namespace`/`name`.
-    fn object(&self) -> String {
-        if let Some(o) = self.str("object") {
-            return o;
-        }
-        let name = self.str("name").unwrap_or_default();
-        let kind = self.str("kind").unwrap_or_default();
-        match self.str("namespace").filter(|ns| !ns.is_empty()) {
-            Some(ns) => format!("{kind} {ns}/{name}"),
-            None => format!("{kind} {name}"),
-        }
-    }
-
-    fn count(&self, field: &str) -> Option<u64> {
-        self.json[field].as_u64()
-    }
-
-    /// A duration logged in milliseconds (`after_ms`, `took_ms`).
-    fn millis(&self, field: &str) -> Option<Duration> {
-        Duration::try_from_secs_f64(self.json[field].as_f64()? / 1e3).ok()
-    }
-}
-
-#[derive(Debug, Default)]
-struct ReplicaLog {
-    lines: Vec<Line>,
-    exited: bool,
-}
-
-type View = BTreeMap<String, ReplicaLog>;
-
-/// How many lines each replica had logged at one moment: waits look only at what came after.
-type Mark = BTreeMap<String, usize>;
-
-fn since<'a>(view: &'a View, name: &str, mark: &Mark) -> &'a [Line] {
-    let Some(log) = view.get(name) else {
-        return &[];
-    };
-    let from = mark.get(name).copied().unwrap_or(0).min(log.lines.len());
-    &log.lines[from..]
-}
-
-fn exited(view: &View, name: &str) -> bool {
-    view.get(name).is_some_and(|l| l.exited)
-}
-
-/// What the replicas logged so far; every new line wakes the waits.
-struct Logs {
-    state: Mutex<View>,
-    changed: watch::Sender<()>,
-}
-
-impl Logs {
-    fn lock(&self) -> MutexGuard<'_, View> {
-        // A panic while holding the lock leaves whole lines behind: the data is still good.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn push(&self, name: &str, text: &str) {
-        if let Some(line) = Line::parse(text) {
-            self.lock()
-                .entry(name.to_string())
-                .or_default()
-                .lines
-                .push(line);
-            self.changed.send_replace(());
-        }
-    }
-
-    fn exited(&self, name: &str) {
-        self.lock().entry(name.to_string()).or_default().exited = true;
-        self.changed.send_replace(());
-    }
-}
-
-/// Copies a replica's stderr into its log file line by line and records the JSON lines.
-fn spawn_reader(name: &'static str, stderr: ChildStderr, mut file: std::fs::File, logs: Arc<Logs>) {
-    tokio::spawn(async move {
-        let mut reader = BufReader::new(stderr);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            match reader.read_until(b'\n', &mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            // The file is what a reader keeps when the demo fails: every byte goes in.
-            let _ = file.write_all(&buf);
-            logs.push(name, String::from_utf8_lossy(&buf).trim_end());
-        }
-        logs.exited(name);
-    });
-}
-
-/// A replica that leads, from its "leadership: leading" line.
+/// A replica that leads, from its [`message::LEADING`] line.
 #[derive(Debug, Clone)]
 struct Leading {
     replica: String,
-    term: String,
+    term: u64,
+    /// The replica's own timestamp of the line.
     at: SystemTime,
 }
 
-/// The newest leadership among `among` logged after `mark`, if any.
-fn leader_in(view: &View, among: &[&str], mark: &Mark) -> Option<Leading> {
-    among
+/// The fencing term a line names, if it is a declared event that names one.
+fn term_of(line: &Line) -> Option<u64> {
+    line.event.as_ref().and_then(Event::term)
+}
+
+/// The object a write line is about: a first write's `object`, a write's kind and
+/// `namespace/name`.
+fn written_object(line: &Line) -> String {
+    match &line.event {
+        Some(Event::FirstWrite { object, .. }) => object.clone(),
+        Some(Event::Written {
+            object_kind,
+            namespace,
+            name,
+            ..
+        }) => match namespace.as_str() {
+            "" => format!("{object_kind} {name}"),
+            ns => format!("{object_kind} {ns}/{name}"),
+        },
+        _ => String::new(),
+    }
+}
+
+/// The index of replica `name` in the fleet's journal (they join it in [`REPLICAS`]' order).
+fn index(name: &str) -> Option<usize> {
+    REPLICAS.iter().position(|n| *n == name)
+}
+
+/// The lines of replica `name` after `mark` ([`Journal::mark`]; 0 for all of them).
+fn since<'a>(
+    s: &Snapshot<'a>,
+    name: &str,
+    mark: usize,
+) -> impl DoubleEndedIterator<Item = &'a Line> {
+    let index = index(name);
+    s.since(mark)
         .iter()
-        .flat_map(|name| {
-            since(view, name, mark)
-                .iter()
-                .filter(|l| l.message() == "leadership: leading")
-                .map(move |l| Leading {
-                    replica: name.to_string(),
-                    term: l.term().unwrap_or_else(|| "?".into()),
-                    at: l.at,
-                })
+        .filter(move |l| Some(l.process) == index)
+}
+
+/// The newest leadership among `among` logged after `mark`, if any.
+fn leader_in(s: &Snapshot<'_>, among: &[&str], mark: usize) -> Option<Leading> {
+    s.since(mark)
+        .iter()
+        .filter_map(|l| match l.event {
+            Some(Event::Leading { term, .. }) => Some(Leading {
+                replica: s.name(l.process).to_string(),
+                term,
+                at: l.at,
+            }),
+            _ => None,
         })
+        .filter(|l| among.contains(&l.replica.as_str()))
         .max_by_key(|l| l.at)
 }
 
-/// The three `gateway-leader run` children; each is killed when this is dropped.
+/// The three `gateway-leader run` replicas (`testkit::replica`), their lines in one journal;
+/// each is killed when this is dropped.
 struct Fleet {
-    children: BTreeMap<&'static str, Child>,
-    logs: Arc<Logs>,
+    /// In [`REPLICAS`]' order.
+    replicas: Vec<Mutex<Replica>>,
+    journal: Journal,
     dir: PathBuf,
 }
 
 impl Fleet {
-    fn start(bin: &Path, args_of: impl Fn(&str) -> Vec<String>, dir: &Path) -> Result<Fleet> {
-        let (changed, _) = watch::channel(());
-        let logs = Arc::new(Logs {
-            state: Mutex::new(View::new()),
-            changed,
-        });
-        let mut children = BTreeMap::new();
+    /// Starts each of [`REPLICAS`] with `run <args>`, its log in `dir`.
+    fn start(bin: &Path, args: &[String], dir: &Path) -> Result<Fleet> {
+        let journal = Journal::new();
+        let mut replicas = Vec::new();
         for name in REPLICAS {
-            let path = dir.join(format!("{name}.log"));
-            let file = std::fs::File::create(&path)
-                .with_context(|| format!("creating {}", path.display()))?;
-            let mut cmd = Command::new(bin);
-            cmd.arg("run")
-                .args(args_of(name))
-                // The demo reads the info lines; a RUST_LOG of the caller's shell must not hide them.
-                .env("RUST_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .kill_on_drop(true);
-            // The flags say everything; a setting left in the caller's environment (a config
-            // file, another lock name) must not change what the demo shows.
-            for (key, _) in std::env::vars_os() {
-                if key.to_string_lossy().starts_with("GATEWAY_LEADER_") {
-                    cmd.env_remove(&key);
-                }
-            }
-            let mut child = cmd
-                .spawn()
-                .with_context(|| format!("starting {name}: {}", bin.display()))?;
-            let stderr = child.stderr.take().expect("stderr is piped just above");
-            spawn_reader(name, stderr, file, logs.clone());
-            children.insert(name, child);
+            // JSON logs, the identity, a free health port each (three replicas on one machine)
+            // and none of the caller's settings: the flags say everything.
+            let mut cmd = Replica::run_command(bin, name, args);
+            // The demo reads the info lines; a RUST_LOG of the caller's shell must not hide them.
+            cmd.env("RUST_LOG", "info");
+            let log = Transcript::File(dir.join(format!("{name}.log")));
+            let replica = Replica::spawn(cmd, name, Dialect::GatewayLeader, &journal, log)?;
+            replicas.push(Mutex::new(replica));
         }
         Ok(Fleet {
-            children,
-            logs,
+            replicas,
+            journal,
             dir: dir.to_path_buf(),
         })
     }
 
-    fn mark(&self) -> Mark {
-        self.logs
-            .lock()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.lines.len()))
-            .collect()
+    /// How many lines the replicas have logged: waits given it look only at what came after.
+    fn mark(&self) -> usize {
+        self.journal.mark()
     }
 
     /// Sends `sig` to a replica; returns the wall-clock instant just before, which the
     /// replicas' log timestamps are compared with.
     fn signal(&self, name: &str, sig: Signal) -> Result<SystemTime> {
-        let pid = self
-            .children
-            .get(name)
-            .and_then(Child::id)
+        let replica = index(name)
+            .and_then(|i| self.replicas.get(i))
             .ok_or_else(|| anyhow!("{name} is not running"))?;
-        let pid = Pid::from_raw(i32::try_from(pid).context("pid out of range")?);
-        let at = SystemTime::now();
-        kill(pid, sig).with_context(|| format!("sending {sig} to {name}"))?;
-        Ok(at)
+        // A panic while holding the lock leaves the process as it was.
+        let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(replica.signal(sig)?.at)
     }
 
     /// The last lines of a replica's log file, for an error message.
@@ -466,8 +349,8 @@ impl Fleet {
     }
 
     /// Fails when every replica of `among` has exited, with their last lines.
-    fn ensure_alive(&self, view: &View, among: &[&str]) -> Result<()> {
-        if among.iter().all(|n| exited(view, n)) {
+    fn ensure_alive(&self, s: &Snapshot<'_>, among: &[&str]) -> Result<()> {
+        if among.iter().all(|n| index(n).is_some_and(|i| s.ended(i))) {
             let tails: Vec<String> = among
                 .iter()
                 .map(|n| format!("--- {n}:\n{}", self.tail(n)))
@@ -482,38 +365,15 @@ impl Fleet {
         Ok(())
     }
 
-    /// Waits for `probe` to find something in the logs, woken by every new line; `None` once
-    /// `deadline` passes.
-    async fn wait_until<T>(
-        &self,
-        deadline: Instant,
-        mut probe: impl FnMut(&View) -> Result<Option<T>>,
-    ) -> Result<Option<T>> {
-        let mut changed = self.logs.changed.subscribe();
-        loop {
-            let found = {
-                let view = self.logs.lock();
-                probe(&view)?
-            };
-            if found.is_some() {
-                return Ok(found);
-            }
-            match tokio::time::timeout_at(deadline, changed.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => bail!("the replicas' log readers are gone"),
-                Err(_) => return Ok(None),
-            }
-        }
-    }
-
-    /// As [`wait_until`](Self::wait_until) with [`PATIENCE`]; fails naming `what` and the logs.
+    /// Waits up to [`PATIENCE`] for `probe` to find something in the logs, woken by every new
+    /// line; fails naming `what` and the logs, or as soon as `probe` fails.
     async fn wait<T>(
         &self,
         what: &str,
-        probe: impl FnMut(&View) -> Result<Option<T>>,
+        mut probe: impl FnMut(&Snapshot<'_>) -> Result<Option<T>>,
     ) -> Result<T> {
-        match self.wait_until(Instant::now() + PATIENCE, probe).await? {
-            Some(t) => Ok(t),
+        match self.journal.wait(PATIENCE, |s| probe(&s).transpose()).await {
+            Some(found) => found,
             None => bail!(
                 "waited {PATIENCE:?} for {what} in vain (replica logs: {})",
                 self.dir.display()
@@ -522,13 +382,13 @@ impl Fleet {
     }
 
     /// Waits for a leader among `among` that logged its leadership after `mark`.
-    async fn wait_leader(&self, among: &[&str], mark: &Mark) -> Result<Leading> {
+    async fn wait_leader(&self, among: &[&str], mark: usize) -> Result<Leading> {
         let what = format!("a leader among {}", among.join(", "));
-        self.wait(&what, |view| {
-            if let Some(l) = leader_in(view, among, mark) {
+        self.wait(&what, |s| {
+            if let Some(l) = leader_in(s, among, mark) {
                 return Ok(Some(l));
             }
-            self.ensure_alive(view, among)?;
+            self.ensure_alive(s, among)?;
             Ok(None)
         })
         .await
@@ -538,15 +398,15 @@ impl Fleet {
     async fn wait_line(
         &self,
         name: &str,
-        mark: &Mark,
+        mark: usize,
         what: &str,
         hit: impl Fn(&Line) -> bool,
     ) -> Result<Line> {
-        self.wait(&format!("{what} from {name}"), |view| {
-            if let Some(l) = since(view, name, mark).iter().rev().find(|l| hit(l)) {
+        self.wait(&format!("{what} from {name}"), |s| {
+            if let Some(l) = since(s, name, mark).rev().find(|l| hit(l)) {
                 return Ok(Some(l.clone()));
             }
-            self.ensure_alive(view, &[name])?;
+            self.ensure_alive(s, &[name])?;
             Ok(None)
         })
         .await
@@ -1041,13 +901,12 @@ impl Demo<'_> {
         writers: &[(String, Option<Timestamp>)],
     ) -> Result<Option<(String, String)>> {
         let last_line = |name: &str| -> Option<SystemTime> {
-            let view = self.fleet.logs.lock();
-            view.get(name)?
-                .lines
-                .iter()
-                .rev()
-                .find(|l| key.written_by(l))
-                .map(|l| l.at)
+            self.fleet.journal.read(|s| {
+                since(&s, name, 0)
+                    .rev()
+                    .find(|l| key.written_by(l))
+                    .map(|l| l.at)
+            })
         };
         let Some((writer, _)) = writers
             .iter()
@@ -1062,14 +921,14 @@ impl Demo<'_> {
             .fleet
             .wait_line(
                 writer,
-                &Mark::new(),
-                &format!("a \"status written\" line for {key}"),
+                0,
+                &format!("a {:?} line for {key}", message::WRITTEN),
                 |l| key.written_by(l),
             )
             .await?;
         Ok(Some((
             writer.clone(),
-            line.term().unwrap_or_else(|| "?".into()),
+            term_of(&line).map_or_else(|| "?".into(), |t| t.to_string()),
         )))
     }
 
@@ -1156,16 +1015,14 @@ impl Demo<'_> {
             _ => None,
         };
         self.fleet
-            .wait("a first leader", |view| {
-                if let Some(l) = leader_in(view, &REPLICAS, &Mark::new()) {
+            .wait("a first leader", |s| {
+                if let Some(l) = leader_in(s, &REPLICAS, 0) {
                     return Ok(Some(l));
                 }
                 // A follower that sees no holder on a fresh Redis is held back by the guard.
                 let guarded = REPLICAS.iter().any(|n| {
-                    since(view, n, &Mark::new()).iter().any(|l| {
-                        l.message() == "leadership: following"
-                            && l.str("holder").as_deref() == Some("unknown")
-                    })
+                    since(s, n, 0)
+                        .any(|l| matches!(l.event, Some(Event::Following { holder: None, .. })))
                 });
                 if let (Some(up), true, false) = (redis_up, guarded, told) {
                     told = true;
@@ -1176,7 +1033,7 @@ impl Demo<'_> {
                         human(left)
                     ));
                 }
-                self.fleet.ensure_alive(view, &REPLICAS)?;
+                self.fleet.ensure_alive(s, &REPLICAS)?;
                 Ok(None)
             })
             .await
@@ -1192,8 +1049,8 @@ impl Demo<'_> {
             .collect();
         for name in &others {
             self.fleet
-                .wait_line(name, &Mark::new(), "\"leadership: following\"", |l| {
-                    l.message() == "leadership: following"
+                .wait_line(name, 0, &format!("{:?}", message::FOLLOWING), |l| {
+                    matches!(l.event, Some(Event::Following { .. }))
                 })
                 .await?;
         }
@@ -1215,29 +1072,24 @@ impl Demo<'_> {
 
     /// The line of `leader`'s first status write after `mark`.
     ///
-    /// "first status write of this leadership" says so, but only while the new leader is still
-    /// checking its cached statuses; a write after that check (a change that reached it later)
-    /// has only its "status written" line. Both come from the same moment of the same write, the
-    /// first just before the second, so waiting for the second finds the first if there is one.
-    async fn first_write(&self, leader: &Leading, mark: &Mark) -> Result<Line> {
-        let of_term = |l: &Line| l.term().as_deref() == Some(leader.term.as_str());
+    /// [`message::FIRST_WRITE`] says so, but only while the new leader is still checking its
+    /// cached statuses; a write after that check (a change that reached it later) has only its
+    /// [`message::WRITTEN`] line. Both come from the same moment of the same write, the first
+    /// just before the second, so waiting for the second finds the first if there is one.
+    async fn first_write(&self, leader: &Leading, mark: usize) -> Result<Line> {
+        let of_term = |l: &Line| term_of(l) == Some(leader.term);
+        let write = |l: &Line| matches!(l.event, Some(Event::Written { .. })) && of_term(l);
         let written = self
             .fleet
-            .wait_line(&leader.replica, mark, "a status write", |l| {
-                l.message() == "status written" && of_term(l)
-            })
+            .wait_line(&leader.replica, mark, "a status write", write)
             .await?;
-        let view = self.fleet.logs.lock();
-        let lines = since(&view, &leader.replica, mark);
-        let first = lines
-            .iter()
-            .find(|l| l.message() == "first status write of this leadership" && of_term(l))
-            .or_else(|| {
-                lines
-                    .iter()
-                    .find(|l| l.message() == "status written" && of_term(l))
-            });
-        Ok(first.cloned().unwrap_or(written))
+        let first = self.fleet.journal.read(|s| {
+            since(&s, &leader.replica, mark)
+                .find(|l| matches!(l.event, Some(Event::FirstWrite { .. })) && of_term(l))
+                .or_else(|| since(&s, &leader.replica, mark).find(|l| write(l)))
+                .cloned()
+        });
+        Ok(first.unwrap_or(written))
     }
 
     /// Stops or kills `leader`, changes `route`, and waits for the next leader to write it.
@@ -1269,7 +1121,7 @@ impl Demo<'_> {
         self.out.step(format!(
             "{route} now points at {service}:80, so its ResolvedRefs must turn {resolved}"
         ));
-        let next = self.fleet.wait_leader(among, &mark).await?;
+        let next = self.fleet.wait_leader(among, mark).await?;
         let led_after = next.at.duration_since(sent).unwrap_or_default();
         self.out.step(format!(
             "{} leads with term {}, {} after the {signame}",
@@ -1278,19 +1130,20 @@ impl Demo<'_> {
             human(led_after)
         ));
         // The writer's own account of its new leadership: how many statuses it holds.
+        let what = format!("{:?}", message::SWEEP_STARTED);
         let sweep_start = self
             .fleet
             .wait_line(
                 &next.replica,
-                &mark,
-                "\"leading: writing every cached status\"",
-                |l| {
-                    l.message() == "leading: writing every cached status"
-                        && l.term().as_deref() == Some(next.term.as_str())
-                },
+                mark,
+                &what,
+                |l| matches!(l.event, Some(Event::SweepStarted { term, .. }) if term == next.term),
             )
             .await?;
-        let cached = sweep_start.count("statuses").unwrap_or(0);
+        let cached = match sweep_start.event {
+            Some(Event::SweepStarted { statuses, .. }) => statuses,
+            _ => 0,
+        };
         let api = Api::<HttpRoute>::namespaced(self.client.clone(), route.namespace.unwrap_or(NS));
         let what = format!("ResolvedRefs {resolved} from a replica");
         let r = await_object(api, route, &what, &self.fleet.dir, move |r| {
@@ -1301,37 +1154,40 @@ impl Demo<'_> {
         let mut first_write = None;
         match writer {
             Some((w, _)) if w == next.replica => {
-                let first = self.first_write(&next, &mark).await?;
+                let first = self.first_write(&next, mark).await?;
                 let after = first.at.duration_since(sent).unwrap_or_default();
                 first_write = Some(after);
                 self.out.step(format!(
                     "{}'s first status write ({}): {} after the {signame}",
                     next.replica,
-                    first.object(),
+                    written_object(&first),
                     human(after)
                 ));
                 // Only a leadership that began with cached statuses checks them all and says so.
                 if cached > 0 {
+                    let what = format!("{:?}", message::SWEEP_DONE);
                     let done = self
                         .fleet
-                        .wait_line(
-                            &next.replica,
-                            &mark,
-                            "\"every cached status checked\"",
-                            |l| {
-                                l.message() == "every cached status checked"
-                                    && l.term().as_deref() == Some(next.term.as_str())
-                            },
-                        )
+                        .wait_line(&next.replica, mark, &what, |l| {
+                            matches!(l.event, Some(Event::SweepDone { term, .. }) if term == next.term)
+                        })
                         .await?;
-                    self.out.step(format!(
-                        "{} checked its {cached} cached statuses in {}: {} written, {} unchanged, {} other",
-                        next.replica,
-                        human(done.millis("took_ms").unwrap_or_default()),
-                        done.count("written").unwrap_or_default(),
-                        done.count("unchanged").unwrap_or_default(),
-                        done.count("other").unwrap_or_default(),
-                    ));
+                    if let Some(Event::SweepDone {
+                        written,
+                        unchanged,
+                        other,
+                        took_ms,
+                        ..
+                    }) = done.event
+                    {
+                        let took = Duration::try_from_secs_f64(took_ms / 1e3).unwrap_or_default();
+                        self.out.step(format!(
+                            "{} checked its {cached} cached statuses in {}: {written} written, \
+                             {unchanged} unchanged, {other} other",
+                            next.replica,
+                            human(took),
+                        ));
+                    }
                 }
             }
             Some((w, term)) if w == leader.replica => self.out.note(format!(
@@ -1392,35 +1248,21 @@ async fn run(
     let lock = LockServer::start(backend).await?;
     out.step(format!("the lock: {}", lock.describe()));
     let kubeconfig = server.kubeconfig_path().display().to_string();
-    let flags = lock.flags();
-    let fleet = Fleet::start(
-        bin,
-        |name| {
-            let mut a = vec!["--lock-backend".to_string(), lock.backend().to_string()];
-            a.extend(["--kubeconfig".to_string(), kubeconfig.clone()]);
-            a.extend(flags.clone());
-            a.extend(
-                [
-                    "--lease-duration",
-                    LEASE_DURATION,
-                    "--renew-deadline",
-                    RENEW_DEADLINE,
-                    "--retry-period",
-                    RETRY_PERIOD,
-                    "--leader-election-identity",
-                    name,
-                    "--log-format",
-                    "json",
-                    // Three replicas on one machine: each its own free health port.
-                    "--health-addr",
-                    "127.0.0.1:0",
-                ]
-                .map(String::from),
-            );
-            a
-        },
-        dir,
-    )?;
+    let mut args = vec!["--lock-backend".to_string(), lock.backend().to_string()];
+    args.extend(["--kubeconfig".to_string(), kubeconfig]);
+    args.extend(lock.flags());
+    args.extend(
+        [
+            "--lease-duration",
+            LEASE_DURATION,
+            "--renew-deadline",
+            RENEW_DEADLINE,
+            "--retry-period",
+            RETRY_PERIOD,
+        ]
+        .map(String::from),
+    );
+    let fleet = Fleet::start(bin, &args, dir)?;
     out.step(format!(
         "started {}; their logs: {}",
         list(&REPLICAS.map(String::from)),
