@@ -2,14 +2,15 @@
 //! and the field names each is logged with ([`message`], [`field`]), and [`Event`], the typed
 //! reading of such a line.
 //!
-//! The binary logs its own lines (its leadership changes, its health server's address) with the
-//! names from here. The libraries that log the others, `leader-lock`'s elector (the release),
-//! `gateway-leader-status`'s writer (the writes and the new leader's sweep) and the etcd lock
-//! (the member it talks to), spell the same names in their own source, since a library does
-//! not depend on the product; the tests that wait for those lines keep the two equal. Whoever
-//! reads them parses with [`Event::parse`]: the bench and its split-brain checker, the tests,
-//! the demo, an operator's tooling. Every other line is for people, and its wording may change
-//! in any release; a change to these is a breaking change of this crate.
+//! The binary (its leadership changes, its health server's address) and
+//! `gateway-leader-status`'s writer (the writes and the new leader's sweep) log their lines with
+//! the names from here. The general-purpose libraries that log the others, `leader-lock`'s
+//! elector (the release) and the etcd lock (the member it talks to), spell the same names in
+//! their own source, since they do not depend on this product; the tests that wait for those
+//! lines keep the two equal. Whoever reads them parses with [`Event::parse`]: the bench and its
+//! split-brain checker, the tests, the demo, an operator's tooling. Every other line is for
+//! people, and its wording may change in any release; a change to these is a breaking change of
+//! this crate.
 //!
 //! The binary logs JSON with `--log-format json`: one object per line, the event's fields
 //! flattened beside [`field::MESSAGE`]. Instants that other processes compare with are
