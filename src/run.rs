@@ -18,6 +18,7 @@ use crate::backend;
 use crate::config::{Settings, Wakeup};
 use crate::health::{self, Health};
 use crate::metrics::Metrics;
+use gateway_leader_log::{field, message};
 use gateway_leader_status::{Readiness, StatusController, WriterConfig};
 use leader_lock::clock;
 use leader_lock::wrap::{InstrumentedLock, PollingLock};
@@ -66,31 +67,38 @@ fn log_changes(leadership: &Leadership) -> tokio::task::JoinHandle<()> {
                 (None, _) => false,
             };
             last = Some(state.clone());
-            // `mono_ms` (CLOCK_MONOTONIC) lets `bench` and its split-brain checker compare these
-            // instants across processes; `valid_until_mono_ms` is the validity deadline, moved by
-            // each renew (logged at debug, so only when asked for).
+            // Lines that machines read (gateway-leader-log declares them): `mono_ms`
+            // (CLOCK_MONOTONIC) lets the bench and its split-brain checker compare these instants
+            // across processes; the validity deadline moves with each renew (logged at debug, so
+            // only when asked for).
             let mono_ms = clock::instant_mono_ms(at);
             if same {
                 if let LeaderState::Leader { term, valid_until } = state {
-                    debug!(%term, mono_ms, valid_until_mono_ms = clock::instant_mono_ms(valid_until),
-                        "leadership: renewed");
+                    debug!({ field::TERM } = %term, { field::MONO_MS } = mono_ms,
+                        { field::VALID_UNTIL_MONO_MS } = clock::instant_mono_ms(valid_until),
+                        "{}", message::RENEWED);
                 }
             } else {
                 match state {
                     // Terms are logged as text (`Display`), so `term` has one JSON type
                     // everywhere, the disabled marker included.
-                    LeaderState::Leader { term, valid_until } => info!(term = %term, mono_ms,
-                        valid_until_mono_ms = clock::instant_mono_ms(valid_until), "leadership: leading"),
+                    LeaderState::Leader { term, valid_until } => info!(
+                        { field::TERM } = %term,
+                        { field::MONO_MS } = mono_ms,
+                        { field::VALID_UNTIL_MONO_MS } = clock::instant_mono_ms(valid_until),
+                        "{}", message::LEADING
+                    ),
                     LeaderState::Follower { holder, term } => info!(
-                        holder = holder.as_deref().unwrap_or("unknown"),
+                        { field::HOLDER } = holder.as_deref().unwrap_or(field::HOLDER_UNKNOWN),
                         // `display` comes with the macro.
-                        term = term.map(display),
-                        mono_ms,
-                        "leadership: following"
+                        { field::TERM } = term.map(display),
+                        { field::MONO_MS } = mono_ms,
+                        "{}",
+                        message::FOLLOWING
                     ),
                     LeaderState::Starting => {}
                     LeaderState::Stopped => {
-                        info!(mono_ms, "leadership: stopped");
+                        info!({ field::MONO_MS } = mono_ms, "{}", message::STOPPED);
                         return;
                     }
                 }
@@ -353,12 +361,18 @@ mod tests {
         let logged_at = clock::mono_ms();
         let text = String::from_utf8(buf.0.lock().unwrap_or_else(|p| p.into_inner()).clone())
             .expect("utf-8");
+        // Read as the bench reads it: the line is the declared event.
         let leading: serde_json::Value = text
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
-            .find(|v: &serde_json::Value| v["message"] == "leadership: leading")
+            .find(|v| {
+                matches!(
+                    gateway_leader_log::Event::from_json(v),
+                    Some(gateway_leader_log::Event::Leading { term: 3, .. })
+                )
+            })
             .unwrap_or_else(|| panic!("no leading line in {text}"));
-        let at = leading["mono_ms"].as_f64().expect("mono_ms");
+        let at = gateway_leader_log::mono_ms(&leading).expect("mono_ms");
         // Stamped five (paused) seconds before the logger looked, not when it looked.
         assert!(logged_at - at >= 4_000.0, "{logged_at} - {at}: {text}");
     }

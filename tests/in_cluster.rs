@@ -8,6 +8,7 @@
 
 mod common;
 
+use gateway_leader_log::message;
 use std::time::Duration;
 
 use common::deploy::{deploy_dir, one, render};
@@ -26,9 +27,9 @@ use kube::Api;
 async fn the_base_rbac_is_enough_in_cluster() {
     let c = InCluster::new("enough", Without::Nothing).await;
     let mut a = c.start("gateway-leader-a");
-    blocking(|| a.wait_for("leadership: leading", PATIENCE));
+    blocking(|| a.wait_for(message::LEADING, PATIENCE));
     let mut b = c.start("gateway-leader-b");
-    blocking(|| b.wait_for("leadership: following", PATIENCE));
+    blocking(|| b.wait_for(message::FOLLOWING, PATIENCE));
     // The client was built from the service account, not from some kubeconfig.
     let ready = blocking(|| a.wait_for("kubernetes configuration loaded", PATIENCE));
     assert_eq!(
@@ -74,9 +75,9 @@ async fn the_base_rbac_is_enough_in_cluster() {
 
     // SIGTERM, as the kubelet sends: the leader releases, the follower takes over and writes.
     a.terminate();
-    blocking(|| a.wait_for("released leadership", PATIENCE));
+    blocking(|| a.wait_for(message::RELEASED, PATIENCE));
     assert_eq!(blocking(|| a.wait_exit(PATIENCE)), Some(0));
-    blocking(|| b.wait_for("leadership: leading", PATIENCE));
+    blocking(|| b.wait_for(message::LEADING, PATIENCE));
     c.route_to_a_missing_service_written_by("gateway-leader-b")
         .await;
     for r in [&mut a, &mut b] {
@@ -318,11 +319,7 @@ async fn run_case(case: &'static Case) {
     if let Some(churn) = churn {
         churn.abort();
     }
-    let leading = |r: &mut Replica| {
-        r.lines()
-            .iter()
-            .any(|l| l.message() == "leadership: leading")
-    };
+    let leading = |r: &mut Replica| r.lines().iter().any(|l| l.message() == message::LEADING);
     match case.without {
         Without::RoleRule(0) => {
             // No Lease can be read or made: nobody leads, so nothing is written.
@@ -459,9 +456,9 @@ async fn the_etcd_overlay_needs_no_role() {
     .map(|a| a.to_string())
     .collect();
     let mut a = c.start_with("gateway-leader-a", args.clone());
-    blocking(|| a.wait_for("leadership: leading", PATIENCE));
+    blocking(|| a.wait_for(message::LEADING, PATIENCE));
     let mut b = c.start_with("gateway-leader-b", args);
-    blocking(|| b.wait_for("leadership: following", PATIENCE));
+    blocking(|| b.wait_for(message::FOLLOWING, PATIENCE));
     c.wait_written().await;
     let r = c.routes.get("route").await.expect("route");
     assert!(status_managers(&r).contains(&manager_of("gateway-leader-a")));
