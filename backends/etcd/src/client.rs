@@ -11,9 +11,9 @@ use leader_lock::LockError;
 use tokio::sync::Mutex;
 
 use crate::error::map_error;
-use crate::handover::Successor;
 use crate::keepalive::{KeepAliveError, LeaseStream};
 use crate::knowledge::Knowledge;
+use crate::successor::Successor;
 use crate::timeout::RequestTimeout;
 use crate::value::StoredValue;
 
@@ -79,7 +79,7 @@ pub(crate) struct State {
 }
 
 /// A live candidate chosen while leading, so that a release hands over without reads first
-/// (`handover.rs`).
+/// (`successor.rs`).
 pub(crate) struct Chosen {
     /// `None`: nobody was alive to hand over to (a release looks again).
     pub(crate) successor: Option<Successor>,
@@ -117,7 +117,7 @@ pub(crate) struct Inner {
     /// feeds it too (a registration it shows is a live candidate).
     pub(crate) choice: Arc<std::sync::Mutex<Choice>>,
     /// When an elector last used this lock (an attempt, or a change its watch delivered): a
-    /// candidacy is kept only while someone campaigns with it (`lease::keep_spare`).
+    /// candidacy is kept only while someone campaigns with it (`spare::keep_spare`).
     pub(crate) used: Arc<std::sync::Mutex<Instant>>,
 }
 

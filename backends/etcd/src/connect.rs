@@ -11,10 +11,10 @@ use crate::client::{Inner, State};
 use crate::config::{self, EtcdConfig};
 use crate::error::map_error;
 use crate::knowledge::Knowledge;
-use crate::lease::keep_spare;
 use crate::lock::EtcdLock;
 use crate::members::member_fault;
 use crate::members::Members;
+use crate::spare::keep_spare;
 use crate::timeout::RequestTimeout;
 use crate::tls::tls_options;
 

@@ -9,7 +9,7 @@
 //! lock keeps one client per endpoint instead and talks to one member at a time: a request that
 //! fails or times out moves the lock to another member (the first in turn that answers a status
 //! request and knows a Raft leader), the attempt is retried there at once
-//! (`lock.rs`), the lease keep-alive stream reopens there (`keepalive.rs`), and a watch opened on
+//! (`lock/attempt.rs`), the lease keep-alive stream reopens there (`keepalive.rs`), and a watch opened on
 //! the member left behind ends so the elector reopens it on the new one (`watch.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -39,7 +39,7 @@ struct Member {
 const ELECTION_POLL: Duration = Duration::from_millis(50);
 
 /// How many request timeouts a choice waits for an election at most: an attempt's whole budget
-/// (`lock.rs`), past which a hanging write costs no more than giving up.
+/// (`lock/attempt.rs`), past which a hanging write costs no more than giving up.
 const ELECTION_TRIES: u32 = 4;
 
 /// The members and which one is current.
