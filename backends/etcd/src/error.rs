@@ -33,6 +33,11 @@ pub(crate) fn map_error(endpoints: &str, what: &str, e: etcd_client::Error) -> L
     }
 }
 
+/// Whether `e` says that the lease a request used is gone (etcd's "requested lease not found").
+pub(crate) fn lease_not_found(e: &LockError) -> bool {
+    matches!(e, LockError::Unavailable { message, .. } if message.contains("lease not found"))
+}
+
 #[cfg(test)]
 mod tests {
     use std::error::Error as _;

@@ -5,6 +5,7 @@
 //! docs/etcd.md: a record that stops changing is stale `lease` after it was first seen, and a
 //! record that vanished without a release is free `lease` after its last version was first seen.
 
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -67,6 +68,18 @@ impl<'a> From<&'a etcd_client::KeyValue> for Seen<'a> {
             lease: kv.lease(),
             value: kv.value(),
         }
+    }
+}
+
+/// What the lock knows of the key ([`Knowledge`]) behind its own lock, shared with the watch
+/// that feeds it. Never held across a request.
+#[derive(Clone, Default)]
+pub(crate) struct Observed(Arc<Mutex<Knowledge>>);
+
+impl Observed {
+    /// The knowledge, for one decision or update.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Knowledge> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

@@ -1,24 +1,28 @@
 //! The release in one write, and a stopping follower's withdrawal of its candidacy
 //! (docs/etcd.md, "Handover: one write").
 
-use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{
+    Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+};
 use leader_lock::{Candidate, LockError, Term};
 use tokio::time::Instant;
 use tracing::info;
 
-use crate::client::Inner;
+use super::Inner;
+use crate::held::Held;
 use crate::knowledge::Seen;
-use crate::successor::Successor;
+use crate::spare::Spare;
+use crate::successor::{self, Successor};
 use crate::value::{term, StoredValue};
 
 impl Inner {
     /// Releases what we hold: hands the key to a live candidate in the release transaction, or
     /// deletes it and writes the release marker; one write either way.
-    pub(crate) async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {
+    pub(super) async fn release(&self, c: &Candidate, term: Term) -> Result<bool, LockError> {
         let Ok(rev) = i64::try_from(term.0) else {
             return Ok(false);
         };
-        let mut st = self.state.lock().await;
+        let mut st = self.holding.lock().await;
         let ours = st
             .held
             .as_ref()
@@ -29,97 +33,128 @@ impl Inner {
         let Some(h) = st.held.take() else {
             return Ok(false);
         };
-        // Our candidacy goes in the same write, whatever else it does: it is on the lease we
-        // let go after, whose revoke this process may not live to send, and a candidacy that
-        // outlives its process would be handed the lock by the next release.
-        let own = self.candidacy(&h.holder);
-        let release = self.marked_release(
-            vec![
-                Compare::create_revision(self.key.clone(), CompareOp::Equal, h.create_rev),
-                Compare::lease(self.key.clone(), CompareOp::Equal, h.lease.id()),
-            ],
-            rev,
-            &own,
-        );
         // Chosen ahead, or now (any failure here only means a plain release).
-        let ahead = self.chosen(h.lease.ttl(), &h.holder);
+        let ahead = self.succession.take_fresh(h.lease.ttl(), &h.holder);
         let chosen_ahead = ahead.is_some();
         let successor = match ahead {
             Some(s) => Some(s),
-            None => self.choose(&h.holder).await.ok().flatten(),
+            None => successor::look_up(&self.conn, &self.keys, &h.holder)
+                .await
+                .ok()
+                .flatten(),
         };
         let handed = successor
             .as_ref()
             .map(Successor::handed)
             .unwrap_or_default();
-        let txn = match &successor {
-            // The key moves onto the successor's lease under its name, if it is still the
-            // version we wrote last and the candidacy is still the one we read (a candidate
-            // whose lease ended has no candidacy left); else the plain release.
-            Some(s) => Txn::new()
-                .when([
-                    Compare::create_revision(self.key.clone(), CompareOp::Equal, h.create_rev),
-                    Compare::lease(self.key.clone(), CompareOp::Equal, h.lease.id()),
-                    Compare::mod_revision(self.key.clone(), CompareOp::Equal, h.mod_rev),
-                    Compare::mod_revision(s.key.clone(), CompareOp::Equal, s.mod_rev),
-                ])
-                .and_then([
-                    TxnOp::put(
-                        self.key.clone(),
-                        handed.clone(),
-                        Some(PutOptions::new().with_lease(s.lease)),
-                    ),
-                    TxnOp::delete(own, None),
-                ])
-                .or_else([TxnOp::txn(release)]),
-            None => release,
-        };
+        let txn = self.release_txn(&h, successor.as_ref(), &handed);
         let answer = self
+            .conn
             .call("release transaction", |c| async move {
                 c.kv_client().txn(txn).await
             })
             .await;
-        let outcome = answer.map(|r| {
-            let at = r.header().map(|x| x.revision()).unwrap_or(0);
-            let released = match &successor {
-                Some(s) if r.succeeded() => {
-                    info!(key = %self.key_text, term = %rev, successor = %s.value.holder, successor_term = %at,
-                        chosen_ahead, "handed the lock over to a live candidate");
-                    self.knowledge().present(
-                        at,
-                        Seen {
-                            create_rev: h.create_rev,
-                            mod_rev: at,
-                            lease: s.lease,
-                            value: &handed,
-                        },
-                        Instant::now(),
-                    );
-                    return true;
-                }
-                Some(_) => r.op_responses().into_iter().any(|o| match o {
-                    TxnOpResponse::Txn(t) => t.succeeded(),
-                    _ => false,
-                }),
-                None => r.succeeded(),
-            };
-            if released {
-                self.note_released(at, rev);
+        let outcome = answer.map(|r| match &successor {
+            Some(s) if r.succeeded() => {
+                self.handed_over(&h, s, &handed, &r, chosen_ahead);
+                true
             }
-            released
+            _ => self.released(&r, successor.is_some(), rev),
         });
         // Released, the lease holds nothing (the key and our candidacy went in the write): it
         // is left to expire, not revoked. A revoke is a raft write, and even sent in the
         // background it lands while the successor's keep-alive and read wait for etcd to apply
-        // every committed write (or while a follower's acquire waits for its own fsync): the
-        // bench saw the successor's take slowed from 0.5 ms to 1-6 ms by it. A release that
-        // failed revokes the lease, which removes what is left of ours.
+        // every committed write (or while a follower's acquire waits for its own fsync), and
+        // slows the take (docs/etcd.md, "Handover: one write"). A release that failed revokes
+        // the lease, which removes what is left of ours.
         if matches!(outcome, Ok(true)) {
             drop(h.lease);
         } else {
-            self.abandon(h.lease);
+            self.conn.abandon(h.lease);
         }
         outcome
+    }
+
+    /// The release transaction of `h`. With a `successor`, the key moves onto its lease under
+    /// its name (`handed`: `Successor::handed`), if it is still the version we wrote last and the candidacy is still the one we
+    /// read (a candidate whose lease ended has no candidacy left); else (nested) the plain
+    /// release: the key deleted and the release marker written.
+    ///
+    /// Our candidacy goes in the same write, whatever else it does: it is on the lease we let
+    /// go after, whose revoke this process may not live to send, and a candidacy that outlives
+    /// its process would be handed the lock by the next release.
+    fn release_txn(&self, h: &Held, successor: Option<&Successor>, handed: &[u8]) -> Txn {
+        let key = &self.keys.key;
+        let own = self.keys.candidacy(&h.holder);
+        let release = self.marked_release(
+            vec![
+                Compare::create_revision(key.clone(), CompareOp::Equal, h.create_rev),
+                Compare::lease(key.clone(), CompareOp::Equal, h.lease.id()),
+            ],
+            h.term,
+            &own,
+        );
+        let Some(s) = successor else {
+            return release;
+        };
+        Txn::new()
+            .when([
+                Compare::create_revision(key.clone(), CompareOp::Equal, h.create_rev),
+                Compare::lease(key.clone(), CompareOp::Equal, h.lease.id()),
+                Compare::mod_revision(key.clone(), CompareOp::Equal, h.mod_rev),
+                Compare::mod_revision(s.key.clone(), CompareOp::Equal, s.mod_rev),
+            ])
+            .and_then([
+                TxnOp::put(
+                    key.clone(),
+                    handed.to_vec(),
+                    Some(PutOptions::new().with_lease(s.lease)),
+                ),
+                TxnOp::delete(own, None),
+            ])
+            .or_else([TxnOp::txn(release)])
+    }
+
+    /// The release transaction `r` handed `h`'s key to `s`, with the value `handed`.
+    fn handed_over(
+        &self,
+        h: &Held,
+        s: &Successor,
+        handed: &[u8],
+        r: &TxnResponse,
+        chosen_ahead: bool,
+    ) {
+        let at = r.header().map(|x| x.revision()).unwrap_or(0);
+        info!(key = %self.keys.text, term = %h.term, successor = %s.value.holder, successor_term = %at,
+            chosen_ahead, "handed the lock over to a live candidate");
+        self.observed.lock().present(
+            at,
+            Seen {
+                create_rev: h.create_rev,
+                mod_rev: at,
+                lease: s.lease,
+                value: handed,
+            },
+            Instant::now(),
+        );
+    }
+
+    /// Whether the release transaction `r` of `term` deleted the key (its nested plain release,
+    /// when it `nested` one); noted if so.
+    fn released(&self, r: &TxnResponse, nested: bool, term: i64) -> bool {
+        let released = if nested {
+            r.op_responses().into_iter().any(|o| match o {
+                TxnOpResponse::Txn(t) => t.succeeded(),
+                _ => false,
+            })
+        } else {
+            r.succeeded()
+        };
+        if released {
+            let at = r.header().map(|x| x.revision()).unwrap_or(0);
+            self.note_released(at, term);
+        }
+        released
     }
 
     /// Takes our candidacy back: a follower stopping (`LeaderLock::withdraw`).
@@ -128,20 +163,24 @@ impl Inner {
     /// a release that read our candidacy before this); then the key is released as its holder
     /// would release it, so the followers take it at once instead of waiting out a vanished
     /// record. The spare lease is let go either way.
-    pub(crate) async fn withdraw(&self, me: &str) -> Result<(), LockError> {
+    pub(super) async fn withdraw(&self, me: &str) -> Result<(), LockError> {
         // No attempt under way meanwhile: it could take the spare or the key.
-        let _st = self.state.lock().await;
-        let Some(spare) = self.spare.lock().await.take() else {
+        let _st = self.holding.lock().await;
+        let Some(spare) = Spare::withdraw(&mut *self.spare.lock().await) else {
             return Ok(());
         };
-        *self.registered.lock().unwrap_or_else(|p| p.into_inner()) = 0;
         let id = spare.id();
-        let own = self.candidacy(me);
+        let own = self.keys.candidacy(me);
         let txn = Txn::new()
-            .when([Compare::lease(self.key.clone(), CompareOp::NotEqual, id)])
+            .when([Compare::lease(
+                self.keys.key.clone(),
+                CompareOp::NotEqual,
+                id,
+            )])
             .and_then([TxnOp::delete(own.clone(), None)])
-            .or_else([TxnOp::get(self.key.clone(), None)]);
+            .or_else([TxnOp::get(self.keys.key.clone(), None)]);
         let withdrawn = self
+            .conn
             .call("candidacy withdrawal", |c| async move {
                 c.kv_client().txn(txn).await
             })
@@ -157,7 +196,7 @@ impl Inner {
             Some(kv) => self.release_handed(&kv, own).await,
             None => withdrawn.map(|_| ()),
         };
-        self.abandon(spare);
+        self.conn.abandon(spare);
         outcome
     }
 
@@ -167,22 +206,24 @@ impl Inner {
         let t = StoredValue::parse(kv.value())
             .map(|v| term(&v, kv.create_revision(), kv.mod_revision()))
             .map_err(LockError::malformed)?;
+        let key = &self.keys.key;
         let txn = self.marked_release(
             vec![
-                Compare::create_revision(self.key.clone(), CompareOp::Equal, kv.create_revision()),
-                Compare::mod_revision(self.key.clone(), CompareOp::Equal, kv.mod_revision()),
-                Compare::lease(self.key.clone(), CompareOp::Equal, kv.lease()),
+                Compare::create_revision(key.clone(), CompareOp::Equal, kv.create_revision()),
+                Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision()),
+                Compare::lease(key.clone(), CompareOp::Equal, kv.lease()),
             ],
             t,
             &own,
         );
         let r = self
+            .conn
             .call("release of a key handed to us", |c| async move {
                 c.kv_client().txn(txn).await
             })
             .await?;
         if r.succeeded() {
-            info!(key = %self.key_text, term = %t, "released the lock key a release handed to us while we were stopping");
+            info!(key = %self.keys.text, term = %t, "released the lock key a release handed to us while we were stopping");
             self.note_released(r.header().map(|x| x.revision()).unwrap_or(0), t);
         }
         Ok(())
@@ -194,8 +235,8 @@ impl Inner {
         Txn::new()
             .when(when)
             .and_then([
-                TxnOp::delete(self.key.clone(), None),
-                TxnOp::put(self.marker.clone(), term.to_string(), None),
+                TxnOp::delete(self.keys.key.clone(), None),
+                TxnOp::put(self.keys.marker.clone(), term.to_string(), None),
                 TxnOp::delete(own.to_vec(), None),
             ])
             .or_else([TxnOp::delete(own.to_vec(), None)])
@@ -203,7 +244,7 @@ impl Inner {
 
     /// What this contender knows after its release of `term` went through at revision `at`.
     fn note_released(&self, at: i64, term: i64) {
-        let mut k = self.knowledge();
+        let mut k = self.observed.lock();
         k.deleted(at, None, Instant::now());
         k.released(term);
     }

@@ -8,7 +8,8 @@ use leader_lock::{LockError, Term};
 use tokio::time::Instant;
 use tracing::info;
 
-use crate::client::{Held, Inner, State, Unanswered};
+use super::Inner;
+use crate::held::{Held, Holding};
 use crate::keepalive::{LeaseState, LeaseStream};
 use crate::knowledge::{Seen, Version};
 use crate::value::{revision, term, StoredValue};
@@ -45,19 +46,20 @@ impl Inner {
     /// key; the hold counts from the attempt, sent before both, as any other.
     ///
     /// A key naming us on any other lease (a stale or duplicate record) is not taken.
-    pub(crate) async fn take_handover(
+    pub(super) async fn take_handover(
         &self,
-        st: &mut State,
+        st: &mut Holding,
         me: &str,
         ttl: i64,
     ) -> Result<Handover, LockError> {
         let mut slot = self.spare.lock().await;
         let handed = slot
+            .lease
             .as_ref()
             .filter(|s| s.ttl() == ttl)
             .and_then(|s| self.handed_by_watch(s, me, ttl));
         if let Some((version, from)) = handed {
-            if let Some(lease) = slot.take() {
+            if let Some(lease) = slot.lease.take() {
                 drop(slot);
                 let seen = Seen {
                     create_rev: version.create_rev,
@@ -72,19 +74,16 @@ impl Inner {
                 });
             }
         }
-        let Some(spare) = slot.as_mut().filter(|s| s.ttl() == ttl) else {
+        let Some(spare) = slot.lease.as_mut().filter(|s| s.ttl() == ttl) else {
             drop(slot);
             return Ok(Handover::Not(self.read().await?));
         };
         let spare_id = spare.id();
-        let (alive, read) = tokio::join!(
-            spare.keep_alive(&self.members, self.timeout.get()),
-            self.read()
-        );
+        let (alive, read) = tokio::join!(self.conn.keep_alive(spare), self.read());
         let resp = read?;
         if let Ok(LeaseState::Gone) = alive {
             // Expired or revoked: the key it carried is gone too, whatever the read said.
-            *slot = None;
+            slot.lease = None;
             return Ok(Handover::Not(resp));
         }
         let Some(kv) = resp
@@ -96,13 +95,14 @@ impl Inner {
             return Ok(Handover::Not(resp));
         };
         // Ours, but without a live lease behind it no validity: the next attempt looks again.
-        alive.map_err(|e| self.keep_alive_error(spare_id, e))?;
-        let Some(lease) = slot.take() else {
+        alive.map_err(|e| self.conn.keep_alive_error(spare_id, e))?;
+        let Some(lease) = slot.lease.take() else {
             return Ok(Handover::Not(resp));
         };
         drop(slot);
         let rev = resp.header().map(|x| x.revision()).unwrap_or(0);
-        self.knowledge()
+        self.observed
+            .lock()
             .present(rev, Seen::from(&kv), Instant::now());
         let term = self.lead_handed(st, me, Seen::from(&kv), lease, "a read")?;
         Ok(Handover::Taken {
@@ -119,7 +119,7 @@ impl Inner {
         me: &str,
         ttl: i64,
     ) -> Option<(Version, Instant)> {
-        let version = self.knowledge().current()?.clone();
+        let version = self.observed.lock().current()?.clone();
         if version.lease != spare.id() || !handed_to(&version.value, me) {
             return None;
         }
@@ -133,7 +133,7 @@ impl Inner {
     /// Leads on the key a release handed to us, seen as `kv`, on `lease` (our spare).
     fn lead_handed(
         &self,
-        st: &mut State,
+        st: &mut Holding,
         me: &str,
         kv: Seen<'_>,
         lease: LeaseStream,
@@ -141,21 +141,13 @@ impl Inner {
     ) -> Result<Term, LockError> {
         let value = StoredValue::parse(kv.value).map_err(LockError::malformed)?;
         let t = term(&value, kv.create_rev, kv.mod_rev);
-        info!(key = %self.key_text, term = %t, seen_by, "took the lock key handed over by the last holder's release");
-        st.held = Some(Held {
-            holder: me.to_string(),
-            create_rev: kv.create_rev,
-            term: t,
-            mod_rev: kv.mod_rev,
-            // Every renew carries the term from now on: the handover write is renewed away.
-            value: StoredValue {
-                term: Some(revision(t)),
-                ..value
-            },
-            written: kv.value.to_vec(),
-            unanswered: Unanswered::default(),
-            lease,
-        });
+        info!(key = %self.keys.text, term = %t, seen_by, "took the lock key handed over by the last holder's release");
+        // Every renew carries the term from now on: the handover write is renewed away.
+        let value = StoredValue {
+            term: Some(revision(t)),
+            ..value
+        };
+        st.held = Some(Held::new(me, kv, t, value, lease));
         Ok(Term(revision(t)))
     }
 }
