@@ -192,6 +192,32 @@ pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), Confi
             "etcd-endpoints: mixing http:// and https:// endpoints is not supported",
         ));
     }
+    check_tls(config)?;
+    match (&config.username, &config.password) {
+        (Some(u), _) if u.is_empty() => {
+            return Err(ConfigError::invalid(USERNAME, "etcd-username is empty"))
+        }
+        (Some(_), None) => return Err(ConfigError::UserWithoutPassword { setting: USERNAME }),
+        (None, Some(_)) => {
+            return Err(ConfigError::invalid(
+                "etcd-password",
+                "an etcd password is set without etcd-username",
+            ))
+        }
+        _ => {}
+    }
+    check_name(&config.key_prefix, KEY_PREFIX_CHARS, MAX_KEY_PREFIX_BYTES)
+        .map_err(|e| ConfigError::invalid("etcd-key-prefix", format!("etcd-key-prefix: {e}")))?;
+    let timeout = config
+        .request_timeout
+        .unwrap_or_else(|| EtcdConfig::request_timeout_for(timing));
+    check_timing(timing, timeout)
+}
+
+/// The TLS settings of [`validate`]: only with `https://`, a client certificate with its key,
+/// and each file readable and of its kind.
+fn check_tls(config: &EtcdConfig) -> Result<(), ConfigError> {
+    let tls = config.uses_tls();
     let tls_files = config.ca_file.is_some() || config.cert_file.is_some();
     if !tls && tls_files {
         return Err(ConfigError::invalid(
@@ -223,25 +249,7 @@ pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), Confi
             read_tls_file(setting, f, kind)?;
         }
     }
-    match (&config.username, &config.password) {
-        (Some(u), _) if u.is_empty() => {
-            return Err(ConfigError::invalid(USERNAME, "etcd-username is empty"))
-        }
-        (Some(_), None) => return Err(ConfigError::UserWithoutPassword { setting: USERNAME }),
-        (None, Some(_)) => {
-            return Err(ConfigError::invalid(
-                "etcd-password",
-                "an etcd password is set without etcd-username",
-            ))
-        }
-        _ => {}
-    }
-    check_name(&config.key_prefix, KEY_PREFIX_CHARS, MAX_KEY_PREFIX_BYTES)
-        .map_err(|e| ConfigError::invalid("etcd-key-prefix", format!("etcd-key-prefix: {e}")))?;
-    let timeout = config
-        .request_timeout
-        .unwrap_or_else(|| EtcdConfig::request_timeout_for(timing));
-    check_timing(timing, timeout)
+    Ok(())
 }
 
 /// The timing rules of etcd: leases of whole seconds, at least [`MIN_LEASE`], and requests that

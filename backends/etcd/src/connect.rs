@@ -78,49 +78,61 @@ impl EtcdLock {
         // (unless the config gives one); the channels' own connect and ping timeouts keep it.
         let request_timeout = RequestTimeout::new(config.request_timeout);
         let timeout = request_timeout.get();
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(timeout)
-            .with_keep_alive(PING_INTERVAL, timeout.max(Duration::from_secs(1)))
-            .with_keep_alive_while_idle(false);
-        if config.uses_tls() {
-            options = options.with_tls(tls_options(&config)?);
-        }
-        if let Some(user) = &config.username {
-            let password = config.password.clone().unwrap_or_default();
-            // Simple tokens expire (5 min by default); re-authenticate instead of failing.
-            options = options
-                .with_user(user.clone(), password)
-                .with_auto_token_refresh(true);
-        }
+        let options = connect_options(&config, timeout)?;
         let keys = Keys::new(&config.key_prefix, lock_name);
         let members = Members::new(&config.endpoints, options, request_timeout.clone());
         let conn = Conn::new(members, endpoints, request_timeout);
-        // The channels connect lazily: one read proves reachability, TLS and permissions. The
-        // members are tried in turn, so one member down at startup does not stop the replica;
-        // the first that answers becomes the current one.
-        let mut last = None;
-        for i in 0..conn.members().len() {
-            conn.members().settle(i);
-            match reach(&conn, &keys).await {
-                Ok(()) => {
-                    last = None;
-                    break;
-                }
-                // A refusal (authentication, permissions) is the same on every member.
-                Err(Some(e @ etcd_client::Error::GRpcStatus(_))) if !member_fault(&e) => {
-                    return Err(connect_error(&config, "reading the lock key", e).await)
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        match last {
-            None => {}
-            Some(None) => return Err(unreachable(&config, timeout).await),
-            Some(Some(e)) => return Err(connect_error(&config, "reading the lock key", e).await),
-        }
+        reach_one(&config, &conn, &keys, timeout).await?;
         conn.members().announce();
         Ok(EtcdLock::new(conn, keys))
     }
+}
+
+/// The options every member's client connects with: the deadline, HTTP/2 pings, TLS and the
+/// user.
+fn connect_options(config: &EtcdConfig, timeout: Duration) -> Result<ConnectOptions, LockError> {
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(timeout)
+        .with_keep_alive(PING_INTERVAL, timeout.max(Duration::from_secs(1)))
+        .with_keep_alive_while_idle(false);
+    if config.uses_tls() {
+        options = options.with_tls(tls_options(config)?);
+    }
+    if let Some(user) = &config.username {
+        let password = config.password.clone().unwrap_or_default();
+        // Simple tokens expire (5 min by default); re-authenticate instead of failing.
+        options = options
+            .with_user(user.clone(), password)
+            .with_auto_token_refresh(true);
+    }
+    Ok(options)
+}
+
+/// Reads the lock key on each member in turn until one answers, which becomes the current one.
+/// The channels connect lazily: one read proves reachability, TLS and permissions; one member
+/// down at startup does not stop the replica.
+async fn reach_one(
+    config: &EtcdConfig,
+    conn: &Conn,
+    keys: &Keys,
+    timeout: Duration,
+) -> Result<(), LockError> {
+    let mut last = None;
+    for i in 0..conn.members().len() {
+        conn.members().settle(i);
+        match reach(conn, keys).await {
+            Ok(()) => return Ok(()),
+            // A refusal (authentication, permissions) is the same on every member.
+            Err(Some(e @ etcd_client::Error::GRpcStatus(_))) if !member_fault(&e) => {
+                return Err(connect_error(config, "reading the lock key", e).await)
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(match last {
+        Some(Some(e)) => connect_error(config, "reading the lock key", e).await,
+        _ => unreachable(config, timeout).await,
+    })
 }
 
 /// Connects the current member and reads the lock key there, under the per-request timeout

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use etcd_client::GetResponse;
 use leader_lock::{LockError, Term};
+use tokio::sync::MutexGuard;
 use tokio::time::Instant;
 use tracing::info;
 
@@ -12,6 +13,7 @@ use super::Inner;
 use crate::held::{Held, Holding};
 use crate::keepalive::{LeaseState, LeaseStream};
 use crate::knowledge::{Seen, Version};
+use crate::spare::Slot;
 use crate::value::{revision, term, StoredValue};
 
 /// How a look for a key handed to us ended.
@@ -74,7 +76,23 @@ impl Inner {
                 });
             }
         }
-        let Some(spare) = slot.lease.as_mut().filter(|s| s.ttl() == ttl) else {
+        if slot.lease.as_ref().is_none_or(|s| s.ttl() != ttl) {
+            drop(slot);
+            return Ok(Handover::Not(self.read().await?));
+        }
+        self.take_by_read(st, me, slot).await
+    }
+
+    /// The round trip of `take_handover` without a watch's word (or a recent sure request):
+    /// the spare's keep-alive joined with a read of the key, no write; we lead if the read shows
+    /// the key handed to us on the spare, and the spare lives.
+    async fn take_by_read(
+        &self,
+        st: &mut Holding,
+        me: &str,
+        mut slot: MutexGuard<'_, Slot>,
+    ) -> Result<Handover, LockError> {
+        let Some(spare) = slot.lease.as_mut() else {
             drop(slot);
             return Ok(Handover::Not(self.read().await?));
         };
