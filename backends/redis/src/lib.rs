@@ -9,6 +9,7 @@
 
 mod config;
 mod connection;
+mod error;
 mod keys;
 mod knowledge;
 mod lock;

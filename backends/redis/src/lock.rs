@@ -7,13 +7,14 @@ use leader_lock::{
     Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord, Term,
     Timing,
 };
-use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::{RedisError, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::config::{check_config, check_timing, RedisConfig};
-use crate::connection::{is_auth, is_untrusted, manage, Primary};
+use crate::connection::{manage, Primary};
+use crate::error::classify;
 use crate::keys::Keys;
 use crate::knowledge::{Knowledge, Plan};
 use crate::scripts::{self, Scripts};
@@ -52,61 +53,6 @@ fn install_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
-}
-
-/// Maps a redis error to a lock error whose message names the endpoint and the setting to fix;
-/// the error itself is kept as the source.
-fn classify(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
-    let code = e.code().unwrap_or_default();
-    if is_auth(e) {
-        let message = format!(
-            "redis at {endpoint} rejected the credentials ({e}); check the username and the \
-             password"
-        );
-        return LockError::refused_from(message, e.clone());
-    }
-    let text = e.to_string();
-    // Inside a script a denied command comes back as a plain ERR with this wording.
-    let denied_in_script = text.contains("can't run this command");
-    if matches!(e.kind(), ErrorKind::Server(ServerErrorKind::NoPerm))
-        || code == "NOPERM"
-        || denied_in_script
-    {
-        let message = format!(
-            "redis at {endpoint}: the ACL user lacks a permission ({e}); it needs the commands \
-             EVAL, EVALSHA, SCRIPT LOAD, GET, SET, DEL, PTTL, INCR, EXISTS, TIME, INFO, PUBLISH, \
-             SUBSCRIBE and PING (and WAIT with redis-wait-replicas), the keys and channels under \
-             redis-key-prefix (see docs/redis.md)"
-        );
-        return LockError::refused_from(message, e.clone());
-    }
-    if matches!(e.kind(), ErrorKind::InvalidClientConfig) {
-        return LockError::refused_from(format!("redis-url {endpoint}: {e}"), e.clone());
-    }
-    if code == "GLBADTERM" || code == "WRONGTYPE" {
-        return LockError::malformed_from(format!("redis at {endpoint}: {e}"), e.clone());
-    }
-    if is_untrusted(e) {
-        let message = format!(
-            "redis at {endpoint}: the server's TLS certificate is not trusted ({e}); set \
-             redis-ca-file to the CA that signed it"
-        );
-        return LockError::refused_from(message, e.clone());
-    }
-    if e.is_timeout() {
-        return LockError::Timeout(timeout);
-    }
-    if matches!(e.kind(), ErrorKind::Server(ServerErrorKind::ReadOnly)) {
-        let message = format!(
-            "redis at {endpoint} is a read-only replica; redis-url must point to the primary ({e})"
-        );
-        return LockError::unavailable_from(message, e.clone());
-    }
-    if e.is_connection_refusal() {
-        let message = format!("cannot reach redis at {endpoint}: connection refused ({e})");
-        return LockError::unavailable_from(message, e.clone());
-    }
-    LockError::unavailable_from(format!("redis at {endpoint}: {e}"), e.clone())
 }
 
 impl RedisLock {
