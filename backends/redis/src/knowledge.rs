@@ -1,5 +1,6 @@
 //! What one client knows about the lock, on its own monotonic clock, shared by its attempts and
-//! its watch streams.
+//! its watch streams: the last live record seen, the last release, the subscriptions that hear
+//! every change, and the highest term seen. What this client holds is `held.rs`'s.
 //!
 //! Two rules rest on it (docs/redis.md, "Vanished records" and "Follower cost"):
 //! - a record that vanished without a release is not free until a lease has passed since this
@@ -7,7 +8,7 @@
 //! - while a watch hears every change (every acquire, renew and release publishes a message), a
 //!   follower's attempt is answered from what the watch heard, without a round trip.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -82,10 +83,6 @@ struct State {
     released: Option<(String, Term)>,
     /// Open subscriptions: id → the instant from which each hears every change.
     subs: HashMap<u64, Instant>,
-    /// The term each holder of this process last led under: a renew expects exactly it.
-    held: HashMap<String, Term>,
-    /// Every holder this process campaigned as.
-    candidates: HashSet<String>,
     /// The highest term seen; a new term is always above it.
     max_term: u64,
 }
@@ -96,7 +93,8 @@ impl State {
     }
 }
 
-/// Shared by a [`RedisLock`](crate::RedisLock) and its watch tasks.
+/// What this client knows of the lock's record, behind its own lock (never held across a
+/// request); shared by a [`RedisLock`](crate::RedisLock) and its watch tasks.
 #[derive(Debug, Default)]
 pub(crate) struct Knowledge {
     state: Mutex<State>,
@@ -150,11 +148,10 @@ impl Knowledge {
         st.released = Some((holder.to_string(), term));
     }
 
-    /// Notes that `me` won the lock: whatever holder was seen before is history.
+    /// Notes that `me` won the lock under `term`: whatever holder was seen before is history.
     pub fn won(&self, me: &str, term: Term) {
         let mut st = self.lock();
         st.saw_term(term);
-        st.held.insert(me.to_string(), term);
         if st.seen.as_ref().is_some_and(|s| s.rec.holder != me) {
             st.seen = None;
         }
@@ -215,31 +212,6 @@ impl Knowledge {
             knowledge: self.clone(),
             id,
         }
-    }
-
-    /// The term `me` leads under, as far as this process knows.
-    pub fn held(&self, me: &str) -> Option<Term> {
-        self.lock().held.get(me).copied()
-    }
-
-    /// Forgets that `me` leads; returns the term it held.
-    pub fn drop_held(&self, me: &str) -> Option<Term> {
-        self.lock().held.remove(me)
-    }
-
-    /// Notes that `me` campaigns through this client.
-    pub fn candidate(&self, me: &str) {
-        let mut st = self.lock();
-        if !st.candidates.contains(me) {
-            st.candidates.insert(me.to_string());
-        }
-    }
-
-    /// True when `holder` is one of our candidates that does not know it holds `term`: an
-    /// acquire whose reply was lost (timed out, connection dropped) was applied after all.
-    pub fn unaware_holder(&self, holder: &str, term: Term) -> bool {
-        let st = self.lock();
-        st.candidates.contains(holder) && st.held.get(holder) != Some(&term)
     }
 
     /// The lowest term this client may hand out: above every term it has seen.
@@ -383,10 +355,6 @@ mod tests {
         // Winning forgets the other holder.
         k.won("me", Term(9));
         assert!(k.current().is_none());
-        assert_eq!(k.held("me"), Some(Term(9)));
-        k.candidate("me");
-        assert!(!k.unaware_holder("me", Term(9)));
-        assert!(k.unaware_holder("me", Term(10)));
-        assert!(!k.unaware_holder("other", Term(10)));
+        assert_eq!(k.floor(), 10);
     }
 }

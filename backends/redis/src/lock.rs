@@ -15,8 +15,10 @@ use tracing::{debug, info, warn};
 use crate::config::{check_config, check_timing, RedisConfig};
 use crate::connection::{manage, Primary};
 use crate::error::classify;
+use crate::held::Holds;
 use crate::keys::Keys;
-use crate::knowledge::{Knowledge, Plan};
+use crate::knowledge::{Guard, Knowledge, Plan};
+use crate::reply::AcquireReply;
 use crate::scripts::{self, Scripts};
 use crate::value::{self, bytes, int, pttl_wait};
 use crate::watch::WatchTask;
@@ -33,9 +35,11 @@ pub struct RedisLock {
     /// The primary's connection; with Sentinel it moves to the promoted replica on a failover.
     primary: Primary,
     scripts: Arc<Scripts>,
-    /// What this client knows of the lock: the holders it campaigns as and the terms they hold,
-    /// the highest term seen, the last live holder seen and whether a watch hears every change.
+    /// What this client knows of the lock: the highest term seen, the last live holder seen and
+    /// whether a watch hears every change.
     knowledge: Arc<Knowledge>,
+    /// The holders campaigning through this client, and the term each holds.
+    holds: Arc<Holds>,
     /// `WAIT` for this many replicas after every acquire and renew (0: do not wait).
     wait_replicas: u32,
 }
@@ -147,6 +151,7 @@ impl RedisLock {
                 get: scripts::get(),
             }),
             knowledge: Arc::new(Knowledge::default()),
+            holds: Arc::new(Holds::default()),
             wait_replicas: config.wait_replicas,
         })
     }
@@ -227,6 +232,115 @@ impl RedisLock {
         Ok(())
     }
 
+    /// Runs the acquire script for `me` (expecting to hold `expect`, with the client's `guard`
+    /// for a lock gone without a trace); its reply and when it arrived.
+    async fn acquire(
+        &self,
+        me: &str,
+        lease_ms: u64,
+        expect: Option<Term>,
+        guard: Guard,
+    ) -> Result<(AcquireReply, Instant), LockError> {
+        let mut inv = self.scripts.acquire.prepare_invoke();
+        inv.key(&self.keys.holder)
+            .key(&self.keys.term)
+            .key(&self.keys.state)
+            .arg(me)
+            .arg(lease_ms)
+            .arg(now_ms())
+            .arg(expect.map(|t| t.0.to_string()).unwrap_or_default())
+            .arg(self.knowledge.floor())
+            .arg(&self.keys.events)
+            .arg(guard.arg());
+        let reply: Vec<Value> = self.run(inv).await?;
+        let got = Instant::now();
+        Ok((AcquireReply::parse(&reply)?, got))
+    }
+
+    /// What the acquire script's `reply` (arrived at `got`) means for `me`.
+    async fn settle(
+        &self,
+        me: &str,
+        reply: AcquireReply,
+        got: Instant,
+    ) -> Result<Attempt, LockError> {
+        let wait = match reply {
+            AcquireReply::Leader(term) => {
+                self.knowledge.won(me, term);
+                self.holds.won(me, term);
+                // Held, but only counted once enough replicas have it: until then a failover
+                // could promote a replica without the record.
+                self.wait_for_replicas().await?;
+                return Ok(Attempt::leader(term));
+            }
+            AcquireReply::Taken { raw, pttl } => {
+                self.holds.drop_held(me);
+                return self.taken(me, &raw, pttl, got);
+            }
+            AcquireReply::Gone => {
+                let lost = self.holds.drop_held(me);
+                warn!(lock = %self.describe(), term = ?lost, "our lock key is gone; stepping down");
+                Duration::ZERO
+            }
+            AcquireReply::Restarted(wait) => {
+                debug!(lock = %self.describe(), ?wait,
+                    "redis restarted less than a lease ago; not taking a vanished lock yet");
+                wait
+            }
+            AcquireReply::Vanished(wait) => {
+                debug!(lock = %self.describe(), ?wait,
+                    "the lock record vanished without a release; waiting out its holder's lease");
+                wait
+            }
+            AcquireReply::Traceless => self.traceless(got),
+        };
+        Ok(Attempt::Follower {
+            holder: None,
+            term: None,
+            retry_after: Some(wait),
+        })
+    }
+
+    /// The key holds `raw` with `pttl` left, as the reply arriving at `got` showed: our own
+    /// record under another term than we believed (an acquire of ours landed unseen after that
+    /// term was lost), or another's.
+    fn taken(&self, me: &str, raw: &[u8], pttl: i64, got: Instant) -> Result<Attempt, LockError> {
+        match value::parse(raw) {
+            // We do not lead under the term we thought. Look again at once as a candidate; that
+            // renews the record and leads under its real term, valid from that attempt.
+            Ok(rec) if rec.holder == me => {
+                self.knowledge.saw_term(rec.term);
+                Ok(Attempt::Follower {
+                    holder: Some(me.to_string()),
+                    term: Some(rec.term),
+                    retry_after: Some(Duration::ZERO),
+                })
+            }
+            _ => self.follower(raw, pttl, got),
+        }
+    }
+
+    /// The lock is gone with no trace on the server, found at `got`: a lease is counted from
+    /// the first time it was found so (`Knowledge::vanished`); how long is left of it.
+    fn traceless(&self, got: Instant) -> Duration {
+        match self.knowledge.vanished(got) {
+            Some((rec, wait)) => {
+                info!(
+                    lock = %self.describe(),
+                    holder = %rec.holder,
+                    term = %rec.term,
+                    ?wait,
+                    "the lock vanished without a release or any trace on the server \
+                     (flushed, failed over or lost) while its holder was live; waiting \
+                     a lease before taking it"
+                );
+                wait
+            }
+            // The holder was seen released meanwhile: look again at once.
+            None => Duration::ZERO,
+        }
+    }
+
     /// Interprets a value that is not ours, found with `pttl` left when the reply arrived at
     /// `got`.
     fn follower(&self, raw: &[u8], pttl: i64, got: Instant) -> Result<Attempt, LockError> {
@@ -282,6 +396,9 @@ impl LeaderLock for RedisLock {
         check_timing(timing, self.timeout)
     }
 
+    /// In three steps: 1. what this client knows decides whether to ask at all (a leader always
+    /// does; a follower whose watch heard every renew does not); 2. the acquire script, which
+    /// renews, takes, or says why not; 3. what its reply means for us ([`RedisLock::settle`]).
     async fn try_acquire_or_renew(&self, candidate: &Candidate) -> Result<Attempt, LockError> {
         let me = candidate.holder();
         let lease_ms = u64::try_from(candidate.lease_duration.as_millis()).unwrap_or(u64::MAX);
@@ -290,13 +407,12 @@ impl LeaderLock for RedisLock {
                 "lease-duration must be at least 1ms for redis",
             ));
         }
-        let k = &self.knowledge;
-        k.candidate(&me);
-        let expect = k.held(&me);
+        self.holds.candidate(&me);
+        let expect = self.holds.held(&me);
         let guard = match expect {
             // A leader always asks the server: only a renew that reached it extends validity.
-            Some(_) => crate::knowledge::Guard::Free,
-            None => match k.plan(&me, Instant::now()) {
+            Some(_) => Guard::Free,
+            None => match self.knowledge.plan(&me, Instant::now()) {
                 Plan::Follow {
                     holder,
                     term,
@@ -312,126 +428,8 @@ impl LeaderLock for RedisLock {
                 Plan::Ask(guard) => guard,
             },
         };
-        let mut inv = self.scripts.acquire.prepare_invoke();
-        inv.key(&self.keys.holder)
-            .key(&self.keys.term)
-            .key(&self.keys.state)
-            .arg(&me)
-            .arg(lease_ms)
-            .arg(now_ms())
-            .arg(expect.map(|t| t.0.to_string()).unwrap_or_default())
-            .arg(k.floor())
-            .arg(&self.keys.events)
-            .arg(guard.arg());
-        let reply: Vec<Value> = self.run(inv).await?;
-        let got = Instant::now();
-        let malformed = || {
-            LockError::malformed(format!(
-                "unexpected reply from the acquire script: {reply:?}"
-            ))
-        };
-        let wait_ms = |i: usize| {
-            reply
-                .get(i)
-                .and_then(int)
-                .and_then(|w| u64::try_from(w).ok())
-                .map(Duration::from_millis)
-                .ok_or_else(malformed)
-        };
-        match reply.first().and_then(int) {
-            Some(1) => {
-                let term = reply
-                    .get(1)
-                    .and_then(int)
-                    .and_then(|t| u64::try_from(t).ok())
-                    .ok_or_else(malformed)?;
-                let term = Term(term);
-                k.won(&me, term);
-                // Held, but only counted once enough replicas have it: until then a failover
-                // could promote a replica without the record.
-                self.wait_for_replicas().await?;
-                Ok(Attempt::leader(term))
-            }
-            Some(2) => {
-                k.drop_held(&me);
-                let raw = reply.get(1).and_then(bytes).ok_or_else(malformed)?;
-                let pttl = reply.get(2).and_then(int).ok_or_else(malformed)?;
-                match value::parse(raw) {
-                    // Our own record, but not under the term we believed we held (an acquire of
-                    // ours landed unseen after that term was lost): we do not lead under the term
-                    // we thought. Look again at once as a candidate; that renews the record and
-                    // leads under its real term, valid from that attempt.
-                    Ok(rec) if rec.holder == me => {
-                        k.saw_term(rec.term);
-                        Ok(Attempt::Follower {
-                            holder: Some(me),
-                            term: Some(rec.term),
-                            retry_after: Some(Duration::ZERO),
-                        })
-                    }
-                    _ => self.follower(raw, pttl, got),
-                }
-            }
-            Some(3) => {
-                let lost = k.drop_held(&me);
-                warn!(lock = %self.describe(), term = ?lost, "our lock key is gone; stepping down");
-                Ok(Attempt::Follower {
-                    holder: None,
-                    term: None,
-                    retry_after: Some(Duration::ZERO),
-                })
-            }
-            Some(4) => {
-                let wait = wait_ms(1)?;
-                debug!(
-                    lock = %self.describe(),
-                    ?wait,
-                    "redis restarted less than a lease ago; not taking a vanished lock yet"
-                );
-                Ok(Attempt::Follower {
-                    holder: None,
-                    term: None,
-                    retry_after: Some(wait),
-                })
-            }
-            Some(5) => {
-                let wait = wait_ms(1)?;
-                debug!(
-                    lock = %self.describe(),
-                    ?wait,
-                    "the lock record vanished without a release; waiting out its holder's lease"
-                );
-                Ok(Attempt::Follower {
-                    holder: None,
-                    term: None,
-                    retry_after: Some(wait),
-                })
-            }
-            Some(6) => {
-                let wait = match k.vanished(got) {
-                    Some((rec, wait)) => {
-                        info!(
-                            lock = %self.describe(),
-                            holder = %rec.holder,
-                            term = %rec.term,
-                            ?wait,
-                            "the lock vanished without a release or any trace on the server \
-                             (flushed, failed over or lost) while its holder was live; waiting \
-                             a lease before taking it"
-                        );
-                        wait
-                    }
-                    // The holder was seen released meanwhile: look again at once.
-                    None => Duration::ZERO,
-                };
-                Ok(Attempt::Follower {
-                    holder: None,
-                    term: None,
-                    retry_after: Some(wait),
-                })
-            }
-            _ => Err(malformed()),
-        }
+        let (reply, got) = self.acquire(&me, lease_ms, expect, guard).await?;
+        self.settle(&me, reply, got).await
     }
 
     async fn release(&self, candidate: &Candidate, term: Term) -> Result<bool, LockError> {
@@ -443,7 +441,7 @@ impl LeaderLock for RedisLock {
             .arg(term.0.to_string())
             .arg(&self.keys.events);
         let released: i64 = self.run(inv).await?;
-        self.knowledge.drop_held(&me);
+        self.holds.drop_held(&me);
         if released == 1 {
             self.knowledge.released(&me, term);
         }
@@ -524,6 +522,7 @@ impl LeaderLock for RedisLock {
             endpoint: current.endpoint.clone(),
             timeout: t,
             knowledge: self.knowledge.clone(),
+            holds: self.holds.clone(),
             tx,
             heard,
             forwarded: None,

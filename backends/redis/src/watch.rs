@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, warn};
 
+use crate::held::Holds;
 use crate::keys::Keys;
 use crate::knowledge::{Knowledge, Subscription};
 use crate::scripts::Scripts;
@@ -31,6 +32,8 @@ pub(crate) struct WatchTask {
     pub endpoint: String,
     pub timeout: Duration,
     pub knowledge: Arc<Knowledge>,
+    /// Our campaigns: a record of one of ours it does not know it holds is news to it.
+    pub holds: Arc<Holds>,
     pub tx: mpsc::Sender<Result<LockEvent, LockError>>,
     /// The last record this stream heard (message, first read or probe): a probe that finds
     /// another one proves that messages went missing.
@@ -140,7 +143,7 @@ impl WatchTask {
                     events.push(LockEvent::Changed(Some(rec.clone())));
                     self.forwarded = Some(key);
                 }
-                if self.knowledge.unaware_holder(&rec.holder, rec.term) {
+                if self.holds.unaware_holder(&rec.holder, rec.term) {
                     // One of our candidates holds the lock without knowing it: its acquire was
                     // applied although the reply was lost. The elector ignores its own record
                     // on the stream, so ask it to look now: its next attempt renews the record
