@@ -69,7 +69,9 @@ impl Primary {
                 Some(ca) => Client::build_with_tls(info, certificates(ca)?),
                 None => Client::open(info),
             }
-            .map_err(|e| LockError::refused_from(format!("redis-url {endpoint}: {e}"), e))?;
+            .map_err(|e| {
+                LockError::refused_from(format!("redis-url {endpoint} is not usable"), e)
+            })?;
             return Ok(Found {
                 sentinel: None,
                 client,
@@ -79,14 +81,13 @@ impl Primary {
         };
         let mut addrs = Vec::new();
         for a in &s.addresses {
-            let info = a
-                .as_str()
-                .into_connection_info()
-                .map_err(|e| LockError::refused_from(format!("redis-sentinel {a}: {e}"), e))?;
+            let info = a.as_str().into_connection_info().map_err(|e| {
+                LockError::refused_from(format!("redis-sentinel {a} is invalid"), e)
+            })?;
             addrs.push(info.addr().clone());
         }
         let mut b = SentinelClientBuilder::new(addrs, &s.master, SentinelServerType::Master)
-            .map_err(|e| LockError::refused_from(format!("redis-sentinel: {e}"), e))?
+            .map_err(|e| LockError::refused_from("redis-sentinel is not usable", e))?
             .set_client_to_redis_tcp_settings(tcp_settings())
             .set_client_to_sentinel_tcp_settings(tcp_settings());
         if let Some(u) = &config.username {
@@ -113,7 +114,7 @@ impl Primary {
         }
         let mut sentinel = b
             .build()
-            .map_err(|e| LockError::refused_from(format!("redis-sentinel: {e}"), e))?;
+            .map_err(|e| LockError::refused_from("redis-sentinel is not usable", e))?;
         let (client, endpoint) = match ask(&mut sentinel, timeout).await {
             Ok(found) => found,
             // Refusals are for good: say which side refused, rather than retry as if the
@@ -121,10 +122,8 @@ impl Primary {
             Err(Asked::Failed(e)) if is_auth(&e) => return Err(refusal(config, s, e).await),
             Err(Asked::Failed(e)) if is_untrusted(&e) => {
                 return Err(LockError::refused_from(
-                    format!(
-                        "a Sentinel or the primary they name has a TLS certificate that is not \
-                         trusted ({e}); set redis-ca-file to the CA that signed it"
-                    ),
+                    "a Sentinel or the primary they name has a TLS certificate that is not \
+                     trusted; set redis-ca-file to the CA that signed it",
                     e,
                 ))
             }
@@ -217,7 +216,7 @@ impl Asked {
     fn into_lock_error(self, master: &str) -> LockError {
         match self {
             Asked::Failed(e) => LockError::unavailable_from(
-                format!("no Sentinel named a reachable primary for {master:?}: {e}"),
+                format!("no Sentinel named a reachable primary for {master:?}"),
                 e,
             ),
             Asked::TimedOut(after) => LockError::unavailable(format!(
@@ -266,7 +265,7 @@ async fn refusal(config: &RedisConfig, s: &SentinelConfig, e: RedisError) -> Loc
                 return LockError::refused_from(
                     format!(
                         "the primary the Sentinels name for {:?}, {scheme}://{host}:{port}/0, \
-                         rejected the credentials ({e}); check redis-username and \
+                         rejected the credentials; check redis-username and \
                          redis-password (the data nodes' user, not the Sentinels')",
                         s.master
                     ),
@@ -277,7 +276,7 @@ async fn refusal(config: &RedisConfig, s: &SentinelConfig, e: RedisError) -> Loc
                 let shown = crate::config::redact_url(address);
                 return LockError::refused_from(
                     format!(
-                        "the Sentinel at {shown} rejected the credentials ({refused}); check \
+                        "the Sentinel at {shown} rejected the credentials; check \
                          redis-sentinel-username and redis-sentinel-password (the Sentinels' \
                          user, not the data nodes')"
                     ),
@@ -289,11 +288,9 @@ async fn refusal(config: &RedisConfig, s: &SentinelConfig, e: RedisError) -> Loc
         }
     }
     LockError::refused_from(
-        format!(
-            "the Sentinels or the primary they name rejected the credentials ({e}); check \
-             redis-sentinel-username and redis-sentinel-password for the Sentinels, \
-             redis-username and redis-password for the data nodes"
-        ),
+        "the Sentinels or the primary they name rejected the credentials; check \
+         redis-sentinel-username and redis-sentinel-password for the Sentinels, redis-username \
+         and redis-password for the data nodes",
         e,
     )
 }
@@ -351,7 +348,7 @@ fn data_node_info(config: &RedisConfig) -> Result<ConnectionInfo, LockError> {
         .url
         .as_str()
         .into_connection_info()
-        .map_err(|e| LockError::refused_from(format!("redis-url is invalid: {e}"), e))?;
+        .map_err(|e| LockError::refused_from("redis-url is invalid", e))?;
     Ok(login(
         info,
         config.username.as_deref(),

@@ -105,33 +105,32 @@ impl RedisLock {
         let db = found.db;
         // The manager retries the first connection once; bound the whole thing anyway.
         let limit = timeout * 3 + Duration::from_secs(1);
-        let mut conn = match tokio::time::timeout(limit, manage(found.client.clone(), timeout))
-            .await
-        {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                return Err(match classify(&e, &endpoint, timeout) {
-                    LockError::Unavailable { message, source }
-                        if !message.starts_with("cannot reach") =>
-                    {
-                        LockError::Unavailable {
-                            message: format!("cannot reach redis at {endpoint}: {e}"),
-                            source,
+        let mut conn =
+            match tokio::time::timeout(limit, manage(found.client.clone(), timeout)).await {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => {
+                    return Err(match classify(&e, &endpoint, timeout) {
+                        LockError::Unavailable { message, source }
+                            if !message.starts_with("cannot reach") =>
+                        {
+                            LockError::Unavailable {
+                                message: format!("cannot reach redis at {endpoint}"),
+                                source,
+                            }
                         }
-                    }
-                    LockError::Timeout(_) => LockError::unavailable_from(
-                        format!("cannot reach redis at {endpoint}: timed out after {timeout:?}"),
-                        e,
-                    ),
-                    other => other,
-                })
-            }
-            Err(_) => {
-                return Err(LockError::unavailable(format!(
-                    "cannot reach redis at {endpoint}: no connection within {limit:?}"
-                )))
-            }
-        };
+                        LockError::Timeout(_) => LockError::unavailable_from(
+                            format!("cannot reach redis at {endpoint} within {timeout:?}"),
+                            e,
+                        ),
+                        other => other,
+                    })
+                }
+                Err(_) => {
+                    return Err(LockError::unavailable(format!(
+                        "cannot reach redis at {endpoint}: no connection within {limit:?}"
+                    )))
+                }
+            };
         // The handshake authenticates; a PING proves the session works before we report success.
         let pong: Result<String, _> =
             tokio::time::timeout(timeout, redis::cmd("PING").query_async(&mut conn))
