@@ -132,7 +132,7 @@ mod tests {
         state: LeaderState,
         synced: bool,
         reachable: bool,
-    ) -> (Health, leader_lock::Scripted) {
+    ) -> (Health, leader_lock::leadership::Scripted) {
         let (tx, leadership) = Leadership::scripted(state);
         let (_ltx, leadership) = watch::channel(Some(leadership));
         let metrics = Metrics::new("l");

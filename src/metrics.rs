@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use leader_lock::{
-    Attempt, Candidate, ConfigError, LeaderLock, LeaderState, Leadership, LockError,
-    LockEventStream, LockRecord, Term, Timing,
+use leader_lock::backend::{
+    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
 };
+use leader_lock::{LeaderState, Leadership, Term, Timing};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -287,7 +287,7 @@ mod tests {
         let faulty = Faulty::new(Arc::new(leader_lock::MemoryStore::new().lock("x")));
         faulty.set(Some(Fault::Fail));
         let lock = InstrumentedLock::new(crate::poll::PollingLock::wrap(faulty.clone()), m.clone());
-        let c = leader_lock::Candidate {
+        let c = leader_lock::backend::Candidate {
             identity: leader_lock::Identity::new("a"),
             lease_duration: std::time::Duration::from_secs(10),
         };

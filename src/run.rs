@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use backon::{ExponentialBuilder, Retryable};
-use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership, LockError, Term};
+use leader_lock::backend::LockError;
+use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership, Term};
 use leader_lock_kubernetes::EVENT_POST_TIMEOUT;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
@@ -111,8 +112,8 @@ const TERMINATION_GRACE: Duration = Duration::from_secs(30);
 /// the exit itself.
 const SHUTDOWN_BUDGET: Duration = Duration::from_secs(25);
 const _: () = assert!(
-    leader_lock::SHUTDOWN_BUDGET.as_secs()
-        + leader_lock::AFTER_RELEASE_QUIET.as_secs()
+    leader_lock::elector::SHUTDOWN_BUDGET.as_secs()
+        + leader_lock::elector::AFTER_RELEASE_QUIET.as_secs()
         + EVENT_POST_TIMEOUT.as_secs()
         <= SHUTDOWN_BUDGET.as_secs()
         && SHUTDOWN_BUDGET.as_secs() < TERMINATION_GRACE.as_secs()
@@ -186,7 +187,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             settings
                 .timing
                 .renew_deadline
-                .min(leader_lock::SHUTDOWN_BUDGET / 2),
+                .min(leader_lock::elector::SHUTDOWN_BUDGET / 2),
         )
         .with_metrics(metrics.status.clone());
     if settings.disabled {
@@ -287,7 +288,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         Ok(released) => {
             info!(released, "elector stopped");
             if released {
-                tokio::time::sleep(leader_lock::AFTER_RELEASE_QUIET).await;
+                tokio::time::sleep(leader_lock::elector::AFTER_RELEASE_QUIET).await;
             }
         }
         Err(e) => warn!(error = %e, "elector stopped without a clean release"),

@@ -34,11 +34,13 @@ use std::time::{Duration, SystemTime};
 use anyhow::bail;
 use async_trait::async_trait;
 use futures::StreamExt;
-use leader_lock::conformance::{self, Harness, HarnessError, Protect, Tamper};
-use leader_lock::{
+use leader_lock::backend::{
     Attempt, Candidate, LeaderLock, LockError, LockEvent, LockEventStream, LockRecord,
-    ObservedRecord, Term, Timing, MAX_LEASE_DURATION,
+    ObservedRecord,
 };
+use leader_lock::conformance::{self, Harness, HarnessError, Protect, Tamper};
+use leader_lock::timing::MAX_LEASE_DURATION;
+use leader_lock::{Term, Timing};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;

@@ -181,10 +181,12 @@ pub type LockEventStream = BoxStream<'static, Result<LockEvent, LockError>>;
 ///
 /// ```
 /// use async_trait::async_trait;
-/// use leader_lock::{
+/// use leader_lock::{Term, Timing};
+/// use leader_lock::backend::{
 ///     Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
-///     MemoryLock, Term, Timing, TimingError,
 /// };
+/// use leader_lock::memory::MemoryLock;
+/// use leader_lock::timing::TimingError;
 ///
 /// struct MyLock {
 ///     inner: MemoryLock,

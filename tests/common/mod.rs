@@ -251,7 +251,7 @@ pub fn graceful_handover(args: &[&str]) -> Duration {
         .duration_since(released.at)
         .unwrap_or(Duration::ZERO);
     assert!(
-        stayed >= leader_lock::AFTER_RELEASE_QUIET,
+        stayed >= leader_lock::elector::AFTER_RELEASE_QUIET,
         "a exited {stayed:?} after its release, with no quiet moment for b's takeover"
     );
     led.at.duration_since(released.at).unwrap_or(Duration::ZERO)

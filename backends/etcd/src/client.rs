@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use etcd_client::{Client, GetResponse};
-use leader_lock::LockError;
+use leader_lock::backend::LockError;
 use tokio::time::Instant;
 use tracing::debug;
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
-use leader_lock::LockError;
+use leader_lock::backend::LockError;
 
 use crate::client::Conn;
 use crate::config::{self, EtcdConfig};

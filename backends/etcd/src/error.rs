@@ -1,7 +1,7 @@
 //! etcd client errors as lock errors: the cause in the source, never also in the message;
 //! permanent for authentication and permissions.
 
-use leader_lock::LockError;
+use leader_lock::backend::LockError;
 
 /// Maps a client error of request `what` to `endpoints`: the message says what failed and
 /// where, the client's error (etcd's status and its message) is the source; authentication and

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::PutOptions;
-use leader_lock::LockError;
+use leader_lock::backend::LockError;
 use tokio::sync::MutexGuard;
 use tokio::time::Instant;
 use tracing::debug;

@@ -2,7 +2,7 @@
 
 use etcd_client::{KeyValue, WatchOptions, WatchResponse, WatchStream};
 use futures::StreamExt;
-use leader_lock::{LockError, LockEvent, LockEventStream};
+use leader_lock::backend::{LockError, LockEvent, LockEventStream};
 use tokio::time::Instant;
 
 use crate::client::Conn;

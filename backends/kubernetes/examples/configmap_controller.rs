@@ -46,9 +46,8 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client, Config, ResourceExt};
-use leader_lock::{
-    Elector, ElectorConfig, GuardedError, Identity, Leadership, LeadershipChange, Timing,
-};
+use leader_lock::leadership::GuardedError;
+use leader_lock::{Elector, ElectorConfig, Identity, Leadership, LeadershipChange, Timing};
 use leader_lock_kubernetes::{client, gated_client, permit_client, LeaseLock};
 use serde_json::json;
 use tracing::{info, warn};

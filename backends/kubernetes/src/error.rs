@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use leader_lock::LockError;
+use leader_lock::backend::LockError;
 
 /// The HTTP status of an API error, if it is one.
 pub(crate) fn status(e: &kube::Error) -> Option<u16> {

@@ -7,7 +7,8 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::PostParams;
 use kube::Api;
-use leader_lock::{Identity, LeaderState, Leadership, Term, AFTER_RELEASE_QUIET};
+use leader_lock::elector::AFTER_RELEASE_QUIET;
+use leader_lock::{Identity, LeaderState, Leadership, Term};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 

@@ -1,4 +1,4 @@
-//! A [`LeaderLock`](leader_lock::LeaderLock) on a `coordination.k8s.io/v1` Lease, for the
+//! A [`LeaderLock`](leader_lock::backend::LeaderLock) on a `coordination.k8s.io/v1` Lease, for the
 //! elector of the `leader-lock` crate.
 //!
 //! The Lease is read and written exactly as client-go's `LeaseLock` and `LeaderElector` do, so a

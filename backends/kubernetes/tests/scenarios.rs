@@ -14,11 +14,11 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use kube::Api;
+use leader_lock::backend::{Candidate, ConfigError, LeaderLock, LockError};
 use leader_lock::conformance::{patience, wait_leader, wait_state};
-use leader_lock::{
-    Candidate, ConfigError, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, LockError,
-    TimingError, AFTER_RELEASE_QUIET,
-};
+use leader_lock::elector::AFTER_RELEASE_QUIET;
+use leader_lock::timing::TimingError;
+use leader_lock::{Elector, ElectorConfig, Identity, LeaderState};
 use leader_lock_kubernetes::{client, load_config, spawn_leader_events, LeaseLock};
 use serde_json::json;
 use tokio::time::Instant;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use leader_lock::LockError;
+use leader_lock::backend::LockError;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::connection::{is_auth, is_untrusted};

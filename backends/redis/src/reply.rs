@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use leader_lock::{LockError, Term};
+use leader_lock::backend::LockError;
+use leader_lock::Term;
 use redis::Value;
 
 use crate::value::{bytes, int};

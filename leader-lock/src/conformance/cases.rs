@@ -12,10 +12,10 @@ use super::checker::SplitBrainChecker;
 use super::faulty::{Fault, Faulty};
 use super::harness::{patience, Harness, Protect, Tamper};
 use super::wait::{wait_any_leader, wait_following, wait_leader, wait_state};
-use crate::{
-    Attempt, Candidate, ConfigError, Elector, ElectorConfig, Identity, LeaderLock, LeaderState,
-    Leadership, LockError, LockEventStream, LockRecord, Term, Timing,
+use crate::backend::{
+    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
 };
+use crate::{Elector, ElectorConfig, Identity, LeaderState, Leadership, Term, Timing};
 
 fn unique(prefix: &str) -> String {
     format!(

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::{LeaderLock, Timing};
+use crate::backend::LeaderLock;
+use crate::Timing;
 
 /// An error from a harness (server setup, tampering).
 pub type HarnessError = Box<dyn std::error::Error + Send + Sync>;

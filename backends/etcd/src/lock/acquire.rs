@@ -3,7 +3,8 @@
 use etcd_client::{
     Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
-use leader_lock::{LockError, Term};
+use leader_lock::backend::LockError;
+use leader_lock::Term;
 use tokio::time::Instant;
 use tracing::info;
 

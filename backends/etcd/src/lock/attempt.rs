@@ -11,7 +11,8 @@ use std::ops::ControlFlow::{self, Break, Continue};
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp};
-use leader_lock::{Attempt, Candidate, LockError, Term};
+use leader_lock::backend::{Attempt, Candidate, LockError};
+use leader_lock::Term;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 

@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::GetResponse;
-use leader_lock::{
-    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord, Term,
-    Timing,
+use leader_lock::backend::{
+    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
 };
+use leader_lock::{Term, Timing};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -4,7 +4,8 @@
 use etcd_client::{
     Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
-use leader_lock::{Candidate, LockError, Term};
+use leader_lock::backend::{Candidate, LockError};
+use leader_lock::Term;
 use tokio::time::Instant;
 use tracing::info;
 

@@ -1,7 +1,8 @@
 //! A renew: the keep-alive and the guarded rewrite of our own record, together.
 
 use etcd_client::{KeyValue, TxnOpResponse};
-use leader_lock::{LockError, Term};
+use leader_lock::backend::LockError;
+use leader_lock::Term;
 use tokio::time::Instant;
 use tracing::warn;
 

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use etcd_client::GetResponse;
-use leader_lock::{LockError, Term};
+use leader_lock::backend::LockError;
+use leader_lock::Term;
 use tokio::sync::MutexGuard;
 use tokio::time::Instant;
 use tracing::info;
