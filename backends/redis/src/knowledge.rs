@@ -4,7 +4,8 @@
 //!
 //! Two rules rest on it (docs/redis.md, "Vanished records" and "Follower cost"):
 //! - a record that vanished without a release is not free until a lease has passed since this
-//!   client last knew it to be live;
+//!   client last knew it to be live (the rule every backend shares,
+//!   `leader_lock::backend::vanished_free_at`);
 //! - while a watch hears every change (every acquire, renew and release publishes a message), a
 //!   follower's attempt is answered from what the watch heard, without a round trip.
 
@@ -13,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use leader_lock::backend::LockRecord;
+use leader_lock::backend::{vanished_free_at, LockRecord};
 use leader_lock::Term;
 use tokio::time::Instant;
 
@@ -158,8 +159,9 @@ impl Knowledge {
         }
     }
 
-    /// Decides how `me` (not holding the lock, as far as it knows) attempts at `now`.
-    pub fn plan(&self, me: &str, now: Instant) -> Plan {
+    /// Decides how `me` (not holding the lock, as far as it knows, and campaigning for a lease
+    /// of `own_lease`) attempts at `now`.
+    pub fn plan(&self, me: &str, own_lease: Duration, now: Instant) -> Plan {
         let mut st = self.lock();
         let Some(s) = st.seen.clone() else {
             return Plan::Ask(Guard::Free);
@@ -169,7 +171,7 @@ impl Knowledge {
             return Plan::Ask(Guard::Free);
         }
         if let Some(v) = s.vanished {
-            let end = v + s.rec.lease_duration;
+            let end = vanished_free_at(v, s.rec.lease_duration, own_lease);
             if now < end {
                 return Plan::Ask(Guard::Wait(end - now));
             }
@@ -191,12 +193,13 @@ impl Knowledge {
     }
 
     /// The script found the lock gone with no trace on the server, after `plan` said
-    /// [`Guard::Unknown`]: counts the lease from `at` (only the first time) and returns the wait.
-    pub fn vanished(&self, at: Instant) -> Option<(LockRecord, Duration)> {
+    /// [`Guard::Unknown`]: counts the lease from `at` (only the first time; the shared rule,
+    /// [`vanished_free_at`], with `own_lease` for a record that gave none) and returns the wait.
+    pub fn vanished(&self, at: Instant, own_lease: Duration) -> Option<(LockRecord, Duration)> {
         let mut st = self.lock();
         let s = st.seen.as_mut()?;
         let v = *s.vanished.get_or_insert(at);
-        let end = v + s.rec.lease_duration;
+        let end = vanished_free_at(v, s.rec.lease_duration, own_lease);
         Some((s.rec.clone(), end.saturating_duration_since(Instant::now())))
     }
 
@@ -271,17 +274,21 @@ mod tests {
     async fn follows_locally_only_while_a_watch_hears_everything() {
         let k = Arc::new(Knowledge::default());
         let t0 = Instant::now();
-        assert_eq!(k.plan("me", t0), Plan::Ask(Guard::Free));
+        assert_eq!(k.plan("me", LEASE, t0), Plan::Ask(Guard::Free));
         // Seen by an attempt, no watch: the server is asked, and a vanish is counted from when
         // it is found.
         k.saw(&rec("x", 5, "5.1"), t0, LEASE);
-        assert_eq!(k.plan("me", t0), Plan::Ask(Guard::Unknown));
-        assert_eq!(k.plan("x", t0), Plan::Ask(Guard::Free), "our own record");
+        assert_eq!(k.plan("me", LEASE, t0), Plan::Ask(Guard::Unknown));
+        assert_eq!(
+            k.plan("x", LEASE, t0),
+            Plan::Ask(Guard::Free),
+            "our own record"
+        );
         // A watch that came up before the sighting covers it.
         let sub = k.subscribed(t0);
         let t1 = t0 + Duration::from_millis(500);
         assert_eq!(
-            k.plan("me", t1),
+            k.plan("me", LEASE, t1),
             Plan::Follow {
                 holder: "x".into(),
                 term: Term(5),
@@ -291,17 +298,17 @@ mod tests {
         // A renew heard moves the end; the lease running out unheard frees it.
         k.saw(&rec("x", 5, "5.2"), t1, LEASE);
         assert!(
-            matches!(k.plan("me", t1 + LEASE / 2), Plan::Follow { retry_after, .. } if retry_after == LEASE / 2)
+            matches!(k.plan("me", LEASE, t1 + LEASE / 2), Plan::Follow { retry_after, .. } if retry_after == LEASE / 2)
         );
-        assert_eq!(k.plan("me", t1 + LEASE), Plan::Ask(Guard::Free));
+        assert_eq!(k.plan("me", LEASE, t1 + LEASE), Plan::Ask(Guard::Free));
         // The watch breaks: nothing is known about renewals any more.
         drop(sub);
-        assert_eq!(k.plan("me", t1), Plan::Ask(Guard::Unknown));
+        assert_eq!(k.plan("me", LEASE, t1), Plan::Ask(Guard::Unknown));
         // A new watch covers only sightings from its start on.
         let _sub = k.subscribed(t1 + Duration::from_millis(1));
-        assert_eq!(k.plan("me", t1), Plan::Ask(Guard::Unknown));
+        assert_eq!(k.plan("me", LEASE, t1), Plan::Ask(Guard::Unknown));
         k.saw(&rec("x", 5, "5.3"), t1 + Duration::from_millis(2), LEASE);
-        assert!(matches!(k.plan("me", t1), Plan::Follow { .. }));
+        assert!(matches!(k.plan("me", LEASE, t1), Plan::Follow { .. }));
     }
 
     #[tokio::test(start_paused = true)]
@@ -311,19 +318,19 @@ mod tests {
         k.saw(&rec("x", 5, "5.1"), t0, LEASE);
         tokio::time::advance(Duration::from_secs(10)).await;
         let found = Instant::now();
-        let (r, wait) = k.vanished(found).expect("seen");
+        let (r, wait) = k.vanished(found, LEASE).expect("seen");
         assert_eq!((r.holder.as_str(), wait), ("x", LEASE));
         // Found again later: still counted from the first discovery, so it ends.
         tokio::time::advance(Duration::from_millis(500)).await;
         assert_eq!(
-            k.vanished(Instant::now()).expect("seen").1,
+            k.vanished(Instant::now(), LEASE).expect("seen").1,
             LEASE - Duration::from_millis(500)
         );
         assert_eq!(
-            k.plan("me", Instant::now()),
+            k.plan("me", LEASE, Instant::now()),
             Plan::Ask(Guard::Wait(LEASE - Duration::from_millis(500)))
         );
-        assert_eq!(k.plan("me", found + LEASE), Plan::Ask(Guard::Free));
+        assert_eq!(k.plan("me", LEASE, found + LEASE), Plan::Ask(Guard::Free));
         assert!(k.current().is_none());
     }
 
@@ -334,10 +341,10 @@ mod tests {
         let t0 = Instant::now();
         k.saw(&rec("x", 5, "5.1"), t0, LEASE);
         k.released("x", Term(5));
-        assert_eq!(k.plan("me", t0), Plan::Ask(Guard::Free));
+        assert_eq!(k.plan("me", LEASE, t0), Plan::Ask(Guard::Free));
         // A reply read before the release but arriving after it does not bring it back.
         k.saw(&rec("x", 5, "5.1"), t0 + Duration::from_millis(1), LEASE);
-        assert_eq!(k.plan("me", t0), Plan::Ask(Guard::Free));
+        assert_eq!(k.plan("me", LEASE, t0), Plan::Ask(Guard::Free));
         // An older view of a previous holder does not replace a newer one.
         k.saw(&rec("y", 7, "7.1"), t0 + Duration::from_millis(10), LEASE);
         k.saw(&rec("z", 6, "6.1"), t0 + Duration::from_millis(5), LEASE);

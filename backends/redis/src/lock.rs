@@ -256,10 +256,12 @@ impl RedisLock {
         Ok((AcquireReply::parse(&reply)?, got))
     }
 
-    /// What the acquire script's `reply` (arrived at `got`) means for `me`.
+    /// What the acquire script's `reply` (arrived at `got`) means for `me`, campaigning for a
+    /// lease of `own_lease`.
     async fn settle(
         &self,
         me: &str,
+        own_lease: Duration,
         reply: AcquireReply,
         got: Instant,
     ) -> Result<Attempt, LockError> {
@@ -291,7 +293,7 @@ impl RedisLock {
                     "the lock record vanished without a release; waiting out its holder's lease");
                 wait
             }
-            AcquireReply::Traceless => self.traceless(got),
+            AcquireReply::Traceless => self.traceless(got, own_lease),
         };
         Ok(Attempt::Follower {
             holder: None,
@@ -321,8 +323,8 @@ impl RedisLock {
 
     /// The lock is gone with no trace on the server, found at `got`: a lease is counted from
     /// the first time it was found so (`Knowledge::vanished`); how long is left of it.
-    fn traceless(&self, got: Instant) -> Duration {
-        match self.knowledge.vanished(got) {
+    fn traceless(&self, got: Instant, own_lease: Duration) -> Duration {
+        match self.knowledge.vanished(got, own_lease) {
             Some((rec, wait)) => {
                 info!(
                     lock = %self.describe(),
@@ -411,7 +413,10 @@ impl LeaderLock for RedisLock {
         let guard = match expect {
             // A leader always asks the server: only a renew that reached it extends validity.
             Some(_) => Guard::Free,
-            None => match self.knowledge.plan(&me, Instant::now()) {
+            None => match self
+                .knowledge
+                .plan(&me, candidate.lease_duration, Instant::now())
+            {
                 Plan::Follow {
                     holder,
                     term,
@@ -428,7 +433,7 @@ impl LeaderLock for RedisLock {
             },
         };
         let (reply, got) = self.acquire(&me, lease_ms, expect, guard).await?;
-        self.settle(&me, reply, got).await
+        self.settle(&me, candidate.lease_duration, reply, got).await
     }
 
     async fn release(&self, candidate: &Candidate, term: Term) -> Result<bool, LockError> {
