@@ -351,7 +351,7 @@ mod tests {
     }
 
     #[test]
-    fn settings() {
+    fn endpoints_are_required_and_a_client_certificate_needs_its_key() {
         let ok = EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]);
         assert_eq!(validate(&ok, &timing()), Ok(()));
 
@@ -366,7 +366,10 @@ mod tests {
         let (setting, e) = invalid(validate(&half, &timing()).unwrap_err());
         assert_eq!(setting, "etcd-cert-file");
         assert!(e.contains("without etcd-key-file"), "{e}");
+    }
 
+    #[test]
+    fn each_tls_file_is_named_when_it_cannot_be_used() {
         let dir = tempfile::tempdir().expect("tempdir");
         let real = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])
             .expect("a certificate");
@@ -374,7 +377,7 @@ mod tests {
         let key = dir.path().join("key.pem");
         std::fs::write(&cert, real.cert.pem()).expect("write");
         std::fs::write(&key, real.signing_key.serialize_pem()).expect("write");
-        let mut tls = half.clone();
+        let mut tls = EtcdConfig::new(vec!["https://127.0.0.1:2379".into()]);
         tls.ca_file = Some(cert.clone());
         tls.cert_file = Some(cert.clone());
         tls.key_file = Some(key.clone());
@@ -416,7 +419,11 @@ mod tests {
                 "{setting} {bad}: {e}"
             );
         }
+    }
 
+    #[test]
+    fn without_a_ca_file_the_system_roots_verify_and_a_user_needs_a_password() {
+        let ok = EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]);
         // Without a CA file the system's trusted roots verify the servers.
         let mut no_ca = ok.clone();
         no_ca.endpoints = vec!["https://127.0.0.1:2379".into()];

@@ -90,7 +90,9 @@ impl Observed {
 pub(crate) struct Knowledge {
     /// The etcd revision this knowledge is current as of.
     known_rev: i64,
+    /// The version believed present (`None`: gone or never seen).
     current: Option<Version>,
+    /// The last holder of ours seen alive, kept after its record vanished until it is resolved.
     holder: Option<HolderSeen>,
     /// Set once the key was seen gone: the instant its last holder's wait counts from.
     gone_since: Option<Instant>,

@@ -28,7 +28,9 @@ use crate::timeout::RequestTimeout;
 
 /// One endpoint and its client, connected on first use.
 struct Member {
+    /// Its endpoint, as configured.
     url: String,
+    /// Its client once connected; the lock is never held across a request.
     client: Mutex<Option<Client>>,
     /// Its etcd member ID once an answer named it (0: not yet), to recognise it as the Raft
     /// leader other members still name after it died.
@@ -45,9 +47,13 @@ const ELECTION_TRIES: u32 = 4;
 
 /// The members and which one is current.
 pub(crate) struct Members {
+    /// One per endpoint, in the configured order.
     members: Vec<Member>,
+    /// How each member is connected (TLS, credentials, timeouts).
     options: ConnectOptions,
+    /// The deadline of each request (shared with the lock's `Conn`).
     timeout: RequestTimeout,
+    /// The index of the member requests go to.
     current: AtomicUsize,
     /// The current member's index, for the watches that must leave a member the lock left.
     moved: watch::Sender<usize>,

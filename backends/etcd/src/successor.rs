@@ -51,6 +51,7 @@ pub(crate) struct Succession(Arc<Mutex<Choice>>);
 /// The last choice made ahead, and whether one is under way.
 #[derive(Default)]
 pub(crate) struct Choice {
+    /// The candidate chosen ahead, if one is.
     chosen: Option<Chosen>,
     /// A choice under way: no second one starts beside it.
     choosing: bool,

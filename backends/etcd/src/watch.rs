@@ -17,8 +17,11 @@ use crate::value::record;
 /// successor (from the registrations), and the lock's last use.
 #[derive(Clone)]
 pub(crate) struct Feeds {
+    /// What the lock knows of the key: each event updates it.
     pub(crate) observed: Observed,
+    /// The successor chosen ahead: registrations and the key's events update it.
     pub(crate) succession: Succession,
+    /// When an elector last used the lock: a watch counts as a use.
     pub(crate) usage: Usage,
 }
 
@@ -123,14 +126,19 @@ pub(crate) async fn open(
 
 /// Keeps the watch's request side alive with the response side.
 struct WatchState {
+    /// The response side; dropped with the request side.
     stream: WatchStream,
     /// The member the watch is on, and the lock's current member.
     member: usize,
+    /// The lock's current member (`Members`' own): a change moves the watch there.
     moved: tokio::sync::watch::Receiver<usize>,
+    /// Every endpoint, comma-separated, for messages.
     endpoints: String,
+    /// The lock key.
     key: Vec<u8>,
     /// The candidates' prefix, whose registrations feed the choice of a successor.
     candidates: Vec<u8>,
+    /// The lock's parts this watch feeds (each behind its own lock).
     feeds: Feeds,
 }
 

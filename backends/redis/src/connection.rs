@@ -23,8 +23,11 @@ const REDISCOVER_EVERY: Duration = Duration::from_millis(250);
 /// The primary as of now: its client (for pub/sub), its managed connection and its address.
 #[derive(Clone)]
 pub(crate) struct Current {
+    /// Its client, which opens the pub/sub connections of watches.
     pub(crate) client: Client,
+    /// Its managed connection (cheap to clone), for scripts and `WAIT`.
     pub(crate) conn: ConnectionManager,
+    /// Its address, for messages.
     pub(crate) endpoint: String,
 }
 
@@ -32,12 +35,15 @@ pub(crate) struct Current {
 pub(crate) struct Primary {
     /// The Sentinels, the master name, and when they were last asked.
     sentinel: Option<tokio::sync::Mutex<(SentinelClient, String, Option<Instant>)>>,
+    /// The primary now: its lock is held only to read or replace it, never across a request.
     current: Mutex<Current>,
+    /// The request timeout, which bounds connecting to a new primary too.
     timeout: Duration,
 }
 
 /// Where the primary was found at connect, before connecting to it.
 pub(crate) struct Found {
+    /// The Sentinels and the master name, when the primary was asked of them.
     sentinel: Option<(SentinelClient, String)>,
     /// The primary's client.
     pub(crate) client: Client,
@@ -79,42 +85,7 @@ impl Primary {
                 db,
             });
         };
-        let mut addrs = Vec::new();
-        for a in &s.addresses {
-            let info = a.as_str().into_connection_info().map_err(|e| {
-                LockError::refused_from(format!("redis-sentinel {a} is invalid"), e)
-            })?;
-            addrs.push(info.addr().clone());
-        }
-        let mut b = SentinelClientBuilder::new(addrs, &s.master, SentinelServerType::Master)
-            .map_err(|e| LockError::refused_from("redis-sentinel is not usable", e))?
-            .set_client_to_redis_tcp_settings(tcp_settings())
-            .set_client_to_sentinel_tcp_settings(tcp_settings());
-        if let Some(u) = &config.username {
-            b = b.set_client_to_redis_username(u);
-        }
-        if let Some(p) = &config.password {
-            b = b.set_client_to_redis_password(p);
-        }
-        if let Some(u) = &s.username {
-            b = b.set_client_to_sentinel_username(u);
-        }
-        if let Some(p) = &s.password {
-            b = b.set_client_to_sentinel_password(p);
-        }
-        if config.is_tls() {
-            b = b
-                .set_client_to_redis_tls_mode(TlsMode::Secure)
-                .set_client_to_sentinel_tls_mode(TlsMode::Secure);
-            if let Some(ca) = &config.ca_file {
-                b = b
-                    .set_client_to_redis_certificates(certificates(ca)?)
-                    .set_client_to_sentinel_certificates(certificates(ca)?);
-            }
-        }
-        let mut sentinel = b
-            .build()
-            .map_err(|e| LockError::refused_from("redis-sentinel is not usable", e))?;
+        let mut sentinel = sentinel_client(config, s)?;
         let (client, endpoint) = match ask(&mut sentinel, timeout).await {
             Ok(found) => found,
             // Refusals are for good: say which side refused, rather than retry as if the
@@ -201,6 +172,47 @@ impl Primary {
             }
         }
     }
+}
+
+/// The Sentinel client for `s`, with the credentials and TLS settings of both sides: the
+/// Sentinels' and the data nodes'.
+fn sentinel_client(config: &RedisConfig, s: &SentinelConfig) -> Result<SentinelClient, LockError> {
+    let mut addrs = Vec::new();
+    for a in &s.addresses {
+        let info = a
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| LockError::refused_from(format!("redis-sentinel {a} is invalid"), e))?;
+        addrs.push(info.addr().clone());
+    }
+    let mut b = SentinelClientBuilder::new(addrs, &s.master, SentinelServerType::Master)
+        .map_err(|e| LockError::refused_from("redis-sentinel is not usable", e))?
+        .set_client_to_redis_tcp_settings(tcp_settings())
+        .set_client_to_sentinel_tcp_settings(tcp_settings());
+    if let Some(u) = &config.username {
+        b = b.set_client_to_redis_username(u);
+    }
+    if let Some(p) = &config.password {
+        b = b.set_client_to_redis_password(p);
+    }
+    if let Some(u) = &s.username {
+        b = b.set_client_to_sentinel_username(u);
+    }
+    if let Some(p) = &s.password {
+        b = b.set_client_to_sentinel_password(p);
+    }
+    if config.is_tls() {
+        b = b
+            .set_client_to_redis_tls_mode(TlsMode::Secure)
+            .set_client_to_sentinel_tls_mode(TlsMode::Secure);
+        if let Some(ca) = &config.ca_file {
+            b = b
+                .set_client_to_redis_certificates(certificates(ca)?)
+                .set_client_to_sentinel_certificates(certificates(ca)?);
+        }
+    }
+    b.build()
+        .map_err(|e| LockError::refused_from("redis-sentinel is not usable", e))
 }
 
 /// Why the Sentinels named no primary.

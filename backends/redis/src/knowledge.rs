@@ -99,7 +99,9 @@ impl State {
 /// request); shared by a [`RedisLock`](crate::RedisLock) and its watch tasks.
 #[derive(Debug, Default)]
 pub(crate) struct Knowledge {
+    /// Everything known of the record; the lock is never held across a request.
     state: Mutex<State>,
+    /// The id of the next subscription.
     next_sub: AtomicU64,
 }
 
@@ -243,7 +245,9 @@ impl State {
 /// A subscription counted as hearing every change until it is dropped.
 #[derive(Debug)]
 pub(crate) struct Subscription {
+    /// Whose subscriptions this one is counted among.
     knowledge: Arc<Knowledge>,
+    /// Its id there.
     id: u64,
 }
 

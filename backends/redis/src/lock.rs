@@ -7,13 +7,14 @@ use leader_lock::backend::{
     Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
 };
 use leader_lock::{Term, Timing};
+use redis::aio::{ConnectionManager, PubSub};
 use redis::{RedisError, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::config::{check_config, check_timing, RedisConfig};
-use crate::connection::{manage, Primary};
+use crate::connection::{manage, Current, Found, Primary};
 use crate::error::classify;
 use crate::held::Holds;
 use crate::keys::Keys;
@@ -27,13 +28,19 @@ use crate::watch::WatchTask;
 ///
 /// See `docs/redis.md` for the guarantees, the key layout and the value format.
 pub struct RedisLock {
+    /// The lock's name, as given to `connect`.
     name: String,
+    /// The address first connected to, for messages.
     endpoint: String,
+    /// The lock's keys and channel; fixed at connect, so no lock.
     keys: Keys,
+    /// The database the keys are in (for keyspace notifications).
     db: i64,
+    /// The deadline of each request.
     timeout: Duration,
     /// The primary's connection; with Sentinel it moves to the promoted replica on a failover.
     primary: Primary,
+    /// The lock's scripts; fixed, shared with the watch tasks.
     scripts: Arc<Scripts>,
     /// What this client knows of the lock: the highest term seen, the last live holder seen and
     /// whether a watch hears every change.
@@ -49,6 +56,47 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+/// Connects to the primary `found` and PINGs it, each bounded by `timeout`: the handshake
+/// authenticates, the PING proves the session works before `connect` reports success.
+async fn open(found: &Found, timeout: Duration) -> Result<ConnectionManager, LockError> {
+    let endpoint = &found.endpoint;
+    // The manager retries the first connection once; bound the whole thing anyway.
+    let limit = timeout * 3 + Duration::from_secs(1);
+    let mut conn = match tokio::time::timeout(limit, manage(found.client.clone(), timeout)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return Err(unreachable(&e, endpoint, timeout)),
+        Err(_) => {
+            return Err(LockError::unavailable(format!(
+                "cannot reach redis at {endpoint}: no connection within {limit:?}"
+            )))
+        }
+    };
+    let pong: Result<String, _> =
+        tokio::time::timeout(timeout, redis::cmd("PING").query_async(&mut conn))
+            .await
+            .map_err(|_| LockError::Timeout(timeout))?;
+    pong.map_err(|e| classify(&e, endpoint, timeout))?;
+    Ok(conn)
+}
+
+/// A first connection to `endpoint` that failed with `e`: said as unreachable unless it is a
+/// refusal or already says so.
+fn unreachable(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
+    match classify(e, endpoint, timeout) {
+        LockError::Unavailable { message, source } if !message.starts_with("cannot reach") => {
+            LockError::Unavailable {
+                message: format!("cannot reach redis at {endpoint}"),
+                source,
+            }
+        }
+        LockError::Timeout(_) => LockError::unavailable_from(
+            format!("cannot reach redis at {endpoint} within {timeout:?}"),
+            e.clone(),
+        ),
+        other => other,
+    }
 }
 
 fn install_crypto_provider() {
@@ -103,40 +151,7 @@ impl RedisLock {
         let found = Primary::find(&config).await?;
         let endpoint = found.endpoint.clone();
         let db = found.db;
-        // The manager retries the first connection once; bound the whole thing anyway.
-        let limit = timeout * 3 + Duration::from_secs(1);
-        let mut conn =
-            match tokio::time::timeout(limit, manage(found.client.clone(), timeout)).await {
-                Ok(Ok(c)) => c,
-                Ok(Err(e)) => {
-                    return Err(match classify(&e, &endpoint, timeout) {
-                        LockError::Unavailable { message, source }
-                            if !message.starts_with("cannot reach") =>
-                        {
-                            LockError::Unavailable {
-                                message: format!("cannot reach redis at {endpoint}"),
-                                source,
-                            }
-                        }
-                        LockError::Timeout(_) => LockError::unavailable_from(
-                            format!("cannot reach redis at {endpoint} within {timeout:?}"),
-                            e,
-                        ),
-                        other => other,
-                    })
-                }
-                Err(_) => {
-                    return Err(LockError::unavailable(format!(
-                        "cannot reach redis at {endpoint}: no connection within {limit:?}"
-                    )))
-                }
-            };
-        // The handshake authenticates; a PING proves the session works before we report success.
-        let pong: Result<String, _> =
-            tokio::time::timeout(timeout, redis::cmd("PING").query_async(&mut conn))
-                .await
-                .map_err(|_| LockError::Timeout(timeout))?;
-        pong.map_err(|e| classify(&e, &endpoint, timeout))?;
+        let conn = open(&found, timeout).await?;
         Ok(RedisLock {
             name: lock_name.to_string(),
             endpoint,
@@ -229,6 +244,51 @@ impl RedisLock {
             )));
         }
         Ok(())
+    }
+
+    /// Subscribes to the lock's events channel on `current`, and to its key's keyspace
+    /// notifications when the server sends them.
+    async fn subscribe(&self, current: &Current) -> Result<PubSub, LockError> {
+        let t = self.timeout;
+        let fail = |e: RedisError| classify(&e, &current.endpoint, t);
+        let mut pubsub = tokio::time::timeout(t, current.client.get_async_pubsub())
+            .await
+            .map_err(|_| LockError::Timeout(t))?
+            .map_err(fail)?;
+        tokio::time::timeout(t, pubsub.subscribe(&self.keys.events))
+            .await
+            .map_err(|_| LockError::Timeout(t))?
+            .map_err(fail)?;
+        // Expiry, deletion and eviction notifications only come when the server has
+        // notify-keyspace-events with K and x, g or e; subscribing costs nothing otherwise, and a
+        // denied channel only loses this extra.
+        let keyspace = self.keys.keyspace(self.db);
+        match tokio::time::timeout(t, pubsub.subscribe(&keyspace)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => debug!(channel = %keyspace, error = %e, "no keyspace notifications"),
+            Err(_) => return Err(LockError::Timeout(t)),
+        }
+        Ok(pubsub)
+    }
+
+    /// A new watch's first read of the record: what it starts from, noted as live when it is.
+    async fn first_read(&self) -> Result<Option<LockRecord>, LockError> {
+        let mut inv = self.scripts.get.prepare_invoke();
+        inv.key(&self.keys.holder);
+        let first: Vec<Value> = self.run(inv).await?;
+        let got = Instant::now();
+        Ok(
+            match (first.first().and_then(bytes), first.get(1).and_then(int)) {
+                (Some(raw), Some(pttl)) => match (value::parse(raw), pttl_wait(pttl)) {
+                    (Ok(rec), Some(ttl)) => {
+                        self.knowledge.saw(&rec, got, ttl);
+                        Some(rec)
+                    }
+                    _ => None,
+                },
+                _ => None,
+            },
+        )
     }
 
     /// Runs the acquire script for `me` (expecting to hold `expect`, with the client's `guard`
@@ -480,42 +540,11 @@ impl LeaderLock for RedisLock {
     async fn watch(&self) -> Result<LockEventStream, LockError> {
         let t = self.timeout;
         let current = self.primary.current();
-        let fail = |e: RedisError| classify(&e, &current.endpoint, t);
-        let mut pubsub = tokio::time::timeout(t, current.client.get_async_pubsub())
-            .await
-            .map_err(|_| LockError::Timeout(t))?
-            .map_err(fail)?;
-        tokio::time::timeout(t, pubsub.subscribe(&self.keys.events))
-            .await
-            .map_err(|_| LockError::Timeout(t))?
-            .map_err(fail)?;
-        // Expiry, deletion and eviction notifications only come when the server has
-        // notify-keyspace-events with K and x, g or e; subscribing costs nothing otherwise, and a
-        // denied channel only loses this extra.
-        let keyspace = self.keys.keyspace(self.db);
-        match tokio::time::timeout(t, pubsub.subscribe(&keyspace)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => debug!(channel = %keyspace, error = %e, "no keyspace notifications"),
-            Err(_) => return Err(LockError::Timeout(t)),
-        }
-        let (sink, messages) = pubsub.split();
+        let (sink, messages) = self.subscribe(&current).await?.split();
         // Read the record once subscribed: from this read on, every change reaches us as a
         // message, so what we know stays complete while the subscription lasts.
         let since = Instant::now();
-        let mut inv = self.scripts.get.prepare_invoke();
-        inv.key(&self.keys.holder);
-        let first: Vec<Value> = self.run(inv).await?;
-        let got = Instant::now();
-        let heard = match (first.first().and_then(bytes), first.get(1).and_then(int)) {
-            (Some(raw), Some(pttl)) => match (value::parse(raw), pttl_wait(pttl)) {
-                (Ok(rec), Some(ttl)) => {
-                    self.knowledge.saw(&rec, got, ttl);
-                    Some(rec)
-                }
-                _ => None,
-            },
-            _ => None,
-        };
+        let heard = self.first_read().await?;
         let subscription = self.knowledge.subscribed(since);
         let (tx, rx) = mpsc::channel(64);
         let task = WatchTask {

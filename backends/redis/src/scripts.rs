@@ -168,8 +168,11 @@ return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
 
 /// The scripts of one lock, shared by its watch tasks (they read with `get`).
 pub(crate) struct Scripts {
+    /// Acquire or renew.
     pub(crate) acquire: redis::Script,
+    /// Compare-and-delete that publishes the release.
     pub(crate) release: redis::Script,
+    /// The record and its TTL in one round trip.
     pub(crate) get: redis::Script,
 }
 

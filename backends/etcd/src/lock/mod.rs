@@ -33,7 +33,9 @@ use crate::watch::{self, Feeds};
 
 /// A lock on etcd; one per process and lock name.
 pub struct EtcdLock {
+    /// The lock's parts, shared with its spare keeper and the choice of a successor.
     inner: Arc<Inner>,
+    /// Keeps a spare lease ready for the next acquire; aborted on drop.
     spare_keeper: JoinHandle<()>,
 }
 
