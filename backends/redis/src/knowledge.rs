@@ -301,8 +301,10 @@ mod tests {
         );
         // A renew heard moves the end; the lease running out unheard frees it.
         k.saw(&rec("x", 5, "5.2"), t1, LEASE);
+        let half = k.plan("me", LEASE, t1 + LEASE / 2);
         assert!(
-            matches!(k.plan("me", LEASE, t1 + LEASE / 2), Plan::Follow { retry_after, .. } if retry_after == LEASE / 2)
+            matches!(half, Plan::Follow { retry_after, .. } if retry_after == LEASE / 2),
+            "{half:?}"
         );
         assert_eq!(k.plan("me", LEASE, t1 + LEASE), Plan::Ask(Guard::Free));
         // The watch breaks: nothing is known about renewals any more.
