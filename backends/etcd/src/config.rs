@@ -31,7 +31,8 @@ pub const DEFAULT_KEY_PREFIX: &str = "/leader-lock/";
 /// let mut config = EtcdConfig::new(vec!["http://127.0.0.1:2379".to_string()]);
 /// config.key_prefix = "/my-controller/".to_string();
 /// // Requests time out at a quarter of the renew deadline unless the config says otherwise.
-/// let short = Timing::new(Duration::from_secs(6), Duration::from_secs(4), Duration::from_secs(1))?;
+/// let secs = Duration::from_secs;
+/// let short = Timing::new(secs(6), secs(4), secs(1))?;
 /// assert!(config.validate(&short).is_ok());
 /// config.request_timeout = Some(Duration::from_secs(5));
 /// assert!(config.validate(&short).is_err(), "a request may not outlast the renew deadline");
@@ -48,7 +49,8 @@ pub const DEFAULT_KEY_PREFIX: &str = "/leader-lock/";
 pub struct EtcdConfig {
     /// Client URLs, `http://host:port` or `https://host:port`; several are balanced.
     pub endpoints: Vec<String>,
-    /// CA bundle (PEM) that signs the servers' certificates; without it, the system's trusted roots.
+    /// CA bundle (PEM) that signs the servers' certificates; without it, the system's trusted
+    /// roots.
     pub ca_file: Option<PathBuf>,
     /// Client certificate (PEM), for servers that require one; goes with `key_file`.
     pub cert_file: Option<PathBuf>,

@@ -223,9 +223,9 @@ async fn diagnose(config: &EtcdConfig) -> String {
     if !reachable.is_empty() {
         if config.uses_tls() {
             hints.push(format!(
-                "TCP works to {} but the TLS/gRPC connection failed: check etcd-ca-file (it must sign the \
-                 server certificate, whose SANs must match the host) and, when the server requires \
-                 client certificates, etcd-cert-file/etcd-key-file",
+                "TCP works to {} but the TLS/gRPC connection failed: check etcd-ca-file (it must \
+                 sign the server certificate, whose SANs must match the host) and, when the \
+                 server requires client certificates, etcd-cert-file/etcd-key-file",
                 reachable.join(",")
             ));
         } else {

@@ -8,9 +8,9 @@
 //! own timeout or the HTTP/2 ping notices, and the next request may land there again. So the
 //! lock keeps one client per endpoint instead and talks to one member at a time: a request that
 //! fails or times out moves the lock to another member (the first in turn that answers a status
-//! request and knows a Raft leader), the attempt is retried there at once
-//! (`lock/attempt.rs`), the lease keep-alive stream reopens there (`keepalive.rs`), and a watch opened on
-//! the member left behind ends so the elector reopens it on the new one (`watch.rs`).
+//! request and knows a Raft leader), the attempt is retried there at once (`lock/attempt.rs`),
+//! the lease keep-alive stream reopens there (`keepalive.rs`), and a watch opened on the member
+//! left behind ends so the elector reopens it on the new one (`watch.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -181,7 +181,11 @@ impl Members {
                 .store(!matches!(e, LockError::Timeout(_)), Ordering::Release);
             self.left.store(i, Ordering::Release);
             self.moved.send_replace(next);
-            warn!(from = %self.members[i].url, error = %e, "etcd member failed a request; leaving it for another endpoint");
+            warn!(
+                from = %self.members[i].url,
+                error = %e,
+                "etcd member failed a request; leaving it for another endpoint"
+            );
         }
     }
 
@@ -287,7 +291,11 @@ impl Members {
     /// a replica talks to is what an operator needs to know when one fails, and the bench reads
     /// it (`mono_ms`, `CLOCK_MONOTONIC`) to fault the very member under the leading replica.
     pub(crate) fn announce(&self) {
-        info!(endpoint = %self.url(self.current()), mono_ms = clock::mono_ms(), "using etcd endpoint");
+        info!(
+            endpoint = %self.url(self.current()),
+            mono_ms = clock::mono_ms(),
+            "using etcd endpoint"
+        );
     }
 }
 

@@ -73,7 +73,11 @@ impl Spare {
         match put {
             Ok(_) => slot.registered = id,
             Err(e) => {
-                debug!(error = %e, lease = id, "registering as a candidate failed; a release will not hand us the key")
+                debug!(
+                    error = %e,
+                    lease = id,
+                    "registering as a candidate failed; a release will not hand us the key"
+                )
             }
         }
     }

@@ -181,8 +181,14 @@ pub(crate) async fn look_up(
         if ttl.ttl() > 0 && ttl.granted_ttl() == granted && granted - ttl.ttl() <= granted / 3 + 1 {
             return Ok(Some(candidate));
         }
-        debug!(key = %keys.text, candidate = %value.holder, lease, ttl = ttl.ttl(),
-            granted = ttl.granted_ttl(), "passing over a candidate whose spare lease is not kept alive");
+        debug!(
+            key = %keys.text,
+            candidate = %value.holder,
+            lease,
+            ttl = ttl.ttl(),
+            granted = ttl.granted_ttl(),
+            "passing over a candidate whose spare lease is not kept alive"
+        );
     }
     Ok(None)
 }

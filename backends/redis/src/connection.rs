@@ -158,7 +158,11 @@ impl Primary {
         }
         match manage(client.clone(), self.timeout).await {
             Ok(conn) => {
-                info!(from = %old, to = %endpoint, "the Sentinels name a new primary; moving to it");
+                info!(
+                    from = %old,
+                    to = %endpoint,
+                    "the Sentinels name a new primary; moving to it"
+                );
                 self.set(Current {
                     client,
                     conn,
@@ -167,7 +171,11 @@ impl Primary {
                 true
             }
             Err(e) => {
-                warn!(primary = %endpoint, error = %e, "cannot connect to the primary the Sentinels name");
+                warn!(
+                    primary = %endpoint,
+                    error = %e,
+                    "cannot connect to the primary the Sentinels name"
+                );
                 false
             }
         }

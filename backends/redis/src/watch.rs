@@ -75,7 +75,9 @@ impl WatchTask {
                 msg = messages.next() => match msg {
                     None => {
                         let _ = self.tx.send(Err(LockError::unavailable(format!(
-                            "redis at {}: the subscription to {} closed", self.endpoint, self.keys.events
+                            "redis at {}: the subscription to {} closed",
+                            self.endpoint,
+                            self.keys.events
                         )))).await;
                         return;
                     }
@@ -104,7 +106,10 @@ impl WatchTask {
                 // elector reopens it.
                 if let Err(e) = self.tx.try_send(Ok(ev)) {
                     if matches!(e, mpsc::error::TrySendError::Full(_)) {
-                        warn!(channel = %self.keys.events, "lock watch consumer too slow; closing the stream");
+                        warn!(
+                            channel = %self.keys.events,
+                            "lock watch consumer too slow; closing the stream"
+                        );
                     }
                     return;
                 }
@@ -159,7 +164,11 @@ impl WatchTask {
                     // applied although the reply was lost. The elector ignores its own record
                     // on the stream, so ask it to look now: its next attempt renews the record
                     // and leads, valid from that attempt's sending.
-                    debug!(holder = %rec.holder, term = %rec.term, "our own acquire landed unseen; asking the elector to look");
+                    debug!(
+                        holder = %rec.holder,
+                        term = %rec.term,
+                        "our own acquire landed unseen; asking the elector to look"
+                    );
                     events.push(LockEvent::Resynced);
                 }
                 self.hear(rec);

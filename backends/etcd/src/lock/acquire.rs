@@ -190,7 +190,11 @@ impl Inner {
             .present(rev, Seen::from(kv), Instant::now());
         let t = term(&value, kv.create_revision(), kv.mod_revision());
         let h = Held::new(me, Seen::from(kv), t, value, p.lease);
-        info!(key = %self.keys.text, term = h.term, "adopting the lock key from an acquire whose answer was lost");
+        info!(
+            key = %self.keys.text,
+            term = h.term,
+            "adopting the lock key from an acquire whose answer was lost"
+        );
         self.renew_adopted(st, h).await
     }
 }

@@ -202,7 +202,14 @@ impl Inner {
         if at <= now {
             return Ok(Continue(()));
         }
-        info!(key = %self.keys.text, term = h.term, holder = %h.holder, wait_ms = (at - now).as_millis() as u64, "the lock record vanished without a release; waiting out its holder's lease before taking it");
+        info!(
+            key = %self.keys.text,
+            term = h.term,
+            holder = %h.holder,
+            wait_ms = (at - now).as_millis() as u64,
+            "the lock record vanished without a release; waiting out its holder's lease before \
+             taking it"
+        );
         Ok(Break(Attempt::Follower {
             holder: Some(h.holder),
             term: Some(Term(revision(h.term))),
@@ -238,7 +245,11 @@ impl Inner {
                 (Some(v.holder), Some(Term(revision(t))))
             }
             Err(why) => {
-                debug!(key = %self.keys.text, %why, "the lock key holds a foreign value; waiting for it to go");
+                debug!(
+                    key = %self.keys.text,
+                    %why,
+                    "the lock key holds a foreign value; waiting for it to go"
+                );
                 (None, None)
             }
         };
@@ -291,7 +302,13 @@ impl Inner {
             let term = StoredValue::parse(kv.value()).map_or(kv.create_revision(), |v| {
                 term(&v, kv.create_revision(), kv.mod_revision())
             });
-            warn!(key = %self.keys.text, term, lease = kv.lease(), "the lock record stopped changing for a lease (its holder no longer renews it); deleted it to take over");
+            warn!(
+                key = %self.keys.text,
+                term,
+                lease = kv.lease(),
+                "the lock record stopped changing for a lease (its holder no longer renews it); \
+                 deleted it to take over"
+            );
             let mut k = self.observed.lock();
             k.deleted(rev, Some(Seen::from(kv)), Instant::now());
             k.forget_holder();

@@ -218,7 +218,8 @@ fn retryable(e: &LockError) -> bool {
 fn whole_seconds(d: Duration) -> Result<i64, LockError> {
     if d.subsec_nanos() != 0 || d < MIN_LEASE {
         return Err(LockError::refused(format!(
-            "lease-duration {d:?} must be a whole number of seconds, at least {MIN_LEASE:?}, for etcd"
+            "lease-duration {d:?} must be a whole number of seconds, at least {MIN_LEASE:?}, \
+             for etcd"
         )));
     }
     i64::try_from(d.as_secs())

@@ -77,9 +77,9 @@ impl Inner {
     }
 
     /// The release transaction of `h`. With a `successor`, the key moves onto its lease under
-    /// its name (`handed`: `Successor::handed`), if it is still the version we wrote last and the candidacy is still the one we
-    /// read (a candidate whose lease ended has no candidacy left); else (nested) the plain
-    /// release: the key deleted and the release marker written.
+    /// its name (`handed`: `Successor::handed`), if it is still the version we wrote last and
+    /// the candidacy is still the one we read (a candidate whose lease ended has no candidacy
+    /// left); else (nested) the plain release: the key deleted and the release marker written.
     ///
     /// Our candidacy goes in the same write, whatever else it does: it is on the lease we let
     /// go after, whose revoke this process may not live to send, and a candidacy that outlives
@@ -126,8 +126,14 @@ impl Inner {
         chosen_ahead: bool,
     ) {
         let at = r.header().map(|x| x.revision()).unwrap_or(0);
-        info!(key = %self.keys.text, term = %h.term, successor = %s.value.holder, successor_term = %at,
-            chosen_ahead, "handed the lock over to a live candidate");
+        info!(
+            key = %self.keys.text,
+            term = %h.term,
+            successor = %s.value.holder,
+            successor_term = %at,
+            chosen_ahead,
+            "handed the lock over to a live candidate"
+        );
         self.observed.lock().present(
             at,
             Seen {
@@ -224,7 +230,11 @@ impl Inner {
             })
             .await?;
         if r.succeeded() {
-            info!(key = %self.keys.text, term = %t, "released the lock key a release handed to us while we were stopping");
+            info!(
+                key = %self.keys.text,
+                term = %t,
+                "released the lock key a release handed to us while we were stopping"
+            );
             self.note_released(r.header().map(|x| x.revision()).unwrap_or(0), t);
         }
         Ok(())

@@ -80,7 +80,12 @@ impl Inner {
         );
         let lease = h.lease.id();
         if let Ok(LeaseState::Gone) = alive {
-            warn!(key = %self.keys.text, term = h.term, lease, "our etcd lease expired or was revoked; stepping down");
+            warn!(
+                key = %self.keys.text,
+                term = h.term,
+                lease,
+                "our etcd lease expired or was revoked; stepping down"
+            );
             return Ok(Renewed::Lost);
         }
         let resp = written?;
@@ -98,7 +103,12 @@ impl Inner {
             _ => None,
         });
         let Some(kv) = current else {
-            warn!(key = %self.keys.text, term = h.term, "our lock record vanished without a release (deleted or its lease revoked); stepping down, not recreating it");
+            warn!(
+                key = %self.keys.text,
+                term = h.term,
+                "our lock record vanished without a release (deleted or its lease revoked); \
+                 stepping down, not recreating it"
+            );
             return Ok(Renewed::Lost);
         };
         self.observed
@@ -119,9 +129,20 @@ impl Inner {
         }
         let lease = h.lease.id();
         if kv.create_revision() == h.create_rev && kv.lease() != lease {
-            warn!(key = %self.keys.text, term = h.term, our_lease = lease, lease = kv.lease(), "our lock record was moved onto another lease; stepping down");
+            warn!(
+                key = %self.keys.text,
+                term = h.term,
+                our_lease = lease,
+                lease = kv.lease(),
+                "our lock record was moved onto another lease; stepping down"
+            );
         } else {
-            warn!(key = %self.keys.text, term = h.term, create_revision = kv.create_revision(), "our lock record was replaced or rewritten by someone else; stepping down");
+            warn!(
+                key = %self.keys.text,
+                term = h.term,
+                create_revision = kv.create_revision(),
+                "our lock record was replaced or rewritten by someone else; stepping down"
+            );
         }
         Ok(Renewed::Lost)
     }

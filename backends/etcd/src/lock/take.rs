@@ -160,7 +160,12 @@ impl Inner {
     ) -> Result<Term, LockError> {
         let value = StoredValue::parse(kv.value).map_err(LockError::malformed)?;
         let t = term(&value, kv.create_rev, kv.mod_rev);
-        info!(key = %self.keys.text, term = %t, seen_by, "took the lock key handed over by the last holder's release");
+        info!(
+            key = %self.keys.text,
+            term = %t,
+            seen_by,
+            "took the lock key handed over by the last holder's release"
+        );
         // Every renew carries the term from now on: the handover write is renewed away.
         let value = StoredValue {
             term: Some(revision(t)),
