@@ -1,127 +1,62 @@
-//! One lock client's shared state: the connection, the key names, what it holds, what it knows
-//! of the key, and the request helpers every operation uses.
+//! How the lock talks to etcd: every request on the current member under the per-request
+//! deadline, a failure that may be the member's own moving it on (`members.rs`), and the
+//! leases requests grant, keep alive and let go.
 
-use std::sync::Arc;
+use std::time::Duration;
 
 use etcd_client::{Client, GetResponse};
-use tokio::time::Instant;
-
-use crate::members::{member_fault, moves, Members};
 use leader_lock::backend::LockError;
-use tokio::sync::Mutex;
+use tokio::time::Instant;
+use tracing::debug;
 
 use crate::error::map_error;
-use crate::handover::Successor;
-use crate::keepalive::{KeepAliveError, LeaseStream};
-use crate::knowledge::Knowledge;
+use crate::keepalive::{KeepAliveError, LeaseState, LeaseStream};
+use crate::members::{member_fault, moves, Members};
 use crate::timeout::RequestTimeout;
-use crate::value::StoredValue;
 
-/// What we hold: the key instance (its create revision), our term, our last write, and its lease.
-pub(crate) struct Held {
-    pub(crate) holder: String,
-    /// The key's create revision: what renews and the release compare. A key handed over keeps
-    /// the create revision of its first holder, so this is not the term.
-    pub(crate) create_rev: i64,
-    /// Our term (`value::term`): the create revision, or the revision of the handover write.
-    pub(crate) term: i64,
-    /// The mod revision of our last write; a renew only goes through if it is still current.
-    pub(crate) mod_rev: i64,
-    pub(crate) value: StoredValue,
-    /// The bytes of our last write.
-    pub(crate) written: Vec<u8>,
-    /// The renews sent since that write whose answers we did not get.
-    pub(crate) unanswered: Unanswered,
-    pub(crate) lease: LeaseStream,
-}
-
-/// How many unanswered renews a holder remembers; past that, the oldest is forgotten (and, if
-/// it was the one etcd applied, the holder steps down: safe, only needless).
-const UNANSWERED: usize = 16;
-
-/// The bytes of the renews sent since our last confirmed write. Each compared the same mod
-/// revision, so etcd applied at most one of them, and it may be any one: a renew forwarded to a
-/// frozen or dying Raft leader can be committed after the retries that followed it timed out
-/// too. Remembering only the last one took such a record for someone else's and stepped down.
-#[derive(Default)]
-pub(crate) struct Unanswered(Vec<Vec<u8>>);
-
-impl Unanswered {
-    /// Remembers a renew's bytes before they are sent.
-    pub(crate) fn sent(&mut self, bytes: &[u8]) {
-        if self.0.len() >= UNANSWERED {
-            self.0.remove(0);
-        }
-        self.0.push(bytes.to_vec());
-    }
-
-    /// Whether `value` is one of them.
-    pub(crate) fn contains(&self, value: &[u8]) -> bool {
-        self.0.iter().any(|b| b == value)
-    }
-
-    /// Forgets them all: the mod revision they compared is gone, so none can apply any more.
-    pub(crate) fn clear(&mut self) {
-        self.0.clear();
-    }
-}
-
-/// An acquire whose answer was lost: the key may be ours on this lease.
-pub(crate) struct Pending {
-    pub(crate) lease: LeaseStream,
-    pub(crate) value: Vec<u8>,
-}
-
-#[derive(Default)]
-pub(crate) struct State {
-    pub(crate) held: Option<Held>,
-    pub(crate) pending: Option<Pending>,
-}
-
-/// A live candidate chosen while leading, so that a release hands over without reads first
-/// (`handover.rs`).
-pub(crate) struct Chosen {
-    /// `None`: nobody was alive to hand over to (a release looks again).
-    pub(crate) successor: Option<Successor>,
-    /// When the look-up that chose it was sent.
-    pub(crate) checked: Instant,
-}
-
-/// The last choice made ahead, and whether one is under way.
-#[derive(Default)]
-pub(crate) struct Choice {
-    pub(crate) chosen: Option<Chosen>,
-    /// A choice under way: no second one starts beside it.
-    pub(crate) choosing: bool,
-}
-
-pub(crate) struct Inner {
+/// The lock's connection: its members, which one is current, and the deadline of each request.
+/// No lock of its own: [`Members`] keeps the current member in atomics and each member's
+/// client behind a lock never held across a request.
+pub(crate) struct Conn {
     /// One client per endpoint; requests go to the current member.
-    pub(crate) members: Members,
-    pub(crate) key: Vec<u8>,
-    pub(crate) marker: Vec<u8>,
-    /// The prefix of the candidates' registrations, `<key>#candidates/`.
-    pub(crate) candidates: Vec<u8>,
-    pub(crate) key_text: String,
-    pub(crate) endpoints: String,
+    members: Members,
+    /// Every endpoint, comma-separated, for messages.
+    endpoints: String,
     /// The deadline of each request (shared with `members`).
-    pub(crate) timeout: RequestTimeout,
-    pub(crate) state: Mutex<State>,
-    /// Fed by the watch stream too, so it lives in its own lock that is never held across I/O.
-    pub(crate) knowledge: Arc<std::sync::Mutex<Knowledge>>,
-    /// A lease granted in advance, so a follower takes a released lock in one round trip.
-    pub(crate) spare: Mutex<Option<LeaseStream>>,
-    /// The spare lease our candidacy (`<key>#candidates/<holder>`) is attached to, 0 for none.
-    pub(crate) registered: std::sync::Mutex<i64>,
-    /// The successor a release would hand the key to, chosen ahead while leading; the watch
-    /// feeds it too (a registration it shows is a live candidate).
-    pub(crate) choice: Arc<std::sync::Mutex<Choice>>,
-    /// When an elector last used this lock (an attempt, or a change its watch delivered): a
-    /// candidacy is kept only while someone campaigns with it (`lease::keep_spare`).
-    pub(crate) used: Arc<std::sync::Mutex<Instant>>,
+    timeout: RequestTimeout,
 }
 
-impl Inner {
+impl Conn {
+    /// A connection to `members`, whose requests time out at `timeout`.
+    pub(crate) fn new(members: Members, endpoints: String, timeout: RequestTimeout) -> Self {
+        Conn {
+            members,
+            endpoints,
+            timeout,
+        }
+    }
+
+    /// The members and which one is current.
+    pub(crate) fn members(&self) -> &Members {
+        &self.members
+    }
+
+    /// Every endpoint, comma-separated.
+    pub(crate) fn endpoints(&self) -> &str {
+        &self.endpoints
+    }
+
+    /// The per-request deadline, which the elector's timing may still set (`RequestTimeout`).
+    pub(crate) fn deadline(&self) -> &RequestTimeout {
+        &self.timeout
+    }
+
+    /// The per-request deadline now.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout.get()
+    }
+
+    /// A client error of a request (`what`) as a lock error.
     pub(crate) fn error(&self, what: &str, e: etcd_client::Error) -> LockError {
         map_error(&self.endpoints, what, e)
     }
@@ -152,28 +87,22 @@ impl Inner {
         Err(e)
     }
 
-    /// Notes that an elector uses this lock now.
-    pub(crate) fn touch(&self) {
-        *self.used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-    }
-
-    /// The key of our candidacy.
-    pub(crate) fn candidacy(&self, holder: &str) -> Vec<u8> {
-        let mut key = self.candidates.clone();
-        key.extend_from_slice(holder.as_bytes());
-        key
-    }
-
-    pub(crate) fn knowledge(&self) -> std::sync::MutexGuard<'_, Knowledge> {
-        self.knowledge.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) async fn read(&self) -> Result<GetResponse, LockError> {
-        let key = self.key.clone();
+    /// Reads `key`.
+    pub(crate) async fn read(&self, key: &[u8]) -> Result<GetResponse, LockError> {
+        let key = key.to_vec();
         self.call("get", |c| async move { c.kv_client().get(key, None).await })
             .await
     }
 
+    /// One keep-alive of `lease` on its stream, on the current member.
+    pub(crate) async fn keep_alive(
+        &self,
+        lease: &mut LeaseStream,
+    ) -> Result<LeaseState, KeepAliveError> {
+        lease.keep_alive(&self.members, self.timeout.get()).await
+    }
+
+    /// A failed keep-alive of `lease` as a lock error.
     pub(crate) fn keep_alive_error(&self, lease: i64, e: KeepAliveError) -> LockError {
         match e {
             KeepAliveError::Timeout => LockError::Timeout(self.timeout.get()),
@@ -181,28 +110,53 @@ impl Inner {
             KeepAliveError::Connect(e) => e,
         }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_unanswered_renew_is_recognised_not_only_the_last() {
-        let mut u = Unanswered::default();
-        u.sent(b"renew 1");
-        u.sent(b"renew 2");
-        u.sent(b"renew 3");
-        // etcd applied the first, forwarded to a frozen Raft leader, after the others timed out.
-        assert!(u.contains(b"renew 1"));
-        assert!(u.contains(b"renew 3"));
-        assert!(!u.contains(b"someone else's"));
-        u.clear();
-        assert!(!u.contains(b"renew 1"));
-        for i in 0..UNANSWERED + 1 {
-            u.sent(format!("renew {i}").as_bytes());
+    /// Grants a fresh lease of `ttl` seconds; refuses a TTL the server rounded up to its minimum.
+    pub(crate) async fn grant(&self, ttl: i64) -> Result<LeaseStream, LockError> {
+        let sent = Instant::now();
+        let resp = self
+            .call("lease grant", |c| async move {
+                c.lease_client().grant(ttl, None).await
+            })
+            .await?;
+        if !resp.error().is_empty() {
+            return Err(LockError::unavailable(format!(
+                "etcd lease grant at {}: {}",
+                self.endpoints,
+                resp.error()
+            )));
         }
-        assert!(!u.contains(b"renew 0"), "bounded");
-        assert!(u.contains(format!("renew {UNANSWERED}").as_bytes()));
+        if resp.ttl() != ttl {
+            self.revoke_later(resp.id());
+            return Err(LockError::refused(format!(
+                "lease-duration {ttl}s is below the etcd server's minimum lease TTL ({}s, \
+                 1.5 × its election timeout); raise lease-duration",
+                resp.ttl()
+            )));
+        }
+        let rev = resp.header().map_or(0, |h| h.revision());
+        Ok(LeaseStream::granted(resp.id(), ttl, sent, rev))
+    }
+
+    /// Revokes a lease in the background; it expires on its own if this fails.
+    pub(crate) fn revoke_later(&self, lease: i64) {
+        let (_, client) = match self.members.cached() {
+            Some(c) => c,
+            // Not connected: nothing to revoke over; the lease expires on its own.
+            None => return,
+        };
+        let timeout = self.timeout.get();
+        tokio::spawn(async move {
+            let mut client = client.lease_client();
+            if let Ok(Err(e)) = tokio::time::timeout(timeout, client.revoke(lease)).await {
+                debug!(lease, error = %e, "revoking an unused etcd lease failed; it will expire");
+            }
+        });
+    }
+
+    /// Lets a lease go: its stream closes cleanly and it is revoked in the background.
+    pub(crate) fn abandon(&self, mut lease: LeaseStream) {
+        lease.close();
+        self.revoke_later(lease.id());
     }
 }

@@ -31,7 +31,8 @@ pub const DEFAULT_KEY_PREFIX: &str = "/leader-lock/";
 /// let mut config = EtcdConfig::new(vec!["http://127.0.0.1:2379".to_string()]);
 /// config.key_prefix = "/my-controller/".to_string();
 /// // Requests time out at a quarter of the renew deadline unless the config says otherwise.
-/// let short = Timing::new(Duration::from_secs(6), Duration::from_secs(4), Duration::from_secs(1))?;
+/// let secs = Duration::from_secs;
+/// let short = Timing::new(secs(6), secs(4), secs(1))?;
 /// assert!(config.validate(&short).is_ok());
 /// config.request_timeout = Some(Duration::from_secs(5));
 /// assert!(config.validate(&short).is_err(), "a request may not outlast the renew deadline");
@@ -48,7 +49,8 @@ pub const DEFAULT_KEY_PREFIX: &str = "/leader-lock/";
 pub struct EtcdConfig {
     /// Client URLs, `http://host:port` or `https://host:port`; several are balanced.
     pub endpoints: Vec<String>,
-    /// CA bundle (PEM) that signs the servers' certificates; without it, the system's trusted roots.
+    /// CA bundle (PEM) that signs the servers' certificates; without it, the system's trusted
+    /// roots.
     pub ca_file: Option<PathBuf>,
     /// Client certificate (PEM), for servers that require one; goes with `key_file`.
     pub cert_file: Option<PathBuf>,
@@ -193,6 +195,32 @@ pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), Confi
             "etcd-endpoints: mixing http:// and https:// endpoints is not supported",
         ));
     }
+    check_tls(config)?;
+    match (&config.username, &config.password) {
+        (Some(u), _) if u.is_empty() => {
+            return Err(ConfigError::invalid(USERNAME, "etcd-username is empty"))
+        }
+        (Some(_), None) => return Err(ConfigError::UserWithoutPassword { setting: USERNAME }),
+        (None, Some(_)) => {
+            return Err(ConfigError::invalid(
+                "etcd-password",
+                "an etcd password is set without etcd-username",
+            ))
+        }
+        _ => {}
+    }
+    check_name(&config.key_prefix, KEY_PREFIX_CHARS, MAX_KEY_PREFIX_BYTES)
+        .map_err(|e| ConfigError::invalid("etcd-key-prefix", format!("etcd-key-prefix: {e}")))?;
+    let timeout = config
+        .request_timeout
+        .unwrap_or_else(|| EtcdConfig::request_timeout_for(timing));
+    check_timing(timing, timeout)
+}
+
+/// The TLS settings of [`validate`]: only with `https://`, a client certificate with its key,
+/// and each file readable and of its kind.
+fn check_tls(config: &EtcdConfig) -> Result<(), ConfigError> {
+    let tls = config.uses_tls();
     let tls_files = config.ca_file.is_some() || config.cert_file.is_some();
     if !tls && tls_files {
         return Err(ConfigError::invalid(
@@ -224,25 +252,7 @@ pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), Confi
             read_tls_file(setting, f, kind)?;
         }
     }
-    match (&config.username, &config.password) {
-        (Some(u), _) if u.is_empty() => {
-            return Err(ConfigError::invalid(USERNAME, "etcd-username is empty"))
-        }
-        (Some(_), None) => return Err(ConfigError::UserWithoutPassword { setting: USERNAME }),
-        (None, Some(_)) => {
-            return Err(ConfigError::invalid(
-                "etcd-password",
-                "an etcd password is set without etcd-username",
-            ))
-        }
-        _ => {}
-    }
-    check_name(&config.key_prefix, KEY_PREFIX_CHARS, MAX_KEY_PREFIX_BYTES)
-        .map_err(|e| ConfigError::invalid("etcd-key-prefix", format!("etcd-key-prefix: {e}")))?;
-    let timeout = config
-        .request_timeout
-        .unwrap_or_else(|| EtcdConfig::request_timeout_for(timing));
-    check_timing(timing, timeout)
+    Ok(())
 }
 
 /// The timing rules of etcd: leases of whole seconds, at least [`MIN_LEASE`], and requests that
@@ -343,7 +353,7 @@ mod tests {
     }
 
     #[test]
-    fn settings() {
+    fn endpoints_are_required_and_a_client_certificate_needs_its_key() {
         let ok = EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]);
         assert_eq!(validate(&ok, &timing()), Ok(()));
 
@@ -358,7 +368,10 @@ mod tests {
         let (setting, e) = invalid(validate(&half, &timing()).unwrap_err());
         assert_eq!(setting, "etcd-cert-file");
         assert!(e.contains("without etcd-key-file"), "{e}");
+    }
 
+    #[test]
+    fn each_tls_file_is_named_when_it_cannot_be_used() {
         let dir = tempfile::tempdir().expect("tempdir");
         let real = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])
             .expect("a certificate");
@@ -366,7 +379,7 @@ mod tests {
         let key = dir.path().join("key.pem");
         std::fs::write(&cert, real.cert.pem()).expect("write");
         std::fs::write(&key, real.signing_key.serialize_pem()).expect("write");
-        let mut tls = half.clone();
+        let mut tls = EtcdConfig::new(vec!["https://127.0.0.1:2379".into()]);
         tls.ca_file = Some(cert.clone());
         tls.cert_file = Some(cert.clone());
         tls.key_file = Some(key.clone());
@@ -408,7 +421,11 @@ mod tests {
                 "{setting} {bad}: {e}"
             );
         }
+    }
 
+    #[test]
+    fn without_a_ca_file_the_system_roots_verify_and_a_user_needs_a_password() {
+        let ok = EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]);
         // Without a CA file the system's trusted roots verify the servers.
         let mut no_ca = ok.clone();
         no_ca.endpoints = vec!["https://127.0.0.1:2379".into()];

@@ -1,17 +1,14 @@
 //! Connecting: the checks before it, the connection itself, and what a failed connect means.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
 use leader_lock::backend::LockError;
-use tokio::sync::Mutex;
 
-use crate::client::{Inner, State};
+use crate::client::Conn;
 use crate::config::{self, EtcdConfig};
 use crate::error::map_error;
-use crate::knowledge::Knowledge;
-use crate::lease::keep_spare;
+use crate::keys::Keys;
 use crate::lock::EtcdLock;
 use crate::members::member_fault;
 use crate::members::Members;
@@ -21,14 +18,6 @@ use crate::tls::tls_options;
 /// HTTP/2 pings find dead connections (a paused or unplugged server) under a long watch.
 /// etcd refuses pings more often than every 5 s, so stay above that.
 const PING_INTERVAL: Duration = Duration::from_secs(10);
-
-/// The release marker's key: the lock key and this suffix. Neither key prefixes nor lock names
-/// may contain `#`, so it is never another lock's key.
-const MARKER_SUFFIX: &str = "#released";
-
-/// The prefix of the candidates' registrations under the lock key (`#` again keeps it apart
-/// from other locks' keys).
-const CANDIDATES_SUFFIX: &str = "#candidates/";
 
 impl EtcdLock {
     /// Connects to etcd and checks that the lock key can be read.
@@ -93,87 +82,80 @@ impl EtcdLock {
         // (unless the config gives one); the channels' own connect and ping timeouts keep it.
         let request_timeout = RequestTimeout::new(config.request_timeout);
         let timeout = request_timeout.get();
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(timeout)
-            .with_keep_alive(PING_INTERVAL, timeout.max(Duration::from_secs(1)))
-            .with_keep_alive_while_idle(false);
-        if config.uses_tls() {
-            options = options.with_tls(tls_options(&config)?);
-        }
-        if let Some(user) = &config.username {
-            let password = config.password.clone().unwrap_or_default();
-            // Simple tokens expire (5 min by default); re-authenticate instead of failing.
-            options = options
-                .with_user(user.clone(), password)
-                .with_auto_token_refresh(true);
-        }
-        let key_text = format!("{}{}", config.key_prefix, lock_name);
-        let inner = Arc::new(Inner {
-            members: Members::new(&config.endpoints, options, request_timeout.clone()),
-            key: key_text.clone().into_bytes(),
-            marker: format!("{key_text}{MARKER_SUFFIX}").into_bytes(),
-            candidates: format!("{key_text}{CANDIDATES_SUFFIX}").into_bytes(),
-            key_text,
-            endpoints,
-            timeout: request_timeout,
-            state: Mutex::new(State::default()),
-            knowledge: Arc::new(std::sync::Mutex::new(Knowledge::default())),
-            spare: Mutex::new(None),
-            registered: std::sync::Mutex::new(0),
-            choice: Arc::default(),
-            used: Arc::new(std::sync::Mutex::new(tokio::time::Instant::now())),
-        });
-        // The channels connect lazily: one read proves reachability, TLS and permissions. The
-        // members are tried in turn, so one member down at startup does not stop the replica;
-        // the first that answers becomes the current one.
-        let mut last = None;
-        for i in 0..inner.members.len() {
-            inner.members.settle(i);
-            match reach(&inner).await {
-                Ok(()) => {
-                    last = None;
-                    break;
-                }
-                // A refusal (authentication, permissions) is the same on every member.
-                Err(Some(e @ etcd_client::Error::GRpcStatus(_))) if !member_fault(&e) => {
-                    return Err(connect_error(&config, "reading the lock key", e).await)
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        match last {
-            None => {}
-            Some(None) => return Err(unreachable(&config, timeout).await),
-            Some(Some(e)) => return Err(connect_error(&config, "reading the lock key", e).await),
-        }
-        inner.members.announce();
-        let spare_keeper = tokio::spawn(keep_spare(Arc::downgrade(&inner)));
-        Ok(EtcdLock {
-            inner,
-            spare_keeper,
-        })
+        let options = connect_options(&config, timeout)?;
+        let keys = Keys::new(&config.key_prefix, lock_name);
+        let members = Members::new(&config.endpoints, options, request_timeout.clone());
+        let conn = Conn::new(members, endpoints, request_timeout);
+        reach_one(&config, &conn, &keys, timeout).await?;
+        conn.members().announce();
+        Ok(EtcdLock::new(conn, keys))
     }
+}
+
+/// The options every member's client connects with: the deadline, HTTP/2 pings, TLS and the
+/// user.
+fn connect_options(config: &EtcdConfig, timeout: Duration) -> Result<ConnectOptions, LockError> {
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(timeout)
+        .with_keep_alive(PING_INTERVAL, timeout.max(Duration::from_secs(1)))
+        .with_keep_alive_while_idle(false);
+    if config.uses_tls() {
+        options = options.with_tls(tls_options(config)?);
+    }
+    if let Some(user) = &config.username {
+        let password = config.password.clone().unwrap_or_default();
+        // Simple tokens expire (5 min by default); re-authenticate instead of failing.
+        options = options
+            .with_user(user.clone(), password)
+            .with_auto_token_refresh(true);
+    }
+    Ok(options)
+}
+
+/// Reads the lock key on each member in turn until one answers, which becomes the current one.
+/// The channels connect lazily: one read proves reachability, TLS and permissions; one member
+/// down at startup does not stop the replica.
+async fn reach_one(
+    config: &EtcdConfig,
+    conn: &Conn,
+    keys: &Keys,
+    timeout: Duration,
+) -> Result<(), LockError> {
+    let mut last = None;
+    for i in 0..conn.members().len() {
+        conn.members().settle(i);
+        match reach(conn, keys).await {
+            Ok(()) => return Ok(()),
+            // A refusal (authentication, permissions) is the same on every member.
+            Err(Some(e @ etcd_client::Error::GRpcStatus(_))) if !member_fault(&e) => {
+                return Err(connect_error(config, "reading the lock key", e).await)
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(match last {
+        Some(Some(e)) => connect_error(config, "reading the lock key", e).await,
+        _ => unreachable(config, timeout).await,
+    })
 }
 
 /// Connects the current member and reads the lock key there, under the per-request timeout
 /// each; `Err(None)` when it did not answer in time.
-async fn reach(inner: &Inner) -> Result<(), Option<etcd_client::Error>> {
-    let i = inner.members.current();
-    let connect = Client::connect(
-        [inner.members.url(i)],
-        Some(inner.members.options().clone()),
-    );
-    let client = match tokio::time::timeout(inner.timeout.get(), connect).await {
+async fn reach(conn: &Conn, keys: &Keys) -> Result<(), Option<etcd_client::Error>> {
+    let members = conn.members();
+    let i = members.current();
+    let connect = Client::connect([members.url(i)], Some(members.options().clone()));
+    let client = match tokio::time::timeout(conn.timeout(), connect).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return Err(Some(e)),
         Err(_) => return Err(None),
     };
     let mut kv = client.kv_client();
-    match tokio::time::timeout(inner.timeout.get(), kv.get(inner.key.clone(), None)).await {
+    match tokio::time::timeout(conn.timeout(), kv.get(keys.key.clone(), None)).await {
         Ok(Ok(r)) => {
-            inner.members.keep(i, client);
+            members.keep(i, client);
             if let Some(h) = r.header() {
-                inner.members.learn(i, h.member_id());
+                members.learn(i, h.member_id());
             }
             Ok(())
         }
@@ -245,9 +227,9 @@ async fn diagnose(config: &EtcdConfig) -> String {
     if !reachable.is_empty() {
         if config.uses_tls() {
             hints.push(format!(
-                "TCP works to {} but the TLS/gRPC connection failed: check etcd-ca-file (it must sign the \
-                 server certificate, whose SANs must match the host) and, when the server requires \
-                 client certificates, etcd-cert-file/etcd-key-file",
+                "TCP works to {} but the TLS/gRPC connection failed: check etcd-ca-file (it must \
+                 sign the server certificate, whose SANs must match the host) and, when the \
+                 server requires client certificates, etcd-cert-file/etcd-key-file",
                 reachable.join(",")
             ));
         } else {

@@ -26,7 +26,8 @@ pub(crate) enum LeaseState {
 /// Why a keep-alive gave no answer.
 #[derive(Debug)]
 pub(crate) enum KeepAliveError {
-    /// No answer in time; the stream is dropped, since a late answer would pair with the next request.
+    /// No answer in time; the stream is dropped, since a late answer would pair with the next
+    /// request.
     Timeout,
     /// The client or the stream failed.
     Client(etcd_client::Error),

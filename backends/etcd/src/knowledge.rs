@@ -3,10 +3,13 @@
 //! Both the watch stream and the lock's own requests feed it; each observation says as of which
 //! etcd revision it holds, and older news never overwrites newer. From it come the two waits of
 //! docs/etcd.md: a record that stops changing is stale `lease` after it was first seen, and a
-//! record that vanished without a release is free `lease` after its last version was first seen.
+//! record that vanished without a release is free `lease` after its last version was first seen
+//! (the rule every backend shares, `leader_lock::backend::vanished_free_at`).
 
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use leader_lock::backend::vanished_free_at;
 use tokio::time::Instant;
 
 use crate::value::{term, StoredValue};
@@ -70,12 +73,26 @@ impl<'a> From<&'a etcd_client::KeyValue> for Seen<'a> {
     }
 }
 
+/// What the lock knows of the key ([`Knowledge`]) behind its own lock, shared with the watch
+/// that feeds it. Never held across a request.
+#[derive(Clone, Default)]
+pub(crate) struct Observed(Arc<Mutex<Knowledge>>);
+
+impl Observed {
+    /// The knowledge, for one decision or update.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Knowledge> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// The state: present (with its version), gone (since when it counts), or never seen.
 #[derive(Debug, Default)]
 pub(crate) struct Knowledge {
     /// The etcd revision this knowledge is current as of.
     known_rev: i64,
+    /// The version believed present (`None`: gone or never seen).
     current: Option<Version>,
+    /// The last holder of ours seen alive, kept after its record vanished until it is resolved.
     holder: Option<HolderSeen>,
     /// Set once the key was seen gone: the instant its last holder's wait counts from.
     gone_since: Option<Instant>,
@@ -226,15 +243,18 @@ impl Knowledge {
 
     /// When the key, believed gone, may be created: `None` while it is believed present.
     ///
-    /// Free at once when no holder was ever seen alive (or it released); otherwise the wait
-    /// counts from when the deleted version was first seen.
+    /// Free at once when no holder was ever seen alive (or it released); otherwise it vanished
+    /// without a release, and the shared rule ([`vanished_free_at`]) counts the holder's wait
+    /// from when the deleted version was first seen: the last instant it was known live.
     pub fn free_at(&self, own_lease: Duration, now: Instant) -> Option<Instant> {
         if self.current.is_some() {
             return None;
         }
         match (&self.holder, self.gone_since) {
             (None, _) | (_, None) => Some(now),
-            (Some(_), Some(since)) => Some(since + self.wait(own_lease)),
+            (Some(_), Some(since)) => {
+                Some(vanished_free_at(since, self.wait(own_lease), own_lease))
+            }
         }
     }
 }

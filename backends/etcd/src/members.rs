@@ -8,9 +8,9 @@
 //! own timeout or the HTTP/2 ping notices, and the next request may land there again. So the
 //! lock keeps one client per endpoint instead and talks to one member at a time: a request that
 //! fails or times out moves the lock to another member (the first in turn that answers a status
-//! request and knows a Raft leader), the attempt is retried there at once
-//! (`lock.rs`), the lease keep-alive stream reopens there (`keepalive.rs`), and a watch opened on
-//! the member left behind ends so the elector reopens it on the new one (`watch.rs`).
+//! request and knows a Raft leader), the attempt is retried there at once (`lock/attempt.rs`),
+//! the lease keep-alive stream reopens there (`keepalive.rs`), and a watch opened on the member
+//! left behind ends so the elector reopens it on the new one (`watch.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -28,7 +28,9 @@ use crate::timeout::RequestTimeout;
 
 /// One endpoint and its client, connected on first use.
 struct Member {
+    /// Its endpoint, as configured.
     url: String,
+    /// Its client once connected; the lock is never held across a request.
     client: Mutex<Option<Client>>,
     /// Its etcd member ID once an answer named it (0: not yet), to recognise it as the Raft
     /// leader other members still name after it died.
@@ -40,14 +42,18 @@ struct Member {
 const ELECTION_POLL: Duration = Duration::from_millis(50);
 
 /// How many request timeouts a choice waits for an election at most: an attempt's whole budget
-/// (`lock.rs`), past which a hanging write costs no more than giving up.
+/// (`lock/attempt.rs`), past which a hanging write costs no more than giving up.
 const ELECTION_TRIES: u32 = 4;
 
 /// The members and which one is current.
 pub(crate) struct Members {
+    /// One per endpoint, in the configured order.
     members: Vec<Member>,
+    /// How each member is connected (TLS, credentials, timeouts).
     options: ConnectOptions,
+    /// The deadline of each request (shared with the lock's `Conn`).
     timeout: RequestTimeout,
+    /// The index of the member requests go to.
     current: AtomicUsize,
     /// The current member's index, for the watches that must leave a member the lock left.
     moved: watch::Sender<usize>,
@@ -175,7 +181,11 @@ impl Members {
                 .store(!matches!(e, LockError::Timeout(_)), Ordering::Release);
             self.left.store(i, Ordering::Release);
             self.moved.send_replace(next);
-            warn!(from = %self.members[i].url, error = %e, "etcd member failed a request; leaving it for another endpoint");
+            warn!(
+                from = %self.members[i].url,
+                error = %e,
+                "etcd member failed a request; leaving it for another endpoint"
+            );
         }
     }
 
@@ -281,7 +291,11 @@ impl Members {
     /// a replica talks to is what an operator needs to know when one fails, and the bench reads
     /// it (`mono_ms`, `CLOCK_MONOTONIC`) to fault the very member under the leading replica.
     pub(crate) fn announce(&self) {
-        info!(endpoint = %self.url(self.current()), mono_ms = clock::mono_ms(), "using etcd endpoint");
+        info!(
+            endpoint = %self.url(self.current()),
+            mono_ms = clock::mono_ms(),
+            "using etcd endpoint"
+        );
     }
 }
 

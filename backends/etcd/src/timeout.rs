@@ -16,6 +16,7 @@ const FLOOR: Duration = Duration::from_millis(100);
 /// election wait use it too).
 #[derive(Debug, Clone)]
 pub(crate) struct RequestTimeout {
+    /// The deadline in nanoseconds; an atomic, so reading it takes no lock.
     nanos: Arc<AtomicU64>,
     /// Given by the config: [`adopt`](Self::adopt) leaves it alone.
     fixed: bool,

@@ -159,16 +159,10 @@ const KEY_PREFIX_CHARS: &str = "-._:/";
 /// The longest key prefix: keys stay short, and a longer prefix is a mistake.
 const MAX_KEY_PREFIX_BYTES: usize = 128;
 
-/// Checks the Sentinel addresses (URLs of one scheme, without credentials) and the master name.
-fn check_sentinel(s: &SentinelConfig) -> Result<(), ConfigError> {
-    if s.addresses.is_empty() {
-        return Err(ConfigError::invalid(
-            SENTINEL,
-            "redis-sentinel: at least one Sentinel address is required",
-        ));
-    }
+/// Checks each Sentinel address: a URL without credentials, all of one scheme.
+fn check_sentinel_addresses(addresses: &[String]) -> Result<(), ConfigError> {
     let mut schemes = Vec::new();
-    for a in &s.addresses {
+    for a in addresses {
         let shown = redact_url(a);
         if a.contains('@') {
             return Err(ConfigError::CredentialsInUrl {
@@ -200,6 +194,18 @@ fn check_sentinel(s: &SentinelConfig) -> Result<(), ConfigError> {
             "redis-sentinel: mixes redis:// and rediss://; use one scheme for every Sentinel",
         ));
     }
+    Ok(())
+}
+
+/// Checks the Sentinel addresses (URLs of one scheme, without credentials) and the master name.
+fn check_sentinel(s: &SentinelConfig) -> Result<(), ConfigError> {
+    if s.addresses.is_empty() {
+        return Err(ConfigError::invalid(
+            SENTINEL,
+            "redis-sentinel: at least one Sentinel address is required",
+        ));
+    }
+    check_sentinel_addresses(&s.addresses)?;
     // redis-rs sends no AUTH for a user without a password: it would connect as `default`.
     if s.username.is_some() && s.password.is_none() {
         return Err(ConfigError::UserWithoutPassword {

@@ -23,8 +23,11 @@ const REDISCOVER_EVERY: Duration = Duration::from_millis(250);
 /// The primary as of now: its client (for pub/sub), its managed connection and its address.
 #[derive(Clone)]
 pub(crate) struct Current {
+    /// Its client, which opens the pub/sub connections of watches.
     pub(crate) client: Client,
+    /// Its managed connection (cheap to clone), for scripts and `WAIT`.
     pub(crate) conn: ConnectionManager,
+    /// Its address, for messages.
     pub(crate) endpoint: String,
 }
 
@@ -32,12 +35,15 @@ pub(crate) struct Current {
 pub(crate) struct Primary {
     /// The Sentinels, the master name, and when they were last asked.
     sentinel: Option<tokio::sync::Mutex<(SentinelClient, String, Option<Instant>)>>,
+    /// The primary now: its lock is held only to read or replace it, never across a request.
     current: Mutex<Current>,
+    /// The request timeout, which bounds connecting to a new primary too.
     timeout: Duration,
 }
 
 /// Where the primary was found at connect, before connecting to it.
 pub(crate) struct Found {
+    /// The Sentinels and the master name, when the primary was asked of them.
     sentinel: Option<(SentinelClient, String)>,
     /// The primary's client.
     pub(crate) client: Client,
@@ -69,7 +75,9 @@ impl Primary {
                 Some(ca) => Client::build_with_tls(info, certificates(ca)?),
                 None => Client::open(info),
             }
-            .map_err(|e| LockError::refused_from(format!("redis-url {endpoint}: {e}"), e))?;
+            .map_err(|e| {
+                LockError::refused_from(format!("redis-url {endpoint} is not usable"), e)
+            })?;
             return Ok(Found {
                 sentinel: None,
                 client,
@@ -77,43 +85,7 @@ impl Primary {
                 db,
             });
         };
-        let mut addrs = Vec::new();
-        for a in &s.addresses {
-            let info = a
-                .as_str()
-                .into_connection_info()
-                .map_err(|e| LockError::refused_from(format!("redis-sentinel {a}: {e}"), e))?;
-            addrs.push(info.addr().clone());
-        }
-        let mut b = SentinelClientBuilder::new(addrs, &s.master, SentinelServerType::Master)
-            .map_err(|e| LockError::refused_from(format!("redis-sentinel: {e}"), e))?
-            .set_client_to_redis_tcp_settings(tcp_settings())
-            .set_client_to_sentinel_tcp_settings(tcp_settings());
-        if let Some(u) = &config.username {
-            b = b.set_client_to_redis_username(u);
-        }
-        if let Some(p) = &config.password {
-            b = b.set_client_to_redis_password(p);
-        }
-        if let Some(u) = &s.username {
-            b = b.set_client_to_sentinel_username(u);
-        }
-        if let Some(p) = &s.password {
-            b = b.set_client_to_sentinel_password(p);
-        }
-        if config.is_tls() {
-            b = b
-                .set_client_to_redis_tls_mode(TlsMode::Secure)
-                .set_client_to_sentinel_tls_mode(TlsMode::Secure);
-            if let Some(ca) = &config.ca_file {
-                b = b
-                    .set_client_to_redis_certificates(certificates(ca)?)
-                    .set_client_to_sentinel_certificates(certificates(ca)?);
-            }
-        }
-        let mut sentinel = b
-            .build()
-            .map_err(|e| LockError::refused_from(format!("redis-sentinel: {e}"), e))?;
+        let mut sentinel = sentinel_client(config, s)?;
         let (client, endpoint) = match ask(&mut sentinel, timeout).await {
             Ok(found) => found,
             // Refusals are for good: say which side refused, rather than retry as if the
@@ -121,10 +93,8 @@ impl Primary {
             Err(Asked::Failed(e)) if is_auth(&e) => return Err(refusal(config, s, e).await),
             Err(Asked::Failed(e)) if is_untrusted(&e) => {
                 return Err(LockError::refused_from(
-                    format!(
-                        "a Sentinel or the primary they name has a TLS certificate that is not \
-                         trusted ({e}); set redis-ca-file to the CA that signed it"
-                    ),
+                    "a Sentinel or the primary they name has a TLS certificate that is not \
+                     trusted; set redis-ca-file to the CA that signed it",
                     e,
                 ))
             }
@@ -188,7 +158,11 @@ impl Primary {
         }
         match manage(client.clone(), self.timeout).await {
             Ok(conn) => {
-                info!(from = %old, to = %endpoint, "the Sentinels name a new primary; moving to it");
+                info!(
+                    from = %old,
+                    to = %endpoint,
+                    "the Sentinels name a new primary; moving to it"
+                );
                 self.set(Current {
                     client,
                     conn,
@@ -197,11 +171,56 @@ impl Primary {
                 true
             }
             Err(e) => {
-                warn!(primary = %endpoint, error = %e, "cannot connect to the primary the Sentinels name");
+                warn!(
+                    primary = %endpoint,
+                    error = %e,
+                    "cannot connect to the primary the Sentinels name"
+                );
                 false
             }
         }
     }
+}
+
+/// The Sentinel client for `s`, with the credentials and TLS settings of both sides: the
+/// Sentinels' and the data nodes'.
+fn sentinel_client(config: &RedisConfig, s: &SentinelConfig) -> Result<SentinelClient, LockError> {
+    let mut addrs = Vec::new();
+    for a in &s.addresses {
+        let info = a
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| LockError::refused_from(format!("redis-sentinel {a} is invalid"), e))?;
+        addrs.push(info.addr().clone());
+    }
+    let mut b = SentinelClientBuilder::new(addrs, &s.master, SentinelServerType::Master)
+        .map_err(|e| LockError::refused_from("redis-sentinel is not usable", e))?
+        .set_client_to_redis_tcp_settings(tcp_settings())
+        .set_client_to_sentinel_tcp_settings(tcp_settings());
+    if let Some(u) = &config.username {
+        b = b.set_client_to_redis_username(u);
+    }
+    if let Some(p) = &config.password {
+        b = b.set_client_to_redis_password(p);
+    }
+    if let Some(u) = &s.username {
+        b = b.set_client_to_sentinel_username(u);
+    }
+    if let Some(p) = &s.password {
+        b = b.set_client_to_sentinel_password(p);
+    }
+    if config.is_tls() {
+        b = b
+            .set_client_to_redis_tls_mode(TlsMode::Secure)
+            .set_client_to_sentinel_tls_mode(TlsMode::Secure);
+        if let Some(ca) = &config.ca_file {
+            b = b
+                .set_client_to_redis_certificates(certificates(ca)?)
+                .set_client_to_sentinel_certificates(certificates(ca)?);
+        }
+    }
+    b.build()
+        .map_err(|e| LockError::refused_from("redis-sentinel is not usable", e))
 }
 
 /// Why the Sentinels named no primary.
@@ -217,7 +236,7 @@ impl Asked {
     fn into_lock_error(self, master: &str) -> LockError {
         match self {
             Asked::Failed(e) => LockError::unavailable_from(
-                format!("no Sentinel named a reachable primary for {master:?}: {e}"),
+                format!("no Sentinel named a reachable primary for {master:?}"),
                 e,
             ),
             Asked::TimedOut(after) => LockError::unavailable(format!(
@@ -266,7 +285,7 @@ async fn refusal(config: &RedisConfig, s: &SentinelConfig, e: RedisError) -> Loc
                 return LockError::refused_from(
                     format!(
                         "the primary the Sentinels name for {:?}, {scheme}://{host}:{port}/0, \
-                         rejected the credentials ({e}); check redis-username and \
+                         rejected the credentials; check redis-username and \
                          redis-password (the data nodes' user, not the Sentinels')",
                         s.master
                     ),
@@ -277,7 +296,7 @@ async fn refusal(config: &RedisConfig, s: &SentinelConfig, e: RedisError) -> Loc
                 let shown = crate::config::redact_url(address);
                 return LockError::refused_from(
                     format!(
-                        "the Sentinel at {shown} rejected the credentials ({refused}); check \
+                        "the Sentinel at {shown} rejected the credentials; check \
                          redis-sentinel-username and redis-sentinel-password (the Sentinels' \
                          user, not the data nodes')"
                     ),
@@ -289,11 +308,9 @@ async fn refusal(config: &RedisConfig, s: &SentinelConfig, e: RedisError) -> Loc
         }
     }
     LockError::refused_from(
-        format!(
-            "the Sentinels or the primary they name rejected the credentials ({e}); check \
-             redis-sentinel-username and redis-sentinel-password for the Sentinels, \
-             redis-username and redis-password for the data nodes"
-        ),
+        "the Sentinels or the primary they name rejected the credentials; check \
+         redis-sentinel-username and redis-sentinel-password for the Sentinels, redis-username \
+         and redis-password for the data nodes",
         e,
     )
 }
@@ -351,7 +368,7 @@ fn data_node_info(config: &RedisConfig) -> Result<ConnectionInfo, LockError> {
         .url
         .as_str()
         .into_connection_info()
-        .map_err(|e| LockError::refused_from(format!("redis-url is invalid: {e}"), e))?;
+        .map_err(|e| LockError::refused_from("redis-url is invalid", e))?;
     Ok(login(
         info,
         config.username.as_deref(),

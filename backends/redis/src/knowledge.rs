@@ -1,18 +1,20 @@
 //! What one client knows about the lock, on its own monotonic clock, shared by its attempts and
-//! its watch streams.
+//! its watch streams: the last live record seen, the last release, the subscriptions that hear
+//! every change, and the highest term seen. What this client holds is `held.rs`'s.
 //!
 //! Two rules rest on it (docs/redis.md, "Vanished records" and "Follower cost"):
 //! - a record that vanished without a release is not free until a lease has passed since this
-//!   client last knew it to be live;
+//!   client last knew it to be live (the rule every backend shares,
+//!   `leader_lock::backend::vanished_free_at`);
 //! - while a watch hears every change (every acquire, renew and release publishes a message), a
 //!   follower's attempt is answered from what the watch heard, without a round trip.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use leader_lock::backend::LockRecord;
+use leader_lock::backend::{vanished_free_at, LockRecord};
 use leader_lock::Term;
 use tokio::time::Instant;
 
@@ -83,10 +85,6 @@ struct State {
     released: Option<(String, Term)>,
     /// Open subscriptions: id → the instant from which each hears every change.
     subs: HashMap<u64, Instant>,
-    /// The term each holder of this process last led under: a renew expects exactly it.
-    held: HashMap<String, Term>,
-    /// Every holder this process campaigned as.
-    candidates: HashSet<String>,
     /// The highest term seen; a new term is always above it.
     max_term: u64,
 }
@@ -97,10 +95,13 @@ impl State {
     }
 }
 
-/// Shared by a [`RedisLock`](crate::RedisLock) and its watch tasks.
+/// What this client knows of the lock's record, behind its own lock (never held across a
+/// request); shared by a [`RedisLock`](crate::RedisLock) and its watch tasks.
 #[derive(Debug, Default)]
 pub(crate) struct Knowledge {
+    /// Everything known of the record; the lock is never held across a request.
     state: Mutex<State>,
+    /// The id of the next subscription.
     next_sub: AtomicU64,
 }
 
@@ -151,18 +152,18 @@ impl Knowledge {
         st.released = Some((holder.to_string(), term));
     }
 
-    /// Notes that `me` won the lock: whatever holder was seen before is history.
+    /// Notes that `me` won the lock under `term`: whatever holder was seen before is history.
     pub fn won(&self, me: &str, term: Term) {
         let mut st = self.lock();
         st.saw_term(term);
-        st.held.insert(me.to_string(), term);
         if st.seen.as_ref().is_some_and(|s| s.rec.holder != me) {
             st.seen = None;
         }
     }
 
-    /// Decides how `me` (not holding the lock, as far as it knows) attempts at `now`.
-    pub fn plan(&self, me: &str, now: Instant) -> Plan {
+    /// Decides how `me` (not holding the lock, as far as it knows, and campaigning for a lease
+    /// of `own_lease`) attempts at `now`.
+    pub fn plan(&self, me: &str, own_lease: Duration, now: Instant) -> Plan {
         let mut st = self.lock();
         let Some(s) = st.seen.clone() else {
             return Plan::Ask(Guard::Free);
@@ -172,7 +173,7 @@ impl Knowledge {
             return Plan::Ask(Guard::Free);
         }
         if let Some(v) = s.vanished {
-            let end = v + s.rec.lease_duration;
+            let end = vanished_free_at(v, s.rec.lease_duration, own_lease);
             if now < end {
                 return Plan::Ask(Guard::Wait(end - now));
             }
@@ -194,12 +195,13 @@ impl Knowledge {
     }
 
     /// The script found the lock gone with no trace on the server, after `plan` said
-    /// [`Guard::Unknown`]: counts the lease from `at` (only the first time) and returns the wait.
-    pub fn vanished(&self, at: Instant) -> Option<(LockRecord, Duration)> {
+    /// [`Guard::Unknown`]: counts the lease from `at` (only the first time; the shared rule,
+    /// [`vanished_free_at`], with `own_lease` for a record that gave none) and returns the wait.
+    pub fn vanished(&self, at: Instant, own_lease: Duration) -> Option<(LockRecord, Duration)> {
         let mut st = self.lock();
         let s = st.seen.as_mut()?;
         let v = *s.vanished.get_or_insert(at);
-        let end = v + s.rec.lease_duration;
+        let end = vanished_free_at(v, s.rec.lease_duration, own_lease);
         Some((s.rec.clone(), end.saturating_duration_since(Instant::now())))
     }
 
@@ -216,31 +218,6 @@ impl Knowledge {
             knowledge: self.clone(),
             id,
         }
-    }
-
-    /// The term `me` leads under, as far as this process knows.
-    pub fn held(&self, me: &str) -> Option<Term> {
-        self.lock().held.get(me).copied()
-    }
-
-    /// Forgets that `me` leads; returns the term it held.
-    pub fn drop_held(&self, me: &str) -> Option<Term> {
-        self.lock().held.remove(me)
-    }
-
-    /// Notes that `me` campaigns through this client.
-    pub fn candidate(&self, me: &str) {
-        let mut st = self.lock();
-        if !st.candidates.contains(me) {
-            st.candidates.insert(me.to_string());
-        }
-    }
-
-    /// True when `holder` is one of our candidates that does not know it holds `term`: an
-    /// acquire whose reply was lost (timed out, connection dropped) was applied after all.
-    pub fn unaware_holder(&self, holder: &str, term: Term) -> bool {
-        let st = self.lock();
-        st.candidates.contains(holder) && st.held.get(holder) != Some(&term)
     }
 
     /// The lowest term this client may hand out: above every term it has seen.
@@ -268,7 +245,9 @@ impl State {
 /// A subscription counted as hearing every change until it is dropped.
 #[derive(Debug)]
 pub(crate) struct Subscription {
+    /// Whose subscriptions this one is counted among.
     knowledge: Arc<Knowledge>,
+    /// Its id there.
     id: u64,
 }
 
@@ -299,17 +278,21 @@ mod tests {
     async fn follows_locally_only_while_a_watch_hears_everything() {
         let k = Arc::new(Knowledge::default());
         let t0 = Instant::now();
-        assert_eq!(k.plan("me", t0), Plan::Ask(Guard::Free));
+        assert_eq!(k.plan("me", LEASE, t0), Plan::Ask(Guard::Free));
         // Seen by an attempt, no watch: the server is asked, and a vanish is counted from when
         // it is found.
         k.saw(&rec("x", 5, "5.1"), t0, LEASE);
-        assert_eq!(k.plan("me", t0), Plan::Ask(Guard::Unknown));
-        assert_eq!(k.plan("x", t0), Plan::Ask(Guard::Free), "our own record");
+        assert_eq!(k.plan("me", LEASE, t0), Plan::Ask(Guard::Unknown));
+        assert_eq!(
+            k.plan("x", LEASE, t0),
+            Plan::Ask(Guard::Free),
+            "our own record"
+        );
         // A watch that came up before the sighting covers it.
         let sub = k.subscribed(t0);
         let t1 = t0 + Duration::from_millis(500);
         assert_eq!(
-            k.plan("me", t1),
+            k.plan("me", LEASE, t1),
             Plan::Follow {
                 holder: "x".into(),
                 term: Term(5),
@@ -318,18 +301,20 @@ mod tests {
         );
         // A renew heard moves the end; the lease running out unheard frees it.
         k.saw(&rec("x", 5, "5.2"), t1, LEASE);
+        let half = k.plan("me", LEASE, t1 + LEASE / 2);
         assert!(
-            matches!(k.plan("me", t1 + LEASE / 2), Plan::Follow { retry_after, .. } if retry_after == LEASE / 2)
+            matches!(half, Plan::Follow { retry_after, .. } if retry_after == LEASE / 2),
+            "{half:?}"
         );
-        assert_eq!(k.plan("me", t1 + LEASE), Plan::Ask(Guard::Free));
+        assert_eq!(k.plan("me", LEASE, t1 + LEASE), Plan::Ask(Guard::Free));
         // The watch breaks: nothing is known about renewals any more.
         drop(sub);
-        assert_eq!(k.plan("me", t1), Plan::Ask(Guard::Unknown));
+        assert_eq!(k.plan("me", LEASE, t1), Plan::Ask(Guard::Unknown));
         // A new watch covers only sightings from its start on.
         let _sub = k.subscribed(t1 + Duration::from_millis(1));
-        assert_eq!(k.plan("me", t1), Plan::Ask(Guard::Unknown));
+        assert_eq!(k.plan("me", LEASE, t1), Plan::Ask(Guard::Unknown));
         k.saw(&rec("x", 5, "5.3"), t1 + Duration::from_millis(2), LEASE);
-        assert!(matches!(k.plan("me", t1), Plan::Follow { .. }));
+        assert!(matches!(k.plan("me", LEASE, t1), Plan::Follow { .. }));
     }
 
     #[tokio::test(start_paused = true)]
@@ -339,19 +324,19 @@ mod tests {
         k.saw(&rec("x", 5, "5.1"), t0, LEASE);
         tokio::time::advance(Duration::from_secs(10)).await;
         let found = Instant::now();
-        let (r, wait) = k.vanished(found).expect("seen");
+        let (r, wait) = k.vanished(found, LEASE).expect("seen");
         assert_eq!((r.holder.as_str(), wait), ("x", LEASE));
         // Found again later: still counted from the first discovery, so it ends.
         tokio::time::advance(Duration::from_millis(500)).await;
         assert_eq!(
-            k.vanished(Instant::now()).expect("seen").1,
+            k.vanished(Instant::now(), LEASE).expect("seen").1,
             LEASE - Duration::from_millis(500)
         );
         assert_eq!(
-            k.plan("me", Instant::now()),
+            k.plan("me", LEASE, Instant::now()),
             Plan::Ask(Guard::Wait(LEASE - Duration::from_millis(500)))
         );
-        assert_eq!(k.plan("me", found + LEASE), Plan::Ask(Guard::Free));
+        assert_eq!(k.plan("me", LEASE, found + LEASE), Plan::Ask(Guard::Free));
         assert!(k.current().is_none());
     }
 
@@ -362,10 +347,10 @@ mod tests {
         let t0 = Instant::now();
         k.saw(&rec("x", 5, "5.1"), t0, LEASE);
         k.released("x", Term(5));
-        assert_eq!(k.plan("me", t0), Plan::Ask(Guard::Free));
+        assert_eq!(k.plan("me", LEASE, t0), Plan::Ask(Guard::Free));
         // A reply read before the release but arriving after it does not bring it back.
         k.saw(&rec("x", 5, "5.1"), t0 + Duration::from_millis(1), LEASE);
-        assert_eq!(k.plan("me", t0), Plan::Ask(Guard::Free));
+        assert_eq!(k.plan("me", LEASE, t0), Plan::Ask(Guard::Free));
         // An older view of a previous holder does not replace a newer one.
         k.saw(&rec("y", 7, "7.1"), t0 + Duration::from_millis(10), LEASE);
         k.saw(&rec("z", 6, "6.1"), t0 + Duration::from_millis(5), LEASE);
@@ -384,10 +369,6 @@ mod tests {
         // Winning forgets the other holder.
         k.won("me", Term(9));
         assert!(k.current().is_none());
-        assert_eq!(k.held("me"), Some(Term(9)));
-        k.candidate("me");
-        assert!(!k.unaware_holder("me", Term(9)));
-        assert!(k.unaware_holder("me", Term(10)));
-        assert!(!k.unaware_holder("other", Term(10)));
+        assert_eq!(k.floor(), 10);
     }
 }

@@ -9,9 +9,12 @@
 
 mod config;
 mod connection;
+mod error;
+mod held;
 mod keys;
 mod knowledge;
 mod lock;
+mod reply;
 mod scripts;
 mod value;
 mod watch;

@@ -7,15 +7,19 @@ use leader_lock::backend::{
     Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
 };
 use leader_lock::{Term, Timing};
-use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::aio::{ConnectionManager, PubSub};
+use redis::{RedisError, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::config::{check_config, check_timing, RedisConfig};
-use crate::connection::{is_auth, is_untrusted, manage, Primary};
+use crate::connection::{manage, Current, Found, Primary};
+use crate::error::classify;
+use crate::held::Holds;
 use crate::keys::Keys;
-use crate::knowledge::{Knowledge, Plan};
+use crate::knowledge::{Guard, Knowledge, Plan};
+use crate::reply::AcquireReply;
 use crate::scripts::{self, Scripts};
 use crate::value::{self, bytes, int, pttl_wait};
 use crate::watch::WatchTask;
@@ -24,17 +28,25 @@ use crate::watch::WatchTask;
 ///
 /// See `docs/redis.md` for the guarantees, the key layout and the value format.
 pub struct RedisLock {
+    /// The lock's name, as given to `connect`.
     name: String,
+    /// The address first connected to, for messages.
     endpoint: String,
+    /// The lock's keys and channel; fixed at connect, so no lock.
     keys: Keys,
+    /// The database the keys are in (for keyspace notifications).
     db: i64,
+    /// The deadline of each request.
     timeout: Duration,
     /// The primary's connection; with Sentinel it moves to the promoted replica on a failover.
     primary: Primary,
+    /// The lock's scripts; fixed, shared with the watch tasks.
     scripts: Arc<Scripts>,
-    /// What this client knows of the lock: the holders it campaigns as and the terms they hold,
-    /// the highest term seen, the last live holder seen and whether a watch hears every change.
+    /// What this client knows of the lock: the highest term seen, the last live holder seen and
+    /// whether a watch hears every change.
     knowledge: Arc<Knowledge>,
+    /// The holders campaigning through this client, and the term each holds.
+    holds: Arc<Holds>,
     /// `WAIT` for this many replicas after every acquire and renew (0: do not wait).
     wait_replicas: u32,
 }
@@ -46,67 +58,53 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Connects to the primary `found` and PINGs it, each bounded by `timeout`: the handshake
+/// authenticates, the PING proves the session works before `connect` reports success.
+async fn open(found: &Found, timeout: Duration) -> Result<ConnectionManager, LockError> {
+    let endpoint = &found.endpoint;
+    // The manager retries the first connection once; bound the whole thing anyway.
+    let limit = timeout * 3 + Duration::from_secs(1);
+    let mut conn = match tokio::time::timeout(limit, manage(found.client.clone(), timeout)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return Err(unreachable(&e, endpoint, timeout)),
+        Err(_) => {
+            return Err(LockError::unavailable(format!(
+                "cannot reach redis at {endpoint}: no connection within {limit:?}"
+            )))
+        }
+    };
+    let pong: Result<String, _> =
+        tokio::time::timeout(timeout, redis::cmd("PING").query_async(&mut conn))
+            .await
+            .map_err(|_| LockError::Timeout(timeout))?;
+    pong.map_err(|e| classify(&e, endpoint, timeout))?;
+    Ok(conn)
+}
+
+/// A first connection to `endpoint` that failed with `e`: said as unreachable unless it is a
+/// refusal or already says so.
+fn unreachable(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
+    match classify(e, endpoint, timeout) {
+        LockError::Unavailable { message, source } if !message.starts_with("cannot reach") => {
+            LockError::Unavailable {
+                message: format!("cannot reach redis at {endpoint}"),
+                source,
+            }
+        }
+        LockError::Timeout(_) => LockError::unavailable_from(
+            format!("cannot reach redis at {endpoint} within {timeout:?}"),
+            e.clone(),
+        ),
+        other => other,
+    }
+}
+
 fn install_crypto_provider() {
     // redis builds its rustls config from the process default provider; with more than one
     // provider compiled into the binary rustls cannot pick one by itself.
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
-}
-
-/// Maps a redis error to a lock error whose message names the endpoint and the setting to fix;
-/// the error itself is kept as the source.
-fn classify(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
-    let code = e.code().unwrap_or_default();
-    if is_auth(e) {
-        let message = format!(
-            "redis at {endpoint} rejected the credentials ({e}); check the username and the \
-             password"
-        );
-        return LockError::refused_from(message, e.clone());
-    }
-    let text = e.to_string();
-    // Inside a script a denied command comes back as a plain ERR with this wording.
-    let denied_in_script = text.contains("can't run this command");
-    if matches!(e.kind(), ErrorKind::Server(ServerErrorKind::NoPerm))
-        || code == "NOPERM"
-        || denied_in_script
-    {
-        let message = format!(
-            "redis at {endpoint}: the ACL user lacks a permission ({e}); it needs the commands \
-             EVAL, EVALSHA, SCRIPT LOAD, GET, SET, DEL, PTTL, INCR, EXISTS, TIME, INFO, PUBLISH, \
-             SUBSCRIBE and PING (and WAIT with redis-wait-replicas), the keys and channels under \
-             redis-key-prefix (see docs/redis.md)"
-        );
-        return LockError::refused_from(message, e.clone());
-    }
-    if matches!(e.kind(), ErrorKind::InvalidClientConfig) {
-        return LockError::refused_from(format!("redis-url {endpoint}: {e}"), e.clone());
-    }
-    if code == "GLBADTERM" || code == "WRONGTYPE" {
-        return LockError::malformed_from(format!("redis at {endpoint}: {e}"), e.clone());
-    }
-    if is_untrusted(e) {
-        let message = format!(
-            "redis at {endpoint}: the server's TLS certificate is not trusted ({e}); set \
-             redis-ca-file to the CA that signed it"
-        );
-        return LockError::refused_from(message, e.clone());
-    }
-    if e.is_timeout() {
-        return LockError::Timeout(timeout);
-    }
-    if matches!(e.kind(), ErrorKind::Server(ServerErrorKind::ReadOnly)) {
-        let message = format!(
-            "redis at {endpoint} is a read-only replica; redis-url must point to the primary ({e})"
-        );
-        return LockError::unavailable_from(message, e.clone());
-    }
-    if e.is_connection_refusal() {
-        let message = format!("cannot reach redis at {endpoint}: connection refused ({e})");
-        return LockError::unavailable_from(message, e.clone());
-    }
-    LockError::unavailable_from(format!("redis at {endpoint}: {e}"), e.clone())
 }
 
 impl RedisLock {
@@ -156,41 +154,7 @@ impl RedisLock {
         let found = Primary::find(&config).await?;
         let endpoint = found.endpoint.clone();
         let db = found.db;
-        // The manager retries the first connection once; bound the whole thing anyway.
-        let limit = timeout * 3 + Duration::from_secs(1);
-        let mut conn = match tokio::time::timeout(limit, manage(found.client.clone(), timeout))
-            .await
-        {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                return Err(match classify(&e, &endpoint, timeout) {
-                    LockError::Unavailable { message, source }
-                        if !message.starts_with("cannot reach") =>
-                    {
-                        LockError::Unavailable {
-                            message: format!("cannot reach redis at {endpoint}: {e}"),
-                            source,
-                        }
-                    }
-                    LockError::Timeout(_) => LockError::unavailable_from(
-                        format!("cannot reach redis at {endpoint}: timed out after {timeout:?}"),
-                        e,
-                    ),
-                    other => other,
-                })
-            }
-            Err(_) => {
-                return Err(LockError::unavailable(format!(
-                    "cannot reach redis at {endpoint}: no connection within {limit:?}"
-                )))
-            }
-        };
-        // The handshake authenticates; a PING proves the session works before we report success.
-        let pong: Result<String, _> =
-            tokio::time::timeout(timeout, redis::cmd("PING").query_async(&mut conn))
-                .await
-                .map_err(|_| LockError::Timeout(timeout))?;
-        pong.map_err(|e| classify(&e, &endpoint, timeout))?;
+        let conn = open(&found, timeout).await?;
         Ok(RedisLock {
             name: lock_name.to_string(),
             endpoint,
@@ -204,6 +168,7 @@ impl RedisLock {
                 get: scripts::get(),
             }),
             knowledge: Arc::new(Knowledge::default()),
+            holds: Arc::new(Holds::default()),
             wait_replicas: config.wait_replicas,
         })
     }
@@ -284,6 +249,162 @@ impl RedisLock {
         Ok(())
     }
 
+    /// Subscribes to the lock's events channel on `current`, and to its key's keyspace
+    /// notifications when the server sends them.
+    async fn subscribe(&self, current: &Current) -> Result<PubSub, LockError> {
+        let t = self.timeout;
+        let fail = |e: RedisError| classify(&e, &current.endpoint, t);
+        let mut pubsub = tokio::time::timeout(t, current.client.get_async_pubsub())
+            .await
+            .map_err(|_| LockError::Timeout(t))?
+            .map_err(fail)?;
+        tokio::time::timeout(t, pubsub.subscribe(&self.keys.events))
+            .await
+            .map_err(|_| LockError::Timeout(t))?
+            .map_err(fail)?;
+        // Expiry, deletion and eviction notifications only come when the server has
+        // notify-keyspace-events with K and x, g or e; subscribing costs nothing otherwise, and a
+        // denied channel only loses this extra.
+        let keyspace = self.keys.keyspace(self.db);
+        match tokio::time::timeout(t, pubsub.subscribe(&keyspace)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => debug!(channel = %keyspace, error = %e, "no keyspace notifications"),
+            Err(_) => return Err(LockError::Timeout(t)),
+        }
+        Ok(pubsub)
+    }
+
+    /// A new watch's first read of the record: what it starts from, noted as live when it is.
+    async fn first_read(&self) -> Result<Option<LockRecord>, LockError> {
+        let mut inv = self.scripts.get.prepare_invoke();
+        inv.key(&self.keys.holder);
+        let first: Vec<Value> = self.run(inv).await?;
+        let got = Instant::now();
+        Ok(
+            match (first.first().and_then(bytes), first.get(1).and_then(int)) {
+                (Some(raw), Some(pttl)) => match (value::parse(raw), pttl_wait(pttl)) {
+                    (Ok(rec), Some(ttl)) => {
+                        self.knowledge.saw(&rec, got, ttl);
+                        Some(rec)
+                    }
+                    _ => None,
+                },
+                _ => None,
+            },
+        )
+    }
+
+    /// Runs the acquire script for `me` (expecting to hold `expect`, with the client's `guard`
+    /// for a lock gone without a trace); its reply and when it arrived.
+    async fn acquire(
+        &self,
+        me: &str,
+        lease_ms: u64,
+        expect: Option<Term>,
+        guard: Guard,
+    ) -> Result<(AcquireReply, Instant), LockError> {
+        let mut inv = self.scripts.acquire.prepare_invoke();
+        inv.key(&self.keys.holder)
+            .key(&self.keys.term)
+            .key(&self.keys.state)
+            .arg(me)
+            .arg(lease_ms)
+            .arg(now_ms())
+            .arg(expect.map(|t| t.0.to_string()).unwrap_or_default())
+            .arg(self.knowledge.floor())
+            .arg(&self.keys.events)
+            .arg(guard.arg());
+        let reply: Vec<Value> = self.run(inv).await?;
+        let got = Instant::now();
+        Ok((AcquireReply::parse(&reply)?, got))
+    }
+
+    /// What the acquire script's `reply` (arrived at `got`) means for `me`, campaigning for a
+    /// lease of `own_lease`.
+    async fn settle(
+        &self,
+        me: &str,
+        own_lease: Duration,
+        reply: AcquireReply,
+        got: Instant,
+    ) -> Result<Attempt, LockError> {
+        let wait = match reply {
+            AcquireReply::Leader(term) => {
+                self.knowledge.won(me, term);
+                self.holds.won(me, term);
+                // Held, but only counted once enough replicas have it: until then a failover
+                // could promote a replica without the record.
+                self.wait_for_replicas().await?;
+                return Ok(Attempt::leader(term));
+            }
+            AcquireReply::Taken { raw, pttl } => {
+                self.holds.drop_held(me);
+                return self.taken(me, &raw, pttl, got);
+            }
+            AcquireReply::Gone => {
+                let lost = self.holds.drop_held(me);
+                warn!(lock = %self.describe(), term = ?lost, "our lock key is gone; stepping down");
+                Duration::ZERO
+            }
+            AcquireReply::Restarted(wait) => {
+                debug!(lock = %self.describe(), ?wait,
+                    "redis restarted less than a lease ago; not taking a vanished lock yet");
+                wait
+            }
+            AcquireReply::Vanished(wait) => {
+                debug!(lock = %self.describe(), ?wait,
+                    "the lock record vanished without a release; waiting out its holder's lease");
+                wait
+            }
+            AcquireReply::Traceless => self.traceless(got, own_lease),
+        };
+        Ok(Attempt::Follower {
+            holder: None,
+            term: None,
+            retry_after: Some(wait),
+        })
+    }
+
+    /// The key holds `raw` with `pttl` left, as the reply arriving at `got` showed: our own
+    /// record under another term than we believed (an acquire of ours landed unseen after that
+    /// term was lost), or another's.
+    fn taken(&self, me: &str, raw: &[u8], pttl: i64, got: Instant) -> Result<Attempt, LockError> {
+        match value::parse(raw) {
+            // We do not lead under the term we thought. Look again at once as a candidate; that
+            // renews the record and leads under its real term, valid from that attempt.
+            Ok(rec) if rec.holder == me => {
+                self.knowledge.saw_term(rec.term);
+                Ok(Attempt::Follower {
+                    holder: Some(me.to_string()),
+                    term: Some(rec.term),
+                    retry_after: Some(Duration::ZERO),
+                })
+            }
+            _ => self.follower(raw, pttl, got),
+        }
+    }
+
+    /// The lock is gone with no trace on the server, found at `got`: a lease is counted from
+    /// the first time it was found so (`Knowledge::vanished`); how long is left of it.
+    fn traceless(&self, got: Instant, own_lease: Duration) -> Duration {
+        match self.knowledge.vanished(got, own_lease) {
+            Some((rec, wait)) => {
+                info!(
+                    lock = %self.describe(),
+                    holder = %rec.holder,
+                    term = %rec.term,
+                    ?wait,
+                    "the lock vanished without a release or any trace on the server \
+                     (flushed, failed over or lost) while its holder was live; waiting \
+                     a lease before taking it"
+                );
+                wait
+            }
+            // The holder was seen released meanwhile: look again at once.
+            None => Duration::ZERO,
+        }
+    }
+
     /// Interprets a value that is not ours, found with `pttl` left when the reply arrived at
     /// `got`.
     fn follower(&self, raw: &[u8], pttl: i64, got: Instant) -> Result<Attempt, LockError> {
@@ -339,6 +460,9 @@ impl LeaderLock for RedisLock {
         check_timing(timing, self.timeout)
     }
 
+    /// In three steps: 1. what this client knows decides whether to ask at all (a leader always
+    /// does; a follower whose watch heard every renew does not); 2. the acquire script, which
+    /// renews, takes, or says why not; 3. what its reply means for us ([`RedisLock::settle`]).
     async fn try_acquire_or_renew(&self, candidate: &Candidate) -> Result<Attempt, LockError> {
         let me = candidate.holder();
         let lease_ms = u64::try_from(candidate.lease_duration.as_millis()).unwrap_or(u64::MAX);
@@ -347,13 +471,15 @@ impl LeaderLock for RedisLock {
                 "lease-duration must be at least 1ms for redis",
             ));
         }
-        let k = &self.knowledge;
-        k.candidate(&me);
-        let expect = k.held(&me);
+        self.holds.candidate(&me);
+        let expect = self.holds.held(&me);
         let guard = match expect {
             // A leader always asks the server: only a renew that reached it extends validity.
-            Some(_) => crate::knowledge::Guard::Free,
-            None => match k.plan(&me, Instant::now()) {
+            Some(_) => Guard::Free,
+            None => match self
+                .knowledge
+                .plan(&me, candidate.lease_duration, Instant::now())
+            {
                 Plan::Follow {
                     holder,
                     term,
@@ -369,126 +495,8 @@ impl LeaderLock for RedisLock {
                 Plan::Ask(guard) => guard,
             },
         };
-        let mut inv = self.scripts.acquire.prepare_invoke();
-        inv.key(&self.keys.holder)
-            .key(&self.keys.term)
-            .key(&self.keys.state)
-            .arg(&me)
-            .arg(lease_ms)
-            .arg(now_ms())
-            .arg(expect.map(|t| t.0.to_string()).unwrap_or_default())
-            .arg(k.floor())
-            .arg(&self.keys.events)
-            .arg(guard.arg());
-        let reply: Vec<Value> = self.run(inv).await?;
-        let got = Instant::now();
-        let malformed = || {
-            LockError::malformed(format!(
-                "unexpected reply from the acquire script: {reply:?}"
-            ))
-        };
-        let wait_ms = |i: usize| {
-            reply
-                .get(i)
-                .and_then(int)
-                .and_then(|w| u64::try_from(w).ok())
-                .map(Duration::from_millis)
-                .ok_or_else(malformed)
-        };
-        match reply.first().and_then(int) {
-            Some(1) => {
-                let term = reply
-                    .get(1)
-                    .and_then(int)
-                    .and_then(|t| u64::try_from(t).ok())
-                    .ok_or_else(malformed)?;
-                let term = Term(term);
-                k.won(&me, term);
-                // Held, but only counted once enough replicas have it: until then a failover
-                // could promote a replica without the record.
-                self.wait_for_replicas().await?;
-                Ok(Attempt::leader(term))
-            }
-            Some(2) => {
-                k.drop_held(&me);
-                let raw = reply.get(1).and_then(bytes).ok_or_else(malformed)?;
-                let pttl = reply.get(2).and_then(int).ok_or_else(malformed)?;
-                match value::parse(raw) {
-                    // Our own record, but not under the term we believed we held (an acquire of
-                    // ours landed unseen after that term was lost): we do not lead under the term
-                    // we thought. Look again at once as a candidate; that renews the record and
-                    // leads under its real term, valid from that attempt.
-                    Ok(rec) if rec.holder == me => {
-                        k.saw_term(rec.term);
-                        Ok(Attempt::Follower {
-                            holder: Some(me),
-                            term: Some(rec.term),
-                            retry_after: Some(Duration::ZERO),
-                        })
-                    }
-                    _ => self.follower(raw, pttl, got),
-                }
-            }
-            Some(3) => {
-                let lost = k.drop_held(&me);
-                warn!(lock = %self.describe(), term = ?lost, "our lock key is gone; stepping down");
-                Ok(Attempt::Follower {
-                    holder: None,
-                    term: None,
-                    retry_after: Some(Duration::ZERO),
-                })
-            }
-            Some(4) => {
-                let wait = wait_ms(1)?;
-                debug!(
-                    lock = %self.describe(),
-                    ?wait,
-                    "redis restarted less than a lease ago; not taking a vanished lock yet"
-                );
-                Ok(Attempt::Follower {
-                    holder: None,
-                    term: None,
-                    retry_after: Some(wait),
-                })
-            }
-            Some(5) => {
-                let wait = wait_ms(1)?;
-                debug!(
-                    lock = %self.describe(),
-                    ?wait,
-                    "the lock record vanished without a release; waiting out its holder's lease"
-                );
-                Ok(Attempt::Follower {
-                    holder: None,
-                    term: None,
-                    retry_after: Some(wait),
-                })
-            }
-            Some(6) => {
-                let wait = match k.vanished(got) {
-                    Some((rec, wait)) => {
-                        info!(
-                            lock = %self.describe(),
-                            holder = %rec.holder,
-                            term = %rec.term,
-                            ?wait,
-                            "the lock vanished without a release or any trace on the server \
-                             (flushed, failed over or lost) while its holder was live; waiting \
-                             a lease before taking it"
-                        );
-                        wait
-                    }
-                    // The holder was seen released meanwhile: look again at once.
-                    None => Duration::ZERO,
-                };
-                Ok(Attempt::Follower {
-                    holder: None,
-                    term: None,
-                    retry_after: Some(wait),
-                })
-            }
-            _ => Err(malformed()),
-        }
+        let (reply, got) = self.acquire(&me, lease_ms, expect, guard).await?;
+        self.settle(&me, candidate.lease_duration, reply, got).await
     }
 
     async fn release(&self, candidate: &Candidate, term: Term) -> Result<bool, LockError> {
@@ -500,7 +508,7 @@ impl LeaderLock for RedisLock {
             .arg(term.0.to_string())
             .arg(&self.keys.events);
         let released: i64 = self.run(inv).await?;
-        self.knowledge.drop_held(&me);
+        self.holds.drop_held(&me);
         if released == 1 {
             self.knowledge.released(&me, term);
         }
@@ -535,42 +543,11 @@ impl LeaderLock for RedisLock {
     async fn watch(&self) -> Result<LockEventStream, LockError> {
         let t = self.timeout;
         let current = self.primary.current();
-        let fail = |e: RedisError| classify(&e, &current.endpoint, t);
-        let mut pubsub = tokio::time::timeout(t, current.client.get_async_pubsub())
-            .await
-            .map_err(|_| LockError::Timeout(t))?
-            .map_err(fail)?;
-        tokio::time::timeout(t, pubsub.subscribe(&self.keys.events))
-            .await
-            .map_err(|_| LockError::Timeout(t))?
-            .map_err(fail)?;
-        // Expiry, deletion and eviction notifications only come when the server has
-        // notify-keyspace-events with K and x, g or e; subscribing costs nothing otherwise, and a
-        // denied channel only loses this extra.
-        let keyspace = self.keys.keyspace(self.db);
-        match tokio::time::timeout(t, pubsub.subscribe(&keyspace)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => debug!(channel = %keyspace, error = %e, "no keyspace notifications"),
-            Err(_) => return Err(LockError::Timeout(t)),
-        }
-        let (sink, messages) = pubsub.split();
+        let (sink, messages) = self.subscribe(&current).await?.split();
         // Read the record once subscribed: from this read on, every change reaches us as a
         // message, so what we know stays complete while the subscription lasts.
         let since = Instant::now();
-        let mut inv = self.scripts.get.prepare_invoke();
-        inv.key(&self.keys.holder);
-        let first: Vec<Value> = self.run(inv).await?;
-        let got = Instant::now();
-        let heard = match (first.first().and_then(bytes), first.get(1).and_then(int)) {
-            (Some(raw), Some(pttl)) => match (value::parse(raw), pttl_wait(pttl)) {
-                (Ok(rec), Some(ttl)) => {
-                    self.knowledge.saw(&rec, got, ttl);
-                    Some(rec)
-                }
-                _ => None,
-            },
-            _ => None,
-        };
+        let heard = self.first_read().await?;
         let subscription = self.knowledge.subscribed(since);
         let (tx, rx) = mpsc::channel(64);
         let task = WatchTask {
@@ -581,6 +558,7 @@ impl LeaderLock for RedisLock {
             endpoint: current.endpoint.clone(),
             timeout: t,
             knowledge: self.knowledge.clone(),
+            holds: self.holds.clone(),
             tx,
             heard,
             forwarded: None,

@@ -155,7 +155,8 @@ if ours(rec, cur, ARGV[1]) and term_of(cur) == ARGV[2] then
   redis.call('SET', KEYS[2], '{"v":1,"released":true,"holder":' .. cjson.encode(ARGV[1])
     .. ',"term":' .. ARGV[2] .. ',"lease_ms":' .. lease .. ',"renewed_us":'
     .. canon(t[1] .. string.format('%06d', tonumber(t[2]))) .. '}')
-  redis.call('PUBLISH', ARGV[3], '{"v":1,"released":true,"holder":' .. cjson.encode(ARGV[1]) .. ',"term":' .. ARGV[2] .. '}')
+  redis.call('PUBLISH', ARGV[3], '{"v":1,"released":true,"holder":' .. cjson.encode(ARGV[1])
+    .. ',"term":' .. ARGV[2] .. '}')
   return 1
 end
 return 0
@@ -168,8 +169,11 @@ return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
 
 /// The scripts of one lock, shared by its watch tasks (they read with `get`).
 pub(crate) struct Scripts {
+    /// Acquire or renew.
     pub(crate) acquire: redis::Script,
+    /// Compare-and-delete that publishes the release.
     pub(crate) release: redis::Script,
+    /// The record and its TTL in one round trip.
     pub(crate) get: redis::Script,
 }
 

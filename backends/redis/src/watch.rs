@@ -17,21 +17,34 @@ use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, warn};
 
+use crate::held::Holds;
 use crate::keys::Keys;
 use crate::knowledge::{Knowledge, Subscription};
 use crate::scripts::Scripts;
 use crate::value::{self, bytes, int, pttl_wait, Message};
 
+/// One watch stream's task: forwards what its subscription hears to the elector, and reads the
+/// record once when no renew was heard for a lease. Owns its connection and its own view of
+/// what it heard; what the lock knows and holds it shares (each behind its own lock).
 pub(crate) struct WatchTask {
+    /// The primary's connection as the watch opened, for its probes.
     pub conn: ConnectionManager,
     /// The subscription's own connection, to PING through: its reply comes after every message
     /// the server sent on it before.
     pub sink: PubSubSink,
+    /// The lock's scripts (the probe reads with `get`).
     pub scripts: Arc<Scripts>,
+    /// The lock's keys and channel.
     pub keys: Keys,
+    /// The primary's address, for messages.
     pub endpoint: String,
+    /// The deadline of each probe.
     pub timeout: Duration,
+    /// What the lock knows of the record: every message and probe updates it.
     pub knowledge: Arc<Knowledge>,
+    /// Our campaigns: a record of one of ours it does not know it holds is news to it.
+    pub holds: Arc<Holds>,
+    /// The stream the elector reads; closed by the elector to end the task.
     pub tx: mpsc::Sender<Result<LockEvent, LockError>>,
     /// The last record this stream heard (message, first read or probe): a probe that finds
     /// another one proves that messages went missing.
@@ -62,7 +75,9 @@ impl WatchTask {
                 msg = messages.next() => match msg {
                     None => {
                         let _ = self.tx.send(Err(LockError::unavailable(format!(
-                            "redis at {}: the subscription to {} closed", self.endpoint, self.keys.events
+                            "redis at {}: the subscription to {} closed",
+                            self.endpoint,
+                            self.keys.events
                         )))).await;
                         return;
                     }
@@ -91,7 +106,10 @@ impl WatchTask {
                 // elector reopens it.
                 if let Err(e) = self.tx.try_send(Ok(ev)) {
                     if matches!(e, mpsc::error::TrySendError::Full(_)) {
-                        warn!(channel = %self.keys.events, "lock watch consumer too slow; closing the stream");
+                        warn!(
+                            channel = %self.keys.events,
+                            "lock watch consumer too slow; closing the stream"
+                        );
                     }
                     return;
                 }
@@ -141,12 +159,16 @@ impl WatchTask {
                     events.push(LockEvent::Changed(Some(rec.clone())));
                     self.forwarded = Some(key);
                 }
-                if self.knowledge.unaware_holder(&rec.holder, rec.term) {
+                if self.holds.unaware_holder(&rec.holder, rec.term) {
                     // One of our candidates holds the lock without knowing it: its acquire was
                     // applied although the reply was lost. The elector ignores its own record
                     // on the stream, so ask it to look now: its next attempt renews the record
                     // and leads, valid from that attempt's sending.
-                    debug!(holder = %rec.holder, term = %rec.term, "our own acquire landed unseen; asking the elector to look");
+                    debug!(
+                        holder = %rec.holder,
+                        term = %rec.term,
+                        "our own acquire landed unseen; asking the elector to look"
+                    );
                     events.push(LockEvent::Resynced);
                 }
                 self.hear(rec);
@@ -154,6 +176,22 @@ impl WatchTask {
             }
             Message::Unknown => vec![LockEvent::Resynced],
         }
+    }
+
+    /// Hears the messages already sent on the subscription. A read can show a write whose
+    /// message is not read yet: the script publishes with its write, but the message travels on
+    /// the subscription's connection and the read's reply on another. A PING on the
+    /// subscription comes back after every message sent before it.
+    async fn catch_up(
+        &mut self,
+        messages: &mut (impl futures::Stream<Item = redis::Msg> + Unpin),
+    ) -> Vec<LockEvent> {
+        let _ = tokio::time::timeout(self.timeout, self.sink.ping::<Value>()).await;
+        let mut events = Vec::new();
+        while let Some(Some(m)) = messages.next().now_or_never() {
+            events.extend(self.on_message(&m));
+        }
+        events
     }
 
     /// No renew was heard for a whole lease: ask the server (one read).
@@ -183,15 +221,7 @@ impl WatchTask {
         };
         let mut events = Vec::new();
         if self.heard.as_ref().is_some_and(|h| newer(h, &rec)) {
-            // The write's message may simply not be read yet: the script publishes with its
-            // write, but the message travels on the subscription's connection and the read's
-            // reply on another. A PING on the subscription comes back after every message sent
-            // before it; what arrived meanwhile is heard first (seen 3 times in 30 quiet rounds
-            // before this, each reported as a missed change).
-            let _ = tokio::time::timeout(self.timeout, self.sink.ping::<Value>()).await;
-            while let Some(Some(m)) = messages.next().now_or_never() {
-                events.extend(self.on_message(&m));
-            }
+            events = self.catch_up(messages).await;
         }
         if let Some(heard) = &self.heard {
             if newer(heard, &rec) {
