@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use std::time::{Duration, Instant};
 
-use gateway_leader_status::compute::{self, Computation};
-use gateway_leader_status::{StatusCache, World};
+use gateway_leader_status::compute::{self, Computation, World};
+use gateway_leader_status::StatusCache;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 

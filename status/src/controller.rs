@@ -28,8 +28,9 @@ impl StatusController {
     /// Starts watching, computing and (while `leadership` is valid) writing.
     ///
     /// `client` must be allowed to list and watch the Gateway API objects, Services,
-    /// Namespaces, Secrets (the listeners' certificates; see [`secret`]) and ConfigMaps (the
-    /// BackendTLSPolicies' CA certificates; see [`configmap`]), and to update the
+    /// Namespaces, Secrets (the listeners' certificates; see
+    /// [`TlsSecret`](crate::compute::TlsSecret)) and ConfigMaps (the BackendTLSPolicies' CA
+    /// certificates; see [`CaBundle`](crate::compute::CaBundle)), and to update the
     /// Gateway API objects' status; the writes are guarded here already, so it need not be a
     /// gated client. `readiness` turns [`Readiness::Ready`] once every required Gateway API kind
     /// is served and its watch has its initial list; until then it says what is missing (a
