@@ -36,7 +36,6 @@ impl Cluster {
     pub async fn start(kubeconfig: Option<&Path>) -> Result<Cluster> {
         let (client, kubeconfig, local) = match kubeconfig {
             Some(path) => {
-                let _ = rustls::crypto::ring::default_provider().install_default();
                 let kc = Kubeconfig::read_from(path)
                     .with_context(|| format!("--kubeconfig {}", path.display()))?;
                 let config =
