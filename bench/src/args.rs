@@ -8,7 +8,7 @@ use clap::Args;
 use leader_lock::input::parse_duration;
 use leader_lock::Timing;
 
-use crate::backend::Backend;
+use crate::topology::Backend;
 use crate::lockserver::Endpoints;
 use crate::replica::REPLICA_ENV;
 use crate::scenario::Scenario;

@@ -16,7 +16,6 @@
 
 pub mod anchor;
 pub mod args;
-pub mod backend;
 pub mod checker;
 pub mod cluster;
 pub mod cost;
@@ -35,6 +34,7 @@ pub mod round;
 pub mod scale;
 pub mod scenario;
 pub mod stats;
+pub mod topology;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,7 +48,7 @@ use tempfile::TempDir;
 
 pub use args::{BenchArgs, Plan};
 
-use crate::backend::Backend;
+use crate::topology::Backend;
 use crate::checker::check;
 use crate::cluster::Cluster;
 use crate::lane::Lane;

@@ -10,7 +10,7 @@ use anyhow::{anyhow, Context, Result};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams};
 
-use crate::backend::Backend;
+use crate::topology::Backend;
 use crate::cluster::Cluster;
 use leader_lock::clock;
 use testkit::etcd::EtcdServer;

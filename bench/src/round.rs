@@ -10,7 +10,7 @@ use serde::Serialize;
 pub mod member;
 
 use crate::args::Plan;
-use crate::backend::Backend;
+use crate::topology::Backend;
 use crate::cluster::{Cluster, ROUTE};
 use crate::events::What;
 use crate::lane::Lane;
