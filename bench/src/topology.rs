@@ -1,10 +1,14 @@
-//! Which lock servers the bench starts, and the replicas' `--lock-backend`.
+//! Which lock servers a lane of the bench runs on, and the replicas' `--lock-backend` there.
 
 use std::fmt;
 
-/// A lock backend the bench can measure.
+pub use gateway_leader::config::Backend;
+
+/// The lock servers a lane runs on: one server of a backend the binary offers, or a production
+/// topology of several. The replicas' `--lock-backend` is the binary's own [`Backend`], so a
+/// name the binary stops accepting fails the bench's build, not its run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Backend {
+pub enum Topology {
     /// A Kubernetes Lease on the bench's (or the given) kube-apiserver.
     Kubernetes,
     /// An etcd key on the bench's (or the given) etcd.
@@ -20,45 +24,44 @@ pub enum Backend {
     RedisSentinel,
 }
 
-impl Backend {
-    /// Every backend, in the order a run measures them.
-    pub const ALL: [Backend; 3] = [Backend::Kubernetes, Backend::Etcd, Backend::Redis];
+impl Topology {
+    /// One server of each backend, in the order a run measures them.
+    pub const ALL: [Topology; 3] = [Topology::Kubernetes, Topology::Etcd, Topology::Redis];
     /// The accepted names, for error messages.
     pub const NAMES: &'static str = "kubernetes, etcd, redis, etcd-cluster, redis-sentinel";
 
     /// The production topologies, named on their own (not in `all`).
-    pub const TOPOLOGIES: [Backend; 2] = [Backend::EtcdCluster, Backend::RedisSentinel];
+    pub const TOPOLOGIES: [Topology; 2] = [Topology::EtcdCluster, Topology::RedisSentinel];
 
-    /// The backend named `s` (as the bench's `--lock-backend` spells it).
-    pub fn parse(s: &str) -> Option<Backend> {
-        Backend::ALL
+    /// The topology named `s` (as the bench's `--lock-backend` spells it).
+    pub fn parse(s: &str) -> Option<Topology> {
+        Topology::ALL
             .into_iter()
-            .chain(Backend::TOPOLOGIES)
+            .chain(Topology::TOPOLOGIES)
             .find(|b| b.name() == s)
     }
 
-    /// The bench's name for it, in its `--lock-backend` and its output.
+    /// The bench's name for it, in its `--lock-backend` and its output: the backend's own name
+    /// for one server.
     pub fn name(self) -> &'static str {
         match self {
-            Backend::Kubernetes => "kubernetes",
-            Backend::Etcd => "etcd",
-            Backend::Redis => "redis",
-            Backend::EtcdCluster => "etcd-cluster",
-            Backend::RedisSentinel => "redis-sentinel",
+            Topology::EtcdCluster => "etcd-cluster",
+            Topology::RedisSentinel => "redis-sentinel",
+            b => b.lock_backend().name(),
         }
     }
 
-    /// The name `gateway-leader run --lock-backend` takes.
-    pub fn lock_backend(self) -> &'static str {
+    /// The backend the replicas are given (`gateway-leader run --lock-backend`).
+    pub fn lock_backend(self) -> Backend {
         match self {
-            Backend::EtcdCluster => Backend::Etcd.name(),
-            Backend::RedisSentinel => Backend::Redis.name(),
-            b => b.name(),
+            Topology::Kubernetes => Backend::Kubernetes,
+            Topology::Etcd | Topology::EtcdCluster => Backend::Etcd,
+            Topology::Redis | Topology::RedisSentinel => Backend::Redis,
         }
     }
 }
 
-impl fmt::Display for Backend {
+impl fmt::Display for Topology {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
@@ -70,12 +73,18 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_nothing_else_parses() {
-        for b in Backend::ALL.into_iter().chain(Backend::TOPOLOGIES) {
-            assert_eq!(Backend::parse(&b.to_string()), Some(b));
+        for b in Topology::ALL.into_iter().chain(Topology::TOPOLOGIES) {
+            assert_eq!(Topology::parse(&b.to_string()), Some(b));
         }
-        assert_eq!(Backend::EtcdCluster.lock_backend(), "etcd");
-        assert_eq!(Backend::RedisSentinel.lock_backend(), "redis");
-        assert_eq!(Backend::parse("Redis"), None);
-        assert_eq!(Backend::parse(""), None);
+        assert_eq!(Topology::EtcdCluster.lock_backend(), Backend::Etcd);
+        assert_eq!(Topology::RedisSentinel.lock_backend(), Backend::Redis);
+        assert_eq!(Topology::parse("Redis"), None);
+        assert_eq!(Topology::parse(""), None);
+    }
+
+    #[test]
+    fn one_server_of_each_backend_the_binary_offers() {
+        let all: Vec<Backend> = Topology::ALL.iter().map(|t| t.lock_backend()).collect();
+        assert_eq!(all, Backend::ALL);
     }
 }
