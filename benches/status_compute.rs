@@ -5,7 +5,7 @@
 //! the 100 ms a takeover allows, and where the time goes.
 //!
 //! ```sh
-//! cargo bench -p gateway-leader-status --bench compute -- 10000
+//! cargo bench --bench status_compute -- 10000
 //! ```
 
 use std::sync::Arc;
