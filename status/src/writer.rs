@@ -179,7 +179,7 @@ pub(crate) enum WriteError {
     #[error("abandoned at the validity deadline of term {0}")]
     Deadline(Term),
     /// The apiserver refused or failed the request.
-    #[error("{0}")]
+    #[error(transparent)]
     Kube(#[from] kube::Error),
     /// The desired status does not fit the object's kind (a bug, never sent).
     #[error("the desired status is for another kind")]
