@@ -16,6 +16,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use gateway_leader_log::message;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::gateway::*;
@@ -196,9 +197,9 @@ async fn graceful(server: &'static KubeApiServer, name: &str, rounds: usize) {
         let patience = Duration::from_secs(120);
         let name = who;
         let mut leader = replica(&format!("{name}-0"), &args);
-        leader.wait_for("leadership: leading", patience);
+        leader.wait_for(message::LEADING, patience);
         let mut follower = replica(&format!("{name}-1"), &args);
-        follower.wait_for("leadership: following", patience);
+        follower.wait_for(message::FOLLOWING, patience);
         let (mut to_leader, mut to_write, mut skipped) = (Vec::new(), Vec::new(), 0);
         for round in 0..rounds {
             // Let the follower's watch settle after its start.
@@ -210,14 +211,13 @@ async fn graceful(server: &'static KubeApiServer, name: &str, rounds: usize) {
                 &routes,
                 &route(&ns, "route", "gw", &[(&ns, backend_name, 80)]),
             ));
-            let led = follower.wait_for_since("leadership: leading", signal, patience);
-            let first =
-                follower.wait_for_since("first status write of this leadership", signal, patience);
+            let led = follower.wait_for_since(message::LEADING, signal, patience);
+            let first = follower.wait_for_since(message::FIRST_WRITE, signal, patience);
             leader.wait_exit(patience);
             let stale_write = leader
                 .lines()
                 .iter()
-                .any(|l| l.message() == "status written" && l.at >= signal);
+                .any(|l| l.message() == message::WRITTEN && l.at >= signal);
             if stale_write {
                 skipped += 1;
             } else {
@@ -226,7 +226,7 @@ async fn graceful(server: &'static KubeApiServer, name: &str, rounds: usize) {
             }
             let next = replica(&format!("{name}-{}", round + 2), &args);
             leader = std::mem::replace(&mut follower, next);
-            follower.wait_for("leadership: following", patience);
+            follower.wait_for(message::FOLLOWING, patience);
         }
         (to_leader, to_write, skipped)
     })
@@ -306,7 +306,7 @@ async fn convergence(server: &'static KubeApiServer, n: usize) {
             "gateway-leader.dev/bench-none".into(),
         ]);
         let mut holder = replica("scale-holder", &holder_args);
-        holder.wait_for("leadership: leading", patience);
+        holder.wait_for(message::LEADING, patience);
         let mut args = base;
         args.extend(["--controller-name".into(), controller]);
         let mut writer = replica("scale-writer", &args);
@@ -316,8 +316,8 @@ async fn convergence(server: &'static KubeApiServer, n: usize) {
         let cpu_a = apiserver_pid.map(cpu_seconds).unwrap_or(f64::NAN);
         let signal = SystemTime::now();
         holder.terminate();
-        let led = writer.wait_for_since("leadership: leading", signal, patience);
-        let done = writer.wait_for_since("every cached status checked", signal, patience);
+        let led = writer.wait_for_since(message::LEADING, signal, patience);
+        let done = writer.wait_for_since(message::SWEEP_DONE, signal, patience);
         let written = done.json["written"].as_u64().unwrap_or(0);
         let took = ms(led.at, done.at) / 1e3;
         println!(

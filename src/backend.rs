@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use leader_lock::{LeaderLock, LockError};
+use leader_lock::backend::{LeaderLock, LockError};
 #[cfg(feature = "etcd")]
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
 #[cfg(feature = "kubernetes")]
@@ -150,7 +150,7 @@ pub fn validate(s: &Settings) -> Result<(), ConfigError> {
 /// a rule between timing settings, or a field with no setting of its own, under the backend.
 /// Credentials are worded with this program's own flags and variables, which the backends do not
 /// know.
-fn backend_refusal(backend: Backend, e: &leader_lock::ConfigError) -> ConfigError {
+fn backend_refusal(backend: Backend, e: &leader_lock::backend::ConfigError) -> ConfigError {
     let message = e.to_string();
     let Some(key) = e.setting().and_then(|dashed| {
         let key = dashed.replace('-', "_");
@@ -182,12 +182,12 @@ fn backend_refusal(backend: Backend, e: &leader_lock::ConfigError) -> ConfigErro
         )
     };
     let message = match e {
-        leader_lock::ConfigError::CredentialsInUrl { shown, .. } => format!(
+        leader_lock::backend::ConfigError::CredentialsInUrl { shown, .. } => format!(
             "`{shown}` holds credentials; give the user with {} and the password with {}",
             flag(&format!("{prefix}_username")),
             password()
         ),
-        leader_lock::ConfigError::UserWithoutPassword { .. } => {
+        leader_lock::backend::ConfigError::UserWithoutPassword { .. } => {
             format!("set without a password ({})", password())
         }
         _ => {
@@ -210,16 +210,12 @@ pub struct Connected {
     pub lease_namespace: Option<String>,
 }
 
-/// The namespace of the Lease: the setting, else `POD_NAMESPACE`, else the client's default.
+/// The namespace of the Lease: the settings' (the setting, else `POD_NAMESPACE`, both checked
+/// there), else the client's default.
 pub fn lease_namespace(s: &Settings, client_default: &str) -> String {
     s.kube
         .namespace
         .clone()
-        .or_else(|| {
-            std::env::var("POD_NAMESPACE")
-                .ok()
-                .filter(|n| !n.is_empty())
-        })
         .unwrap_or_else(|| client_default.to_string())
 }
 

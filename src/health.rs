@@ -16,6 +16,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use gateway_leader_log::{field, message};
 use gateway_leader_status::Readiness;
 use leader_lock::{LeaderState, Leadership};
 use tokio::sync::watch;
@@ -114,7 +115,8 @@ pub async fn serve(
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(health);
-    info!(addr = %bound, "serving /healthz, /readyz and /metrics");
+    // The address machines read (gateway-leader-log): a test's replica asks for port 0.
+    info!({ field::ADDR } = %bound, "{}", message::SERVING);
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, app)
             .with_graceful_shutdown(async move { cancel.cancelled().await })
@@ -132,7 +134,7 @@ mod tests {
         state: LeaderState,
         synced: bool,
         reachable: bool,
-    ) -> (Health, leader_lock::Scripted) {
+    ) -> (Health, leader_lock::leadership::Scripted) {
         let (tx, leadership) = Leadership::scripted(state);
         let (_ltx, leadership) = watch::channel(Some(leadership));
         let metrics = Metrics::new("l");

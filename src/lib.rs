@@ -10,7 +10,6 @@ pub mod cli;
 pub mod config;
 pub mod health;
 pub mod metrics;
-pub mod poll;
 pub mod run;
 pub mod telemetry;
 

@@ -5,11 +5,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use leader_lock::{
-    Attempt, Candidate, ConfigError, LeaderLock, LeaderState, Leadership, LockError,
-    LockEventStream, LockRecord, Term, Timing,
-};
+use leader_lock::backend::LockError;
+use leader_lock::wrap::{LockObserver, LockRequest};
+use leader_lock::{LeaderState, Leadership, Term};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -17,7 +15,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use gateway_leader_status::StatusMetrics;
 
@@ -122,15 +119,6 @@ impl Metrics {
         self.lock_reachable.store(reachable, Ordering::Relaxed);
     }
 
-    fn observe(&self, op: &'static str, took: Duration, ok: bool) {
-        self.lock_requests
-            .get_or_create(&OpLabel {
-                op,
-                outcome: if ok { "ok" } else { "error" },
-            })
-            .observe(took.as_secs_f64());
-    }
-
     /// Keeps the leadership gauges current until the elector stops.
     pub fn follow(self: &Arc<Self>, leadership: &Leadership) -> JoinHandle<()> {
         let mut rx = leadership.subscribe();
@@ -168,74 +156,31 @@ impl Metrics {
     }
 }
 
-/// A [`LeaderLock`] that times every request and remembers whether the backend answered.
-pub struct InstrumentedLock {
-    inner: Arc<dyn LeaderLock>,
-    metrics: Arc<Metrics>,
-}
-
-impl InstrumentedLock {
-    /// Wraps `inner`.
-    pub fn new(inner: Arc<dyn LeaderLock>, metrics: Arc<Metrics>) -> Arc<Self> {
-        Arc::new(InstrumentedLock { inner, metrics })
-    }
-
-    fn record<T>(&self, op: &'static str, started: Instant, r: &Result<T, LockError>) {
-        self.metrics.observe(op, started.elapsed(), r.is_ok());
+/// Every lock request timed (an [`InstrumentedLock`](leader_lock::wrap::InstrumentedLock)
+/// reports it here), and whether the backend answered.
+impl LockObserver for Metrics {
+    fn observe(&self, request: LockRequest, took: Duration, outcome: Result<(), &LockError>) {
+        self.lock_requests
+            .get_or_create(&OpLabel {
+                op: request.as_str(),
+                outcome: if outcome.is_ok() { "ok" } else { "error" },
+            })
+            .observe(took.as_secs_f64());
         // A refusal is an answer: the backend is reachable, it just said no.
         let reachable = !matches!(
-            r,
+            outcome,
             Err(LockError::Unavailable { .. } | LockError::Timeout(_))
         );
-        self.metrics.set_lock_reachable(reachable);
-    }
-}
-
-#[async_trait]
-impl LeaderLock for InstrumentedLock {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-
-    fn validate(&self, timing: &Timing) -> Result<(), ConfigError> {
-        self.inner.validate(timing)
-    }
-
-    async fn try_acquire_or_renew(&self, candidate: &Candidate) -> Result<Attempt, LockError> {
-        let started = Instant::now();
-        let r = self.inner.try_acquire_or_renew(candidate).await;
-        self.record("acquire_or_renew", started, &r);
-        r
-    }
-
-    async fn release(&self, candidate: &Candidate, term: Term) -> Result<bool, LockError> {
-        let started = Instant::now();
-        let r = self.inner.release(candidate, term).await;
-        self.record("release", started, &r);
-        r
-    }
-
-    async fn withdraw(&self, candidate: &Candidate) -> Result<(), LockError> {
-        let started = Instant::now();
-        let r = self.inner.withdraw(candidate).await;
-        self.record("withdraw", started, &r);
-        r
-    }
-
-    async fn get(&self) -> Result<Option<LockRecord>, LockError> {
-        let started = Instant::now();
-        let r = self.inner.get().await;
-        self.record("get", started, &r);
-        r
-    }
-
-    async fn watch(&self) -> Result<LockEventStream, LockError> {
-        self.inner.watch().await
+        self.set_lock_reachable(reachable);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use leader_lock::backend::LeaderLock;
+    use leader_lock::wrap::InstrumentedLock;
+    use tokio::time::Instant;
+
     use super::*;
 
     #[tokio::test]
@@ -276,24 +221,21 @@ mod tests {
         assert!(m
             .encode()
             .contains("gateway_leader_lock_request_seconds_count{op=\"get\",outcome=\"ok\"} 1"));
-    }
-
-    /// A follower's withdrawal reaches the backend through both of the binary's wrappers (the
-    /// trait's default would answer `Ok` without asking it), and is timed.
-    #[tokio::test]
-    async fn a_withdrawal_goes_through_the_wrappers_to_the_backend() {
-        use leader_lock::conformance::{Fault, Faulty};
-        let m = Metrics::new("x");
-        let faulty = Faulty::new(Arc::new(leader_lock::MemoryStore::new().lock("x")));
-        faulty.set(Some(Fault::Fail));
-        let lock = InstrumentedLock::new(crate::poll::PollingLock::wrap(faulty.clone()), m.clone());
-        let c = leader_lock::Candidate {
-            identity: leader_lock::Identity::new("a"),
-            lease_duration: std::time::Duration::from_secs(10),
-        };
-        assert!(lock.withdraw(&c).await.is_err(), "the backend's answer");
+        let unreachable = LockError::unavailable("down");
+        m.observe(
+            LockRequest::Withdraw,
+            Duration::from_millis(3),
+            Err(&unreachable),
+        );
+        assert!(!m.lock_reachable(), "no answer");
         assert!(m.encode().contains(
             "gateway_leader_lock_request_seconds_count{op=\"withdraw\",outcome=\"error\"} 1"
         ));
+        m.observe(
+            LockRequest::Get,
+            Duration::ZERO,
+            Err(&LockError::refused("no")),
+        );
+        assert!(m.lock_reachable(), "a refusal is an answer");
     }
 }

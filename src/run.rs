@@ -1,11 +1,13 @@
 //! `gateway-leader run`: the status writer guarded by the elector, until SIGTERM or Ctrl-C.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use backon::{ExponentialBuilder, Retryable};
-use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership, LockError, Term};
-use leader_lock_kubernetes::EVENT_POST_TIMEOUT;
+use leader_lock::backend::LockError;
+use leader_lock::{Elector, ElectorConfig, Identity, LeaderState, Leadership, Term};
+use leader_lock_kubernetes::{LeaderEventsConfig, EVENT_POST_TIMEOUT};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -15,10 +17,11 @@ use tracing::{debug, info, warn};
 use crate::backend;
 use crate::config::{Settings, Wakeup};
 use crate::health::{self, Health};
-use crate::metrics::{InstrumentedLock, Metrics};
-use crate::poll::PollingLock;
+use crate::metrics::Metrics;
+use gateway_leader_log::{field, message};
 use gateway_leader_status::{Readiness, StatusController, WriterConfig};
 use leader_lock::clock;
+use leader_lock::wrap::{InstrumentedLock, PollingLock};
 
 /// SIGTERM and SIGINT, caught from the start: a signal that arrives while the replica is still
 /// connecting must stop it cleanly, not kill it with the default action.
@@ -64,31 +67,38 @@ fn log_changes(leadership: &Leadership) -> tokio::task::JoinHandle<()> {
                 (None, _) => false,
             };
             last = Some(state.clone());
-            // `mono_ms` (CLOCK_MONOTONIC) lets `bench` and its split-brain checker compare these
-            // instants across processes; `valid_until_mono_ms` is the validity deadline, moved by
-            // each renew (logged at debug, so only when asked for).
+            // Lines that machines read (gateway-leader-log declares them): `mono_ms`
+            // (CLOCK_MONOTONIC) lets the bench and its split-brain checker compare these instants
+            // across processes; the validity deadline moves with each renew (logged at debug, so
+            // only when asked for).
             let mono_ms = clock::instant_mono_ms(at);
             if same {
                 if let LeaderState::Leader { term, valid_until } = state {
-                    debug!(%term, mono_ms, valid_until_mono_ms = clock::instant_mono_ms(valid_until),
-                        "leadership: renewed");
+                    debug!({ field::TERM } = %term, { field::MONO_MS } = mono_ms,
+                        { field::VALID_UNTIL_MONO_MS } = clock::instant_mono_ms(valid_until),
+                        "{}", message::RENEWED);
                 }
             } else {
                 match state {
                     // Terms are logged as text (`Display`), so `term` has one JSON type
                     // everywhere, the disabled marker included.
-                    LeaderState::Leader { term, valid_until } => info!(term = %term, mono_ms,
-                        valid_until_mono_ms = clock::instant_mono_ms(valid_until), "leadership: leading"),
+                    LeaderState::Leader { term, valid_until } => info!(
+                        { field::TERM } = %term,
+                        { field::MONO_MS } = mono_ms,
+                        { field::VALID_UNTIL_MONO_MS } = clock::instant_mono_ms(valid_until),
+                        "{}", message::LEADING
+                    ),
                     LeaderState::Follower { holder, term } => info!(
-                        holder = holder.as_deref().unwrap_or("unknown"),
+                        { field::HOLDER } = holder.as_deref().unwrap_or(field::HOLDER_UNKNOWN),
                         // `display` comes with the macro.
-                        term = term.map(display),
-                        mono_ms,
-                        "leadership: following"
+                        { field::TERM } = term.map(display),
+                        { field::MONO_MS } = mono_ms,
+                        "{}",
+                        message::FOLLOWING
                     ),
                     LeaderState::Starting => {}
                     LeaderState::Stopped => {
-                        info!(mono_ms, "leadership: stopped");
+                        info!({ field::MONO_MS } = mono_ms, "{}", message::STOPPED);
                         return;
                     }
                 }
@@ -106,14 +116,14 @@ const FIELD_MANAGER_MAX: usize = 128;
 /// (`terminationGracePeriodSeconds`; deploy/base/deployment.yaml sets the same 30 s).
 const TERMINATION_GRACE: Duration = Duration::from_secs(30);
 /// What the whole stop after SIGTERM may take: the writer and the elector stop together within
-/// the elector's budget (`leader_lock::SHUTDOWN_BUDGET`: drain, then release), a quiet moment
-/// for the successor follows, then the last leader-election Event gets what is left. The rest of
-/// the grace period is margin for the exit itself. A name of its own: the elector's budget is one
-/// part of it, and the two are not interchangeable.
+/// the elector's budget (`leader_lock::elector::SHUTDOWN_BUDGET`: drain, then release), a quiet
+/// moment for the successor follows, then the last leader-election Event gets what is left. The
+/// rest of the grace period is margin for the exit itself. A name of its own: the elector's
+/// budget is one part of it, and the two are not interchangeable.
 const PROCESS_SHUTDOWN_BUDGET: Duration = Duration::from_secs(25);
 const _: () = assert!(
-    leader_lock::SHUTDOWN_BUDGET.as_secs()
-        + leader_lock::AFTER_RELEASE_QUIET.as_secs()
+    leader_lock::elector::SHUTDOWN_BUDGET.as_secs()
+        + leader_lock::elector::AFTER_RELEASE_QUIET.as_secs()
         + EVENT_POST_TIMEOUT.as_secs()
         <= PROCESS_SHUTDOWN_BUDGET.as_secs()
         && PROCESS_SHUTDOWN_BUDGET.as_secs() < TERMINATION_GRACE.as_secs()
@@ -147,13 +157,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         "starting gateway-leader"
     );
     let user_agent = format!("gateway-leader/{} ({identity})", env!("CARGO_PKG_VERSION"));
-    let config = leader_lock_kubernetes::load_config(
-        settings.kube.kubeconfig.as_deref(),
-        settings.kube.context.as_deref(),
-        &user_agent,
-    )
-    .await
-    .context("connecting to Kubernetes")?;
+    let config = settings
+        .kube
+        .client_options()
+        .with_user_agent(user_agent)
+        .load()
+        .await
+        .context("connecting to Kubernetes")?;
     let default_ns = config.default_namespace.clone();
     let apiserver = config.cluster_url.to_string();
     let client = leader_lock_kubernetes::client(config)
@@ -187,7 +197,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             settings
                 .timing
                 .renew_deadline
-                .min(leader_lock::SHUTDOWN_BUDGET / 2),
+                .min(leader_lock::elector::SHUTDOWN_BUDGET / 2),
         )
         .with_metrics(metrics.status.clone());
     if settings.disabled {
@@ -230,7 +240,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         .retry(backoff)
         .when(|e| matches!(e, LockError::Unavailable { .. } | LockError::Timeout(_)))
         .notify(|e, after| {
-            warn!(backend = %settings.backend, error = %e, retry_in = ?after,
+            warn!(backend = %settings.backend, error = %e.chain(), retry_in = ?after,
                 "lock backend unreachable; retrying")
         });
     let connected = tokio::select! {
@@ -244,10 +254,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     };
     let lock = match settings.wakeup {
         Wakeup::Watch => connected.lock,
-        Wakeup::Poll => PollingLock::wrap(connected.lock),
+        Wakeup::Poll => Arc::new(PollingLock::new(connected.lock)),
     };
     let elector = Elector::spawn(
-        InstrumentedLock::new(lock, metrics.clone()),
+        Arc::new(InstrumentedLock::new(lock, metrics.clone())),
         ElectorConfig {
             identity: identity.clone(),
             timing: settings.timing,
@@ -260,14 +270,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let gauges = metrics.follow(&leadership);
     let logger = log_changes(&leadership);
     let events = connected.lease_namespace.map(|ns| {
-        leader_lock_kubernetes::spawn_leader_events(
-            client.clone(),
-            PROGRAM,
-            &ns,
-            &settings.lock_name,
-            &identity,
-            leadership.clone(),
-        )
+        let config = LeaderEventsConfig {
+            component: PROGRAM.to_string(),
+            namespace: ns,
+            lease_name: settings.lock_name.clone(),
+            identity: identity.clone(),
+        };
+        leader_lock_kubernetes::spawn_leader_events(client.clone(), config, leadership.clone())
     });
     let mut status = StatusController::start(client, leadership, writer, synced_tx);
     let sig = signals.recv().await;
@@ -288,10 +297,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         Ok(released) => {
             info!(released, "elector stopped");
             if released {
-                tokio::time::sleep(leader_lock::AFTER_RELEASE_QUIET).await;
+                tokio::time::sleep(leader_lock::elector::AFTER_RELEASE_QUIET).await;
             }
         }
-        Err(e) => warn!(error = %e, "elector stopped without a clean release"),
+        Err(e) => warn!(error = %e.chain(), "elector stopped without a clean release"),
     }
     status.stop().await;
     let _ = logger.await;
@@ -353,12 +362,18 @@ mod tests {
         let logged_at = clock::mono_ms();
         let text = String::from_utf8(buf.0.lock().unwrap_or_else(|p| p.into_inner()).clone())
             .expect("utf-8");
+        // Read as the bench reads it: the line is the declared event.
         let leading: serde_json::Value = text
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
-            .find(|v: &serde_json::Value| v["message"] == "leadership: leading")
+            .find(|v| {
+                matches!(
+                    gateway_leader_log::Event::from_json(v),
+                    Some(gateway_leader_log::Event::Leading { term: 3, .. })
+                )
+            })
             .unwrap_or_else(|| panic!("no leading line in {text}"));
-        let at = leading["mono_ms"].as_f64().expect("mono_ms");
+        let at = gateway_leader_log::mono_ms(&leading).expect("mono_ms");
         // Stamped five (paused) seconds before the logger looked, not when it looked.
         assert!(logged_at - at >= 4_000.0, "{logged_at} - {at}: {text}");
     }

@@ -4,6 +4,7 @@
 
 mod common;
 
+use gateway_leader_log::message;
 use std::time::Duration;
 
 use common::Replica;
@@ -36,7 +37,7 @@ async fn an_etcd_that_comes_up_later_is_waited_for() {
         .await
         .expect("etcd restarts on the same port");
     tokio::task::spawn_blocking(move || {
-        r.wait_for("leadership: leading", PATIENCE);
+        r.wait_for(message::LEADING, PATIENCE);
         r.terminate();
         assert_eq!(r.wait_exit(PATIENCE), Some(0));
     })

@@ -13,6 +13,7 @@ use common::gateway::*;
 use common::Replica;
 use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::httproutes::HttpRoute;
+use gateway_leader_log::message;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
 use serde_json::{json, Value};
@@ -84,7 +85,7 @@ async fn backend_tls_policies_get_the_spec_reasons() {
     let args = replica_args(apiserver().await.kubeconfig_path(), ns, controller);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut a = Replica::start("btls-a", &args);
-    blocking(|| a.wait_for("leadership: leading", PATIENCE));
+    blocking(|| a.wait_for(message::LEADING, PATIENCE));
 
     let p = &policies;
     let c = controller;
@@ -155,9 +156,9 @@ async fn a_takeover_in_the_middle_of_changes_to_backend_tls_policies_loses_none(
     let args = replica_args(apiserver().await.kubeconfig_path(), ns, controller);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut a = Replica::start("btls-ta", &args);
-    blocking(|| a.wait_for("leadership: leading", PATIENCE));
+    blocking(|| a.wait_for(message::LEADING, PATIENCE));
     let mut b = Replica::start("btls-tb", &args);
-    blocking(|| b.wait_for("leadership: following", PATIENCE));
+    blocking(|| b.wait_for(message::FOLLOWING, PATIENCE));
     let (p, c) = (&policies, controller);
     expect(p, c, "p", "Accepted", "True", "Accepted").await;
     expect(p, c, "q", "Accepted", "True", "Accepted").await;
@@ -175,7 +176,7 @@ async fn a_takeover_in_the_middle_of_changes_to_backend_tls_policies_loses_none(
         &backend_tls_policy(ns, "z", "web", Some("s2"), refs("ConfigMap", "ca")),
     )
     .await;
-    blocking(|| b.wait_for("leadership: leading", PATIENCE));
+    blocking(|| b.wait_for(message::LEADING, PATIENCE));
     config_maps
         .delete("ca", &Default::default())
         .await

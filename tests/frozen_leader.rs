@@ -5,6 +5,7 @@
 
 mod common;
 
+use gateway_leader_log::{message, Event};
 use std::time::{Duration, SystemTime};
 
 use common::Replica;
@@ -19,11 +20,10 @@ const TIMING: [&str; 6] = [
 ];
 
 fn term_of(l: &common::Line) -> u64 {
-    l.json["term"]
-        .as_str()
-        .and_then(|t| t.parse().ok())
-        .or_else(|| l.json["term"].as_u64())
-        .expect("a term on the leadership line")
+    match l.event {
+        Some(Event::Leading { term, .. }) => term,
+        _ => panic!("not a leadership line: {:?}", l.json),
+    }
 }
 
 fn frozen_leader(backend_args: Vec<String>) {
@@ -31,14 +31,14 @@ fn frozen_leader(backend_args: Vec<String>) {
     let mut args: Vec<&str> = backend_args.iter().map(String::as_str).collect();
     args.extend(TIMING);
     let mut a = Replica::start("frozen-a", &args);
-    let led = a.wait_for("leadership: leading", patience);
+    let led = a.wait_for(message::LEADING, patience);
     let t1 = term_of(&led);
     let mut b = Replica::start("frozen-b", &args);
-    b.wait_for("leadership: following", patience);
+    b.wait_for(message::FOLLOWING, patience);
 
     a.pause();
     let frozen_at = SystemTime::now();
-    let took_over = b.wait_for_since("leadership: leading", frozen_at, patience);
+    let took_over = b.wait_for_since(message::LEADING, frozen_at, patience);
     let t2 = term_of(&took_over);
     assert!(
         t2 > t1,
@@ -54,16 +54,14 @@ fn frozen_leader(backend_args: Vec<String>) {
     // It steps down at once (holder unknown), then learns who leads now.
     a.wait_match("following frozen-b", patience, |l| {
         l.at >= thawed_at
-            && l.message() == "leadership: following"
-            && l.json["holder"]
-                .as_str()
-                .is_some_and(|h| h.starts_with("frozen-b_"))
+            && matches!(&l.event, Some(Event::Following { holder: Some(h), .. })
+                if h.starts_with("frozen-b_"))
     });
     std::thread::sleep(Duration::from_secs(2));
     let relapsed: Vec<_> = a
         .lines()
         .iter()
-        .filter(|l| l.at >= thawed_at && l.message() == "leadership: leading")
+        .filter(|l| l.at >= thawed_at && l.message() == message::LEADING)
         .map(|l| l.json.clone())
         .collect();
     assert!(
@@ -73,7 +71,7 @@ fn frozen_leader(backend_args: Vec<String>) {
     let lost: Vec<_> = b
         .lines()
         .iter()
-        .filter(|l| l.at >= took_over.at && l.message() == "leadership: following")
+        .filter(|l| l.at >= took_over.at && l.message() == message::FOLLOWING)
         .map(|l| l.json.clone())
         .collect();
     assert!(lost.is_empty(), "the new leader kept its lease: {lost:?}");

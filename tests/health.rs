@@ -2,6 +2,7 @@
 
 mod common;
 
+use gateway_leader_log::message;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -71,9 +72,9 @@ async fn a_leader_and_a_follower_answer_health_readiness_and_metrics() {
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut a = Replica::start("health-a", &args);
-        a.wait_for("leadership: leading", PATIENCE);
+        a.wait_for(message::LEADING, PATIENCE);
         let mut b = Replica::start("health-b", &args);
-        b.wait_for("leadership: following", PATIENCE);
+        b.wait_for(message::FOLLOWING, PATIENCE);
         let (la, lb) = (a.health_addr(PATIENCE), b.health_addr(PATIENCE));
         for addr in [la, lb] {
             assert_eq!(get(addr, "/healthz"), (200, "ok\n".into()));
@@ -162,7 +163,7 @@ async fn missing_crds_are_named_once_hold_readiness_back_and_are_picked_up_when_
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut r = Replica::start("discovery-a", &args);
     let addr = tokio::task::block_in_place(|| {
-        r.wait_for("serving /healthz, /readyz and /metrics", PATIENCE);
+        r.wait_for(message::SERVING, PATIENCE);
         r.health_addr(PATIENCE)
     });
 

@@ -8,25 +8,28 @@
 
 mod common;
 
+use gateway_leader_log::message;
 use std::time::Duration;
 
 use common::deploy::{deploy_dir, one, render};
 use common::gateway::*;
 use common::in_cluster::*;
 use common::{blocking, Replica};
+use futures::{StreamExt, TryStreamExt};
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_base_rbac_is_enough_in_cluster() {
     let c = InCluster::new("enough", Without::Nothing).await;
     let mut a = c.start("gateway-leader-a");
-    blocking(|| a.wait_for("leadership: leading", PATIENCE));
+    blocking(|| a.wait_for(message::LEADING, PATIENCE));
     let mut b = c.start("gateway-leader-b");
-    blocking(|| b.wait_for("leadership: following", PATIENCE));
+    blocking(|| b.wait_for(message::FOLLOWING, PATIENCE));
     // The client was built from the service account, not from some kubeconfig.
     let ready = blocking(|| a.wait_for("kubernetes configuration loaded", PATIENCE));
     assert_eq!(
@@ -55,21 +58,26 @@ async fn the_base_rbac_is_enough_in_cluster() {
         holder.starts_with("gateway-leader-a_"),
         "the leader holds it: {holder}"
     );
+    // The Event waits for the leadership's first renewal, which may come after the first write.
     let events: Api<Event> = Api::namespaced(admin(c.server), &c.ns);
-    let became = events
-        .list(&ListParams::default())
-        .await
-        .expect("events")
-        .items
-        .into_iter()
-        .any(|e| e.message.is_some_and(|m| m.ends_with("became leader")));
-    assert!(became, "a \"became leader\" Event");
+    let mut became = watcher(events, watcher::Config::default())
+        .applied_objects()
+        .try_filter(|e| {
+            let m = e.message.as_deref().unwrap_or_default();
+            std::future::ready(m.starts_with("gateway-leader-a_") && m.ends_with("became leader"))
+        })
+        .boxed();
+    let became = tokio::time::timeout(PATIENCE, became.try_next()).await;
+    assert!(
+        matches!(became, Ok(Ok(Some(_)))),
+        "a \"became leader\" Event for a within {PATIENCE:?}: {became:?}"
+    );
 
     // SIGTERM, as the kubelet sends: the leader releases, the follower takes over and writes.
     a.terminate();
-    blocking(|| a.wait_for("released leadership", PATIENCE));
+    blocking(|| a.wait_for(message::RELEASED, PATIENCE));
     assert_eq!(blocking(|| a.wait_exit(PATIENCE)), Some(0));
-    blocking(|| b.wait_for("leadership: leading", PATIENCE));
+    blocking(|| b.wait_for(message::LEADING, PATIENCE));
     c.route_to_a_missing_service_written_by("gateway-leader-b")
         .await;
     for r in [&mut a, &mut b] {
@@ -311,11 +319,7 @@ async fn run_case(case: &'static Case) {
     if let Some(churn) = churn {
         churn.abort();
     }
-    let leading = |r: &mut Replica| {
-        r.lines()
-            .iter()
-            .any(|l| l.message() == "leadership: leading")
-    };
+    let leading = |r: &mut Replica| r.lines().iter().any(|l| l.message() == message::LEADING);
     match case.without {
         Without::RoleRule(0) => {
             // No Lease can be read or made: nobody leads, so nothing is written.
@@ -452,9 +456,9 @@ async fn the_etcd_overlay_needs_no_role() {
     .map(|a| a.to_string())
     .collect();
     let mut a = c.start_with("gateway-leader-a", args.clone());
-    blocking(|| a.wait_for("leadership: leading", PATIENCE));
+    blocking(|| a.wait_for(message::LEADING, PATIENCE));
     let mut b = c.start_with("gateway-leader-b", args);
-    blocking(|| b.wait_for("leadership: following", PATIENCE));
+    blocking(|| b.wait_for(message::FOLLOWING, PATIENCE));
     c.wait_written().await;
     let r = c.routes.get("route").await.expect("route");
     assert!(status_managers(&r).contains(&manager_of("gateway-leader-a")));

@@ -10,6 +10,7 @@
 
 mod common;
 
+use gateway_leader_log::message;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -131,7 +132,7 @@ async fn a_leader_keeps_leading_across_a_rotation_of_its_bound_token() {
     let (first, first_jti) = bound_token(&c, "token-1").await;
     c.pod.rotate_token(&first);
     let mut a: Replica = c.start("gateway-leader-a");
-    blocking(|| a.wait_for("leadership: leading", PATIENCE));
+    blocking(|| a.wait_for(message::LEADING, PATIENCE));
     c.wait_written().await;
     wait_used(&c, &first_jti, "the first token").await;
     let leases: Api<Lease> = Api::namespaced(admin(server), &c.ns);
@@ -185,11 +186,11 @@ async fn a_leader_keeps_leading_across_a_rotation_of_its_bound_token() {
     let lines = a.lines();
     let leading = lines
         .iter()
-        .filter(|l| l.message() == "leadership: leading")
+        .filter(|l| l.message() == message::LEADING)
         .count();
     let lost: Vec<_> = lines
         .iter()
-        .filter(|l| l.message() == "leadership: following" || text(l).contains("Unauthorized"))
+        .filter(|l| l.message() == message::FOLLOWING || text(l).contains("Unauthorized"))
         .map(|l| l.json.clone())
         .collect();
     assert!(

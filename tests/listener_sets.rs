@@ -11,6 +11,7 @@ use common::Replica;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::listenersets::ListenerSet;
+use gateway_leader_log::message;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use serde_json::{json, Value};
@@ -231,9 +232,9 @@ async fn a_takeover_in_the_middle_of_changes_to_listener_sets_loses_none() {
     let args = replica_args(apiserver().await.kubeconfig_path(), ns, controller);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut first = Replica::start("lset-a", &args);
-    blocking(|| first.wait_for("leadership: leading", PATIENCE));
+    blocking(|| first.wait_for(message::LEADING, PATIENCE));
     let mut second = Replica::start("lset-b", &args);
-    blocking(|| second.wait_for("leadership: following", PATIENCE));
+    blocking(|| second.wait_for(message::FOLLOWING, PATIENCE));
     expect_attached(&sets, "a", "one", 1).await;
     expect_set(&sets, "b", "Accepted", "True", "Accepted").await;
     expect_attached_sets(&gateways, "gw", 2).await;
@@ -259,7 +260,7 @@ async fn a_takeover_in_the_middle_of_changes_to_listener_sets_loses_none() {
     )
     .await;
     put(&routes, &route_to_set(ns, "r", "a", "more")).await;
-    blocking(|| second.wait_for("leadership: leading", PATIENCE));
+    blocking(|| second.wait_for(message::LEADING, PATIENCE));
     put(
         &sets,
         &listener_set(ns, "c", "gw", json!([http("three", 8083)])),

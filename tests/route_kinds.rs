@@ -12,6 +12,7 @@ use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
+use gateway_leader_log::message;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::PostParams;
 use kube::{Api, Client};
@@ -226,9 +227,9 @@ async fn a_takeover_in_the_middle_of_changes_to_grpc_and_tls_routes_loses_none()
     let args = replica_args(apiserver().await.kubeconfig_path(), ns, controller);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut a = Replica::start("rk-a", &args);
-    blocking(|| a.wait_for("leadership: leading", PATIENCE));
+    blocking(|| a.wait_for(message::LEADING, PATIENCE));
     let mut b = Replica::start("rk-b", &args);
-    blocking(|| b.wait_for("leadership: following", PATIENCE));
+    blocking(|| b.wait_for(message::FOLLOWING, PATIENCE));
     expect(
         &grpc,
         controller,
@@ -257,7 +258,7 @@ async fn a_takeover_in_the_middle_of_changes_to_grpc_and_tls_routes_loses_none()
         &tls_route(ns, "t", parent.clone(), "a.example.org", &[(ns, "web", 80)]),
     )
     .await;
-    blocking(|| b.wait_for("leadership: leading", PATIENCE));
+    blocking(|| b.wait_for(message::LEADING, PATIENCE));
     put(
         &tls,
         &tls_route(ns, "t", parent, "a.example.org", &[(ns, "gone", 80)]),

@@ -7,6 +7,7 @@
 
 mod common;
 
+use gateway_leader_log::message;
 use std::sync::OnceLock;
 
 use common::blocking;
@@ -297,9 +298,9 @@ async fn a_takeover_in_the_middle_of_secret_changes_loses_none() {
     ]);
     put(&scene.gateways, &gateway_with(ns, "gw", ns, listeners)).await;
     let mut a = scene.start("tls-takeover-a", &[]);
-    blocking(|| a.wait_for("leadership: leading", PATIENCE));
+    blocking(|| a.wait_for(message::LEADING, PATIENCE));
     let mut b = scene.start("tls-takeover-b", &[]);
-    blocking(|| b.wait_for("leadership: following", PATIENCE));
+    blocking(|| b.wait_for(message::FOLLOWING, PATIENCE));
     const START: &[Want] = &[
         ("one", "False", "InvalidCertificateRef", false),
         ("two", "True", "ResolvedRefs", true),
@@ -312,7 +313,7 @@ async fn a_takeover_in_the_middle_of_secret_changes_loses_none() {
     put(&scene.secrets, &good_secret(ns, "one")).await;
     drop(a);
     put(&scene.secrets, &malformed_secret(ns, "two")).await;
-    blocking(|| b.wait_for("leadership: leading", PATIENCE));
+    blocking(|| b.wait_for(message::LEADING, PATIENCE));
     put(&scene.certs_grants, &grant_secrets(certs, "gateways", ns)).await;
     const END: &[Want] = &[
         ("one", "True", "ResolvedRefs", true),

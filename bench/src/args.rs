@@ -9,9 +9,9 @@ use leader_lock::input::parse_duration;
 use leader_lock::Timing;
 
 use crate::lockserver::Endpoints;
-use crate::replica::REPLICA_ENV;
 use crate::scenario::Scenario;
 use crate::topology::Topology;
+use testkit::replica::clear_settings;
 
 /// The most replicas a lane may run: each is a full process with its own watches.
 pub const MAX_REPLICAS: usize = 64;
@@ -377,14 +377,7 @@ impl BenchArgs {
                 }
             }
             // As the replicas get none of the user's settings, neither does the check.
-            for (k, _) in std::env::vars_os() {
-                if k.to_string_lossy().starts_with(REPLICA_ENV) {
-                    cmd.env_remove(k);
-                }
-            }
-            let out = cmd
-                .env_remove("POD_NAME")
-                .env_remove("POD_NAMESPACE")
+            let out = clear_settings(&mut cmd)
                 .stdin(Stdio::null())
                 .output()
                 .map_err(|e| format!("--binary {}: cannot run it: {e}", binary.display()))?;

@@ -31,9 +31,9 @@
 //! # Other programs on the same Lease
 //!
 //! [`check_mixed`] reads the Go peers' lines too (client-go's elector, a controller-runtime
-//! manager; [`crate::peer`]): a peer's leadership runs from its `started leading` line until
-//! its last renewal was sent plus the renew deadline, its release was sent, its `stopped
-//! leading` line or its SIGKILL. The rules are the same; what breaks one is blamed on the
+//! manager; [`testkit::replica::peer`]): a peer's leadership runs from its `started leading`
+//! line until its last renewal was sent plus the renew deadline, its release was sent, its
+//! `stopped leading` line or its SIGKILL. The rules are the same; what breaks one is blamed on the
 //! leadership that started later (it took the lock while another was valid) or on the
 //! writer: a violation when that is one of ours, a *finding* when it is a peer's (they are
 //! counted and reported, not failures: client-go takes a deleted Lease at once, for one). A
@@ -45,7 +45,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::events::{Event, What};
+use gateway_leader_log::Event;
+use testkit::replica::Record;
 
 /// One leadership as the logs show it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -79,8 +80,8 @@ pub struct Verdict {
 
 /// Builds the leaderships from the events of one lane (every replica of one lock), with the
 /// instants the bench killed replicas at (`replica -> mono ms`).
-pub fn leaderships(events: &[Event], killed: &BTreeMap<usize, f64>) -> Vec<Interval> {
-    let mut by_replica: BTreeMap<usize, Vec<&Event>> = BTreeMap::new();
+pub fn leaderships(events: &[Record], killed: &BTreeMap<usize, f64>) -> Vec<Interval> {
+    let mut by_replica: BTreeMap<usize, Vec<&Record>> = BTreeMap::new();
     for e in events {
         by_replica.entry(e.replica).or_default().push(e);
     }
@@ -95,7 +96,7 @@ pub fn leaderships(events: &[Event], killed: &BTreeMap<usize, f64>) -> Vec<Inter
         };
         for e in evs {
             match &e.what {
-                What::Leading { term, valid_until } => {
+                Event::Leading { term, valid_until } => {
                     if let Some(i) = open.take() {
                         close(i, e.mono_ms, &mut out);
                     }
@@ -106,12 +107,12 @@ pub fn leaderships(events: &[Event], killed: &BTreeMap<usize, f64>) -> Vec<Inter
                         end: *valid_until,
                     });
                 }
-                What::Renewed { term, valid_until } => {
+                Event::Renewed { term, valid_until } => {
                     if let Some(i) = open.as_mut().filter(|i| i.term == *term) {
                         i.end = i.end.max(*valid_until);
                     }
                 }
-                What::Following { .. } | What::Stopped => {
+                Event::Following { .. } | Event::Stopped => {
                     if let Some(i) = open.take() {
                         close(i, e.mono_ms, &mut out);
                     }
@@ -119,7 +120,7 @@ pub fn leaderships(events: &[Event], killed: &BTreeMap<usize, f64>) -> Vec<Inter
                 // Ours log the release after the leadership's `stopped` line, which ended it;
                 // client-go releases first and calls back afterwards: the release, once sent,
                 // ends the leadership.
-                What::Released {
+                Event::Released {
                     released: true,
                     sent: Some(sent),
                     ..
@@ -128,10 +129,8 @@ pub fn leaderships(events: &[Event], killed: &BTreeMap<usize, f64>) -> Vec<Inter
                         close(i, *sent, &mut out);
                     }
                 }
-                What::Written { .. }
-                | What::SweepDone { .. }
-                | What::Endpoint { .. }
-                | What::Released { .. } => {}
+                // A write, a sweep, an endpoint or an unsent release says nothing of who leads.
+                _ => {}
             }
         }
         if let Some(i) = open.take() {
@@ -143,7 +142,7 @@ pub fn leaderships(events: &[Event], killed: &BTreeMap<usize, f64>) -> Vec<Inter
 }
 
 /// Checks one lane's events; see the module docs for the rules.
-pub fn check(events: &[Event], killed: &BTreeMap<usize, f64>) -> Verdict {
+pub fn check(events: &[Record], killed: &BTreeMap<usize, f64>) -> Verdict {
     check_mixed(events, killed, &Mixed::default())
 }
 
@@ -182,7 +181,7 @@ impl Mixed {
 
 /// Checks the events of every program on one lock, ours and the peers `mixed` names; see the
 /// module docs for the rules and for whom each break is blamed on.
-pub fn check_mixed(events: &[Event], killed: &BTreeMap<usize, f64>, mixed: &Mixed) -> Verdict {
+pub fn check_mixed(events: &[Record], killed: &BTreeMap<usize, f64>, mixed: &Mixed) -> Verdict {
     let ls = leaderships(events, killed);
     let mut v = Verdict {
         leaderships: ls.len(),
@@ -233,10 +232,10 @@ pub fn check_mixed(events: &[Event], killed: &BTreeMap<usize, f64>, mixed: &Mixe
             v.min_gap_ms = Some(v.min_gap_ms.map_or(gap, |g: f64| g.min(gap)));
         }
     }
-    let writes: Vec<(&Event, u64)> = events
+    let writes: Vec<(&Record, u64)> = events
         .iter()
         .filter_map(|e| match e.what {
-            What::Written { term, .. } => Some((e, term)),
+            Event::Written { term, .. } => Some((e, term)),
             _ => None,
         })
         .collect();
@@ -273,20 +272,21 @@ pub fn check_mixed(events: &[Event], killed: &BTreeMap<usize, f64>, mixed: &Mixe
 mod tests {
     use super::*;
 
-    fn ev(replica: usize, mono_ms: f64, what: What) -> Event {
-        Event {
+    fn ev(replica: usize, mono_ms: f64, what: Event) -> Record {
+        Record {
             replica,
             mono_ms,
             what,
         }
     }
-    fn lead(term: u64, valid_until: f64) -> What {
-        What::Leading { term, valid_until }
+    fn lead(term: u64, valid_until: f64) -> Event {
+        Event::Leading { term, valid_until }
     }
-    fn write(term: u64) -> What {
-        What::Written {
+    fn write(term: u64) -> Event {
+        Event::Written {
             term,
             object_kind: "HTTPRoute".into(),
+            namespace: "n".into(),
             name: "r".into(),
         }
     }
@@ -298,18 +298,18 @@ mod tests {
             ev(
                 0,
                 900.0,
-                What::Renewed {
+                Event::Renewed {
                     term: 1,
                     valid_until: 2900.0,
                 },
             ),
             ev(0, 5.0, write(1)),
-            ev(0, 1000.0, What::Stopped),
+            ev(0, 1000.0, Event::Stopped),
             // The release follows the stop; the leadership ended at the stop.
             ev(
                 0,
                 1004.0,
-                What::Released {
+                Event::Released {
                     term: 1,
                     released: true,
                     sent: Some(1003.0),
@@ -332,13 +332,20 @@ mod tests {
             ev(
                 0,
                 900.0,
-                What::Renewed {
+                Event::Renewed {
                     term: 1,
                     valid_until: 2900.0,
                 },
             ),
             ev(1, 4000.0, lead(2, 6000.0)),
-            ev(0, 5000.0, What::Following { term: None }),
+            ev(
+                0,
+                5000.0,
+                Event::Following {
+                    term: None,
+                    holder: None,
+                },
+            ),
         ];
         assert!(check(&events, &BTreeMap::new()).violations.is_empty());
         // Killed at 1500, another leads from 1600: fine though its deadline was later.
@@ -365,13 +372,41 @@ mod tests {
         // The same replica going back counts too, and one regression is one report.
         let events = vec![
             ev(0, 0.0, lead(5, 100.0)),
-            ev(0, 150.0, What::Following { term: None }),
+            ev(
+                0,
+                150.0,
+                Event::Following {
+                    term: None,
+                    holder: None,
+                },
+            ),
             ev(0, 200.0, lead(3, 300.0)),
-            ev(0, 350.0, What::Following { term: None }),
+            ev(
+                0,
+                350.0,
+                Event::Following {
+                    term: None,
+                    holder: None,
+                },
+            ),
             ev(1, 400.0, lead(4, 500.0)),
-            ev(1, 550.0, What::Following { term: None }),
+            ev(
+                1,
+                550.0,
+                Event::Following {
+                    term: None,
+                    holder: None,
+                },
+            ),
             ev(2, 600.0, lead(4, 700.0)),
-            ev(2, 650.0, What::Following { term: None }),
+            ev(
+                2,
+                650.0,
+                Event::Following {
+                    term: None,
+                    holder: None,
+                },
+            ),
             // Its own record taken back: the same holder, the same term.
             ev(2, 800.0, lead(4, 900.0)),
         ];
@@ -397,14 +432,14 @@ mod tests {
             ev(
                 5,
                 1012.0,
-                What::Released {
+                Event::Released {
                     term: 3,
                     released: true,
                     sent: Some(1000.0),
                 },
             ),
             ev(0, 1008.0, lead(4, 4008.0)),
-            ev(5, 1020.0, What::Stopped),
+            ev(5, 1020.0, Event::Stopped),
         ];
         let mixed = Mixed {
             peers: BTreeSet::from([5]),
@@ -438,14 +473,14 @@ mod tests {
         let events = vec![
             ev(0, 0.0, lead(7, 400.0)),
             ev(0, 100.0, write(7)),
-            ev(0, 450.0, What::Stopped),
+            ev(0, 450.0, Event::Stopped),
             ev(5, 600.0, lead(0, 800.0)),
             ev(5, 650.0, write(0)),
-            ev(5, 900.0, What::Stopped),
+            ev(5, 900.0, Event::Stopped),
             ev(6, 1000.0, lead(1, 1200.0)),
             ev(6, 1050.0, write(1)),
             ev(5, 1100.0, write(0)),
-            ev(6, 1300.0, What::Stopped),
+            ev(6, 1300.0, Event::Stopped),
             ev(1, 1400.0, lead(2, 1600.0)),
             ev(1, 1450.0, write(2)),
             ev(0, 1500.0, write(1)),

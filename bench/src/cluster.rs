@@ -12,8 +12,7 @@ use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config, Resource};
+use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -36,10 +35,11 @@ impl Cluster {
     pub async fn start(kubeconfig: Option<&Path>) -> Result<Cluster> {
         let (client, kubeconfig, local) = match kubeconfig {
             Some(path) => {
-                let kc = Kubeconfig::read_from(path)
+                let config = leader_lock_kubernetes::ClientOptions::default()
+                    .with_kubeconfig(path)
+                    .load()
+                    .await
                     .with_context(|| format!("--kubeconfig {}", path.display()))?;
-                let config =
-                    Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
                 let client = Client::try_from(config).context("a client for --kubeconfig")?;
                 (client, path.to_path_buf(), None)
             }

@@ -10,9 +10,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
 use crate::cluster::Cluster;
-use crate::events::What;
 use crate::lane::Lane;
 use crate::lockserver::LockServer;
+use gateway_leader_log::Event;
 use leader_lock::clock;
 
 /// What one lane costs while nothing happens.
@@ -241,7 +241,7 @@ pub async fn of_lane(
         .events
         .iter()
         .filter(|e| e.replica == leader.index && (from..=to).contains(&e.mono_ms))
-        .filter(|e| matches!(e.what, What::Renewed { .. }))
+        .filter(|e| matches!(e.what, Event::Renewed { .. }))
         .count();
     c.renewals = Some(renewals);
     c.requests_per_renewal = c

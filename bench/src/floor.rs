@@ -302,10 +302,12 @@ impl Floor {
     pub async fn start(cluster: &Cluster) -> Result<Floor> {
         let route: Route = cluster.lane(NS, CONTROLLER).await?;
         let client = |name: &'static str| async move {
-            let config =
-                leader_lock_kubernetes::load_config(Some(cluster.kubeconfig()), None, name)
-                    .await
-                    .with_context(|| format!("the configuration of the floor's {name}"))?;
+            let config = leader_lock_kubernetes::ClientOptions::default()
+                .with_kubeconfig(cluster.kubeconfig())
+                .with_user_agent(name)
+                .load()
+                .await
+                .with_context(|| format!("the configuration of the floor's {name}"))?;
             leader_lock_kubernetes::client(config)
                 .with_context(|| format!("a client for the floor's {name}"))
         };

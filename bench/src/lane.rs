@@ -1,21 +1,20 @@
 //! A lane: the replicas of one lock (one backend, one wake-up mode), their logs as events, and
-//! the route they write the status of. A lane may also run Go peers ([`crate::peer`]) on its
-//! Lease beside ours, as the interop test does.
+//! the route they write the status of. A lane may also run Go peers
+//! ([`testkit::replica::peer`]) on its Lease beside ours, as the interop test does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
+use gateway_leader_log::{Event, EVERY_LINE_FILTER};
 use nix::sys::signal::Signal;
 use tempfile::TempDir;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use testkit::proxy::BlackholeProxy;
+use testkit::replica::peer::{self, Peer, PeerArgs};
+use testkit::replica::{Dialect, Journal, Record, Replica, Transcript};
 
 use crate::cluster::Route;
-use crate::events::{Event, What};
-use crate::peer::{self, Peer, PeerArgs};
-use crate::replica::Replica;
-use testkit::proxy::BlackholeProxy;
 
 /// The replicas of one lock and everything they logged.
 pub struct Lane {
@@ -31,11 +30,12 @@ pub struct Lane {
     _files: Option<TempDir>,
     /// The running replicas by slot.
     pub slots: Vec<Option<Replica>>,
-    next: usize,
-    tx: UnboundedSender<Event>,
-    rx: UnboundedReceiver<Event>,
+    /// What every replica of the lane logged.
+    journal: Journal,
+    /// How many of the journal's lines are in `events`.
+    read: usize,
     /// Every event so far, in arrival order.
-    pub events: Vec<Event>,
+    pub events: Vec<Record>,
     /// Replicas killed with SIGKILL, and when (`CLOCK_MONOTONIC` ms).
     pub killed: BTreeMap<usize, f64>,
     /// The route whose status the replicas write.
@@ -81,7 +81,6 @@ impl Lane {
     ) -> Result<Lane> {
         let replicas = args.len();
         std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
-        let (tx, rx) = unbounded_channel();
         let mut lane = Lane {
             label: label.to_string(),
             exe,
@@ -90,9 +89,8 @@ impl Lane {
             proxies,
             _files: files,
             slots: (0..replicas).map(|_| None).collect(),
-            next: 0,
-            tx,
-            rx,
+            journal: Journal::events_only(),
+            read: 0,
             events: Vec::new(),
             killed: BTreeMap::new(),
             route,
@@ -108,19 +106,31 @@ impl Lane {
 
     /// Starts a new replica in `slot` (the one there must be gone).
     pub fn spawn(&mut self, slot: usize) -> Result<usize> {
-        let index = self.next;
-        self.next += 1;
+        // The journal numbers its processes in the order they start, as the lane names them.
+        let index = self.journal.read(|s| s.processes());
         let r = match &self.launch[slot] {
             Launch::Ours(args) => {
                 let name = format!("{}-{index}", self.label);
                 let log = self.logs.join(format!("{name}.log"));
-                Replica::start(&self.exe, index, &name, args, log, self.tx.clone())?
+                // Info, and the renewals with their validity deadlines that the split-brain
+                // checker needs.
+                let mut cmd = Replica::run_command(&self.exe, &name, args);
+                cmd.args(["--log-level", EVERY_LINE_FILTER])
+                    .env("RUST_LOG", EVERY_LINE_FILTER);
+                let transcript = Transcript::File(log);
+                Replica::spawn(
+                    cmd,
+                    &name,
+                    Dialect::GatewayLeader,
+                    &self.journal,
+                    transcript,
+                )?
             }
             Launch::Peer(p, args) => {
                 let name = format!("{}-{p}-{index}", self.label);
                 let log = self.logs.join(format!("{name}.log"));
                 self.peers.insert(index);
-                peer::start(*p, args, (index, &name), log, self.tx.clone())?
+                peer::start(*p, args, &name, &self.journal, log)?
             }
         };
         self.slots[slot] = Some(r);
@@ -150,30 +160,36 @@ impl Lane {
         &self.peers
     }
 
+    /// Takes the journal's new events into `events`.
     fn drain(&mut self) {
-        while let Ok(e) = self.rx.try_recv() {
-            self.events.push(e);
-        }
+        let read = self.read;
+        let (new, upto) = self.journal.read(|s| {
+            let new: Vec<Record> = s.since(read).iter().filter_map(|l| l.record()).collect();
+            (new, s.lines().len())
+        });
+        self.events.extend(new);
+        self.read = upto;
     }
 
     /// Waits up to `limit` for an event that satisfies `hit` (one already seen counts).
-    pub async fn wait(&mut self, limit: Duration, hit: impl Fn(&Event) -> bool) -> Option<Event> {
+    pub async fn wait(&mut self, limit: Duration, hit: impl Fn(&Record) -> bool) -> Option<Record> {
         self.drain();
         if let Some(e) = self.events.iter().find(|e| hit(e)) {
             return Some(e.clone());
         }
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
-                Ok(Some(e)) => {
-                    self.events.push(e.clone());
-                    if hit(&e) {
-                        return Some(e);
-                    }
-                }
-                _ => return None,
-            }
-        }
+        // Each line is looked at once, however many wake the wait: a scale round logs
+        // thousands.
+        let mut next = self.read;
+        let found = self
+            .journal
+            .wait(limit, |s| {
+                let new = s.since(next);
+                next += new.len();
+                new.iter().filter_map(|l| l.record()).find(|e| hit(e))
+            })
+            .await;
+        self.drain();
+        found
     }
 
     fn index_of(&self, slot: usize) -> Option<usize> {
@@ -181,7 +197,7 @@ impl Lane {
     }
 
     /// The last leadership line (`leading`, `following`, `stopped`) of replica `index`.
-    fn last_state(&self, index: usize) -> Option<&What> {
+    fn last_state(&self, index: usize) -> Option<&Event> {
         self.events
             .iter()
             .rev()
@@ -190,7 +206,7 @@ impl Lane {
             .find(|w| {
                 matches!(
                     w,
-                    What::Leading { .. } | What::Following { .. } | What::Stopped
+                    Event::Leading { .. } | Event::Following { .. } | Event::Stopped
                 )
             })
     }
@@ -203,7 +219,7 @@ impl Lane {
             .rev()
             .filter(|e| e.replica == index)
             .find_map(|e| match &e.what {
-                What::Endpoint { url } => Some(url.clone()),
+                Event::Endpoint { url } => Some(url.clone()),
                 _ => None,
             })
     }
@@ -216,7 +232,7 @@ impl Lane {
             .filter_map(|slot| {
                 let index = self.index_of(slot)?;
                 match self.last_state(index)? {
-                    What::Leading { term, .. } => Some(Leader {
+                    Event::Leading { term, .. } => Some(Leader {
                         slot,
                         index,
                         term: *term,
@@ -241,7 +257,7 @@ impl Lane {
                         // Following this very leadership: a follower that has not yet seen
                         // the current term would not notice the next round's change (a
                         // polling one never sees a Lease that lives between two polls).
-                        matches!(self.last_state(i), Some(What::Following { term })
+                        matches!(self.last_state(i), Some(Event::Following { term, .. })
                                 if leader.is_some_and(|l| *term == Some(l.term)))
                     })
                 });
@@ -254,7 +270,7 @@ impl Lane {
                     return Err(anyhow!(
                         "replica {} exited; its log: {}",
                         r.name,
-                        r.log.display()
+                        r.log.as_deref().unwrap_or(self.logs.as_path()).display()
                     ));
                 }
             }
@@ -275,7 +291,7 @@ impl Lane {
         let r = self.slots[slot]
             .as_mut()
             .ok_or_else(|| anyhow!("slot {slot} is empty"))?;
-        let at = r.signal(sig)?;
+        let at = r.signal(sig)?.mono_ms;
         if sig == Signal::SIGKILL {
             self.killed.insert(r.index, at);
         }

@@ -1,34 +1,33 @@
 //! `gateway-leader-bench run`: failover figures and the split-brain proof over real processes.
 //!
-//! For each backend it starts real `gateway-leader run` replicas (the `gateway-leader` binary, `--binary`) against
-//! real servers, stops the leader round after round, and times, on the machine's monotonic
-//! clock, the next acquisition and the next status write from the signal. Afterwards the
-//! split-brain checker reads every replica's log. See docs/benchmarks.md.
+//! For each backend it starts real `gateway-leader run` replicas (the `gateway-leader` binary,
+//! `--binary`) against real servers, stops the leader round after round, and times, on the
+//! machine's monotonic clock, the next acquisition and the next status write from the signal.
+//! Afterwards the split-brain checker reads every replica's log. See docs/benchmarks.md.
+//!
+//! The replicas (and the Go peers) are started and read by testkit's replica harness
+//! (`testkit::replica`), their lines typed as `gateway-leader-log` declares them.
 //!
 //! One concept per file: [`args`] (flags and their check), [`scenario`], [`lockserver`] (the
-//! lock's server), [`cluster`] (the apiserver and the route), [`replica`] (one process),
-//! [`events`] (its log lines), [`peer`] (a Go peer started as a replica), [`lane`] (the replicas of one lock), [`round`] (one failover), [`member`] (one etcd member fault),
-//! [`cost`] (steady state), [`anchor`] (`etcdctl elect` beside etcd × graceful), [`peer_anchor`]
-//! (client-go and controller-runtime beside Kubernetes × graceful and × crash), [`floor`] (a bare
-//! Lease takeover beside Kubernetes × graceful), [`held`] (what the apiserver held: who wrote
-//! under which Lease), [`plot`],
-//! [`stats`], [`checker`], [`report`].
+//! lock's server), [`cluster`] (the apiserver and the route), [`lane`] (the replicas of one
+//! lock), [`round`] (one failover, and one etcd member fault), [`cost`] (steady state),
+//! [`anchor`] (`etcdctl elect` beside etcd × graceful), [`peer_anchor`] (client-go and
+//! controller-runtime beside Kubernetes × graceful and × crash), [`floor`] (a bare Lease
+//! takeover beside Kubernetes × graceful), [`held`] (what the apiserver held: who wrote under
+//! which Lease), [`plot`], [`stats`], [`checker`], [`report`].
 
 pub mod anchor;
 pub mod args;
 pub mod checker;
 pub mod cluster;
 pub mod cost;
-pub mod events;
 pub mod floor;
 pub mod held;
 pub mod lane;
 pub mod local;
 pub mod lockserver;
-pub mod peer;
 pub mod peer_anchor;
 pub mod plot;
-pub mod replica;
 pub mod report;
 pub mod round;
 pub mod scale;

@@ -24,10 +24,10 @@ use crate::cluster::Cluster;
 use crate::cost::{self, Cost};
 use crate::lane::Lane;
 use crate::lockserver::LockServer;
-use crate::peer::{Peer, PeerArgs};
 use crate::report::LaneVerdict;
 use crate::round::{self, Sample};
 use crate::scenario::Scenario;
+use testkit::replica::peer::{Peer, PeerArgs};
 
 /// The scenarios the anchors stand beside.
 pub const SCENARIOS: [Scenario; 2] = [Scenario::Graceful, Scenario::Crash];

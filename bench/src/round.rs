@@ -11,11 +11,11 @@ pub mod member;
 
 use crate::args::Plan;
 use crate::cluster::{Cluster, ROUTE};
-use crate::events::What;
 use crate::lane::Lane;
 use crate::lockserver::LockServer;
 use crate::scenario::Scenario;
 use crate::topology::Topology;
+use gateway_leader_log::Event;
 use leader_lock::clock;
 
 /// What one round measured.
@@ -157,10 +157,10 @@ pub async fn run(
         lane.wait(end_patience, |e| {
             e.mono_ms >= at
                 && match e.what {
-                    What::Following { .. } | What::Stopped => e.replica == old.index,
-                    What::Leading { term, .. } => term > old.term,
+                    Event::Following { .. } | Event::Stopped => e.replica == old.index,
+                    Event::Leading { term, .. } => term > old.term,
                     // The old leadership renewed after the restart: it lives on.
-                    What::Renewed { term, .. } => {
+                    Event::Renewed { term, .. } => {
                         survivable && term == old.term && e.mono_ms >= back
                     }
                     _ => false,
@@ -182,10 +182,10 @@ pub async fn run(
         .wait(plan.leader_patience(), |e| {
             e.mono_ms >= at
                 && match e.what {
-                    What::Leading { term, .. } => {
+                    Event::Leading { term, .. } => {
                         (anyone || e.replica != old.index) && term > old.term
                     }
-                    What::Renewed { term, .. } => {
+                    Event::Renewed { term, .. } => {
                         survivable
                             && e.replica == old.index
                             && term == old.term
@@ -205,7 +205,7 @@ pub async fn run(
         return Ok(sample);
     };
     let new_term = match led.what {
-        What::Leading { term, .. } | What::Renewed { term, .. } => term,
+        Event::Leading { term, .. } | Event::Renewed { term, .. } => term,
         _ => 0,
     };
     sample.terms.1 = new_term;
@@ -217,7 +217,7 @@ pub async fn run(
             && lane.events.iter().any(|e| {
                 e.replica == old.index
                     && e.mono_ms >= at
-                    && matches!(&e.what, What::Written { name, term, .. } if name == ROUTE && *term == old.term)
+                    && matches!(&e.what, Event::Written { name, term, .. } if name == ROUTE && *term == old.term)
             })
     };
     // The new leader's first write of its term; or, when the old leader wrote the change
@@ -226,10 +226,10 @@ pub async fn run(
         .wait(WRITE_PATIENCE, |e| {
             e.replica == led.replica
                 && match &e.what {
-                    What::Written { term, .. } => *term == new_term && e.mono_ms >= at,
-                    // The sweep line has no instant (NaN); a new term's sweep is after the
-                    // signal anyway.
-                    What::SweepDone { term } => *term == new_term && new_term != old.term,
+                    Event::Written { term, .. } => *term == new_term && e.mono_ms >= at,
+                    // Not by its instant, which older replicas did not log (NaN): a new
+                    // term's sweep is after the signal anyway.
+                    Event::SweepDone { term, .. } => *term == new_term && new_term != old.term,
                     _ => false,
                 }
         })
@@ -237,12 +237,16 @@ pub async fn run(
     let mut done = done;
     // A sweep that ended without a write counts only if the old leader wrote the change;
     // otherwise the change may still be on its way to the new leader: keep waiting.
-    if matches!(done.as_ref().map(|e| &e.what), Some(What::SweepDone { .. })) && !old_wrote(lane) {
+    if matches!(
+        done.as_ref().map(|e| &e.what),
+        Some(Event::SweepDone { .. })
+    ) && !old_wrote(lane)
+    {
         done = lane
             .wait(WRITE_PATIENCE, |e| {
                 e.replica == led.replica
                     && e.mono_ms >= at
-                    && matches!(e.what, What::Written { term, .. } if term == new_term)
+                    && matches!(e.what, Event::Written { term, .. } if term == new_term)
             })
             .await;
     }
@@ -259,7 +263,7 @@ pub async fn run(
         sample.stepped_down = Some(member::stepped_down(lane, old.index, old.term, at));
     }
     match done {
-        Some(e) if matches!(e.what, What::Written { .. }) && !sample.old_leader_wrote => {
+        Some(e) if matches!(e.what, Event::Written { .. }) && !sample.old_leader_wrote => {
             sample.to_write_ms = Some(e.mono_ms - at)
         }
         Some(_) if sample.old_leader_wrote => {}
@@ -284,11 +288,11 @@ async fn released(lane: &mut Lane, index: usize, term: u64, at: f64) -> Option<(
         .wait(RELEASE_LINE_PATIENCE, |e| {
             e.replica == index
                 && e.mono_ms >= at
-                && matches!(e.what, What::Released { term: t, released: true, .. } if t == term)
+                && matches!(e.what, Event::Released { term: t, released: true, .. } if t == term)
         })
         .await?;
     let sent = match e.what {
-        What::Released { sent, .. } => sent.map(|s| s - at),
+        Event::Released { sent, .. } => sent.map(|s| s - at),
         _ => None,
     };
     Some((sent, e.mono_ms - at))
@@ -356,7 +360,7 @@ async fn finish(
                 .wait(patience, |e| {
                     e.replica == index
                         && e.mono_ms >= since
-                        && matches!(e.what, What::Following { .. })
+                        && matches!(e.what, Event::Following { .. })
                 })
                 .await;
             if stepped.is_none() {

@@ -25,9 +25,9 @@ use serde_json::json;
 use crate::args::Plan;
 use crate::cluster::Cluster;
 use crate::cost::{rss_mib, sum_metric};
-use crate::events::What;
 use crate::lane::Lane;
 use crate::lockserver::LockServer;
+use gateway_leader_log::Event;
 use leader_lock::clock::mono_ms;
 
 /// Requests the bench sends at once when it creates or changes routes.
@@ -170,10 +170,11 @@ async fn all_written(
         let mut seen = HashSet::new();
         let mut last = f64::NAN;
         for e in &lane.events {
-            if let What::Written {
+            if let Event::Written {
                 term: t,
                 object_kind,
                 name,
+                ..
             } = &e.what
             {
                 let ours = term.is_none_or(|x| x == *t) && e.mono_ms >= since;
@@ -274,7 +275,7 @@ async fn measure(plan: &Plan, lane: &mut Lane, cluster: &Cluster) -> Result<Scal
     let led_at = lane
         .events
         .iter()
-        .find(|e| matches!(e.what, What::Leading { term, .. } if term == leader.term))
+        .find(|e| matches!(e.what, Event::Leading { term, .. } if term == leader.term))
         .map(|e| e.mono_ms)
         .unwrap_or(f64::NAN);
     let mut names: HashSet<String> = (1..plan.routes).map(route_name).collect();
@@ -283,7 +284,7 @@ async fn measure(plan: &Plan, lane: &mut Lane, cluster: &Cluster) -> Result<Scal
     let term = leader.term;
     lane.wait(
         writes_limit,
-        |e| matches!(e.what, What::SweepDone { term: t } if t == term),
+        |e| matches!(e.what, Event::SweepDone { term: t, .. } if t == term),
     )
     .await
     .ok_or_else(|| anyhow!("the first leader never finished checking its statuses"))?;
@@ -309,16 +310,16 @@ async fn measure(plan: &Plan, lane: &mut Lane, cluster: &Cluster) -> Result<Scal
     let new = lane
         .wait(
             patience,
-            |e| matches!(e.what, What::Leading { term: t, .. } if t > term),
+            |e| matches!(e.what, Event::Leading { term: t, .. } if t > term),
         )
         .await
         .ok_or_else(|| anyhow!("no new leader within {patience:?}"))?;
-    let What::Leading { term: new_term, .. } = new.what else {
+    let Event::Leading { term: new_term, .. } = new.what else {
         return Err(anyhow!("not a leading line"));
     };
     let change = lane
         .wait(patience, |e| {
-            matches!(&e.what, What::Written { term: t, name, .. }
+            matches!(&e.what, Event::Written { term: t, name, .. }
                 if *t == new_term && name == crate::cluster::ROUTE)
         })
         .await
@@ -326,7 +327,7 @@ async fn measure(plan: &Plan, lane: &mut Lane, cluster: &Cluster) -> Result<Scal
     let checked = lane
         .wait(
             writes_limit,
-            |e| matches!(e.what, What::SweepDone { term: t } if t == new_term),
+            |e| matches!(e.what, Event::SweepDone { term: t, .. } if t == new_term),
         )
         .await
         .ok_or_else(|| anyhow!("the new leader never finished checking its statuses"))?;

@@ -15,7 +15,9 @@ use serde_json::json;
 use testkit::kube::KubeApiServer;
 use tokio::time::Instant;
 
-use crate::{Out, CLASS, MANAGED_BY, NS, OTHER_NS, PATIENCE};
+use crate::out::{human, Out};
+use crate::sample::CLASS;
+use crate::{MANAGED_BY, NS, OTHER_NS, PATIENCE};
 
 /// The CRDs the sample needs; on an existing cluster that has them, none is installed.
 const NEEDED_CRDS: [&str; 4] = [
@@ -51,7 +53,7 @@ pub async fn open(out: &Out, kubeconfig: Option<&Path>) -> Result<KubeApiServer>
         "kube-apiserver {} ready at {} after {}",
         version.git_version,
         server.url().trim_end_matches('/'),
-        crate::human(began.elapsed())
+        human(began.elapsed())
     ));
     Ok(server)
 }

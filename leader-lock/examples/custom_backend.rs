@@ -18,7 +18,8 @@
 //!
 //! A backend of your own runs the same suite from a test with
 //! `leader_lock::conformance_suite!(make_harness);` (one `#[tokio::test]` per case); this program
-//! calls the cases itself, all at once, each on a lock of its own, and prints one line per case.
+//! takes the same cases from `conformance::cases`, runs them all at once, each on a lock of its
+//! own, and prints one line per case.
 //!
 //! ```sh
 //! cargo run -p leader-lock --example custom_backend
@@ -34,11 +35,13 @@ use std::time::{Duration, SystemTime};
 use anyhow::bail;
 use async_trait::async_trait;
 use futures::StreamExt;
-use leader_lock::conformance::{self, Harness, HarnessError, Protect, Tamper};
-use leader_lock::{
+use leader_lock::backend::{
     Attempt, Candidate, LeaderLock, LockError, LockEvent, LockEventStream, LockRecord,
-    ObservedRecord, Term, Timing, MAX_LEASE_DURATION,
+    ObservedRecord,
 };
+use leader_lock::conformance::{self, Harness, HarnessError, Protect, Tamper};
+use leader_lock::timing::MAX_LEASE_DURATION;
+use leader_lock::{Term, Timing};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
@@ -435,38 +438,25 @@ impl Harness for Toy {
     }
 }
 
-/// Starts every case of the suite at once, each on a lock of its own in one store.
-macro_rules! start_cases {
-    ($harness:expr; $($case:ident),* $(,)?) => {
-        vec![$({
-            let h: Arc<Toy> = $harness.clone();
-            let task = tokio::spawn(async move {
-                let started = Instant::now();
-                conformance::$case(&*h).await;
-                started.elapsed()
-            });
-            (stringify!($case), task)
-        }),*]
-    };
-}
-
 /// Runs the whole suite on the toy lock: each case's name and how long it took, or why it failed.
+/// Every case starts at once, each on a lock of its own in one store.
 pub async fn run_suite() -> Vec<(&'static str, Result<Duration, String>)> {
     let toy = Arc::new(Toy {
         store: KvStore::default(),
     });
-    let cases: Vec<(&str, JoinHandle<Duration>)> = start_cases!(toy;
-        mutual_exclusion,
-        renew_keeps_holder,
-        graceful_release_is_prompt,
-        crash_taken_after_expiry,
-        paused_holder_stops,
-        partitioned_holder_stops,
-        tampered_records,
-        same_identity_never_both_lead,
-        vanished_record_is_not_free,
-        vanished_record_ends_leadership,
-    );
+    let cases: Vec<(&str, JoinHandle<Duration>)> = conformance::cases::<Toy>()
+        .into_iter()
+        .map(|case| {
+            let h = toy.clone();
+            let run = case.run;
+            let task = tokio::spawn(async move {
+                let started = Instant::now();
+                run(&h).await;
+                started.elapsed()
+            });
+            (case.name, task)
+        })
+        .collect();
     let mut results = Vec::new();
     for (name, task) in cases {
         // A case fails by panicking, as a test does.

@@ -1,5 +1,7 @@
 //! The error of a lock's configuration, found before anything is sent.
 
+use std::fmt;
+
 use crate::timing::TimingError;
 
 /// A backend setting that cannot work, found before connecting.
@@ -7,11 +9,13 @@ use crate::timing::TimingError;
 /// Each variant names the setting it is about (`etcd-endpoints`, `lease-duration`: the backend and
 /// the field of its config, or the [`Timing`](crate::Timing) field, in dashed form), so that a
 /// caller can point at its own input for that field without reading the message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// Every message carries its whole cause (a timing rule's included), so none has a
+/// [`source`](std::error::Error::source): a chain of errors (`{e:#}`) shows it once.
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
     /// A setting is malformed, incomplete, or in conflict with another one.
-    #[error("{message}")]
     Invalid {
         /// The setting the message is about.
         setting: &'static str,
@@ -21,10 +25,6 @@ pub enum ConfigError {
     /// A URL carries a user or a password. Credentials belong in their own fields (`username`,
     /// `password`), never in a URL, which shows in logs, process listings and printed settings.
     /// A program with settings of its own names them when it reports this.
-    #[error(
-        "{setting}: `{shown}` holds credentials; give the user and the password in the config's \
-         username and password fields instead"
-    )]
     CredentialsInUrl {
         /// The URL's setting.
         setting: &'static str,
@@ -32,15 +32,14 @@ pub enum ConfigError {
         shown: String,
     },
     /// A user is set without a password.
-    #[error("{setting} is set without a password")]
     UserWithoutPassword {
         /// The user's setting.
         setting: &'static str,
     },
     /// The timing breaks one of client-go's rules or one of the backend's.
-    #[error("{source}{}", note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default())]
     Timing {
-        /// The rule broken; it names its settings.
+        /// The rule broken; it names its settings. Shown in the message, so it is no
+        /// [`source`](std::error::Error::source).
         source: TimingError,
         /// Why the backend has this rule, when the rule alone does not say.
         note: Option<String>,
@@ -48,6 +47,28 @@ pub enum ConfigError {
 }
 
 // === impl ConfigError ===
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Invalid { message, .. } => f.write_str(message),
+            ConfigError::CredentialsInUrl { setting, shown } => write!(
+                f,
+                "{setting}: `{shown}` holds credentials; give the user and the password in the \
+                 config's username and password fields instead"
+            ),
+            ConfigError::UserWithoutPassword { setting } => {
+                write!(f, "{setting} is set without a password")
+            }
+            ConfigError::Timing { source, note } => match note {
+                Some(note) => write!(f, "{source} ({note})"),
+                None => write!(f, "{source}"),
+            },
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
 
 impl ConfigError {
     /// [`ConfigError::Invalid`] about `setting`.
@@ -103,6 +124,9 @@ mod tests {
             noted.to_string(),
             format!("{rule} (etcd lease TTLs are whole seconds)")
         );
+
+        // The rule is in the message, once: not also the source.
+        assert!(std::error::Error::source(&noted).is_none());
 
         let between = ConfigError::from(TimingError::LeaseNotAboveRenew {
             lease: Duration::from_secs(10),

@@ -165,6 +165,9 @@ impl Elector {
     ///
     /// # Errors
     /// As [`shutdown_within`](Self::shutdown_within).
+    ///
+    /// # Cancel safety
+    /// As [`shutdown_within`](Self::shutdown_within).
     pub async fn shutdown(self) -> Result<bool, LockError> {
         self.shutdown_within(SHUTDOWN_BUDGET).await
     }
@@ -179,6 +182,12 @@ impl Elector {
     /// # Errors
     /// The release's own error, or [`LockError::Timeout`] when it did not finish in the budget;
     /// either way the lease then expires on its own.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: bound it with `budget`, not with a timeout around it. Its first poll
+    /// refuses new writes and stops the loop for good; dropped after that, it is a crash from
+    /// the lock's point of view: the lock is not released (or a release under way is cut short,
+    /// [`LeaderLock::release`]) and the lease expires on its own.
     pub async fn shutdown_within(mut self, budget: Duration) -> Result<bool, LockError> {
         let deadline = Instant::now() + budget;
         let drain = self.config.timing.renew_deadline.min(budget / 2);
@@ -230,7 +239,8 @@ impl Elector {
             match tokio::time::timeout(left, self.lock.withdraw(&self.candidate)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    warn!(error = %e, "withdrawing the candidacy failed; it ends with its lease")
+                    warn!(error = %e.chain(),
+                        "withdrawing the candidacy failed; it ends with its lease")
                 }
                 Err(_) => {
                     warn!(budget = ?budget, "withdrawing the candidacy did not finish within the shutdown budget; it ends with its lease")
@@ -257,7 +267,8 @@ impl Elector {
                 Ok(released)
             }
             Ok(Err(e)) => {
-                warn!(term = %term, error = %e, "release failed; the lease will expire on its own");
+                warn!(term = %term, error = %e.chain(),
+                    "release failed; the lease will expire on its own");
                 Err(e)
             }
             Err(_) => {
@@ -271,6 +282,11 @@ impl Elector {
     ///
     /// It publishes [`LeaderState::Stopped`], so this replica stops passing `check()` at once:
     /// to test a leader that crashed while others still see it valid, hang its lock instead.
+    ///
+    /// # Cancel safety
+    /// Its first poll stops the loop and aborts its task; dropped after that, only
+    /// [`LeaderState::Stopped`] may be left unpublished, and a permit can then be taken until the
+    /// validity deadline already published, as from a leader that crashed.
     pub async fn abort(self) {
         self.cancel.cancel();
         self.task.abort();
@@ -498,9 +514,9 @@ impl Run {
         if let Err(e) = result {
             match e {
                 LockError::Refused { .. } | LockError::Malformed { .. } => {
-                    error!(error = %e, lock = %lock, "lock attempt failed")
+                    error!(error = %e.chain(), lock = %lock, "lock attempt failed")
                 }
-                _ => warn!(error = %e, lock = %lock, "lock attempt failed"),
+                _ => warn!(error = %e.chain(), lock = %lock, "lock attempt failed"),
             }
         }
         match &d.note {

@@ -127,7 +127,8 @@ pub enum GateError {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::sync::Arc;
-/// use leader_lock::{Elector, ElectorConfig, GateError, Identity, MemoryStore, Timing};
+/// use leader_lock::{Elector, ElectorConfig, Identity, MemoryStore, Timing};
+/// use leader_lock::gate::GateError;
 /// use leader_lock::WriteGateLayer;
 /// use tower::{service_fn, Layer, ServiceExt};
 ///
@@ -244,7 +245,8 @@ impl WriteGateLayer {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use leader_lock::{Leadership, NotLeader, WriteGateLayer, WritePermit};
+    /// use leader_lock::{Leadership, WriteGateLayer, WritePermit};
+    /// use leader_lock::leadership::NotLeader;
     /// use tower::{service_fn, Layer, ServiceExt};
     ///
     /// // A stand-in for the HTTP client: it answers with the term of the request's permit.

@@ -7,8 +7,8 @@
 //! read certificate files named in their configs, enable it.
 //!
 //! Each check returns a message without the setting's name; callers put the name in front. A
-//! backend reports what its own checks find as a [`ConfigError`](crate::ConfigError), which names
-//! the setting.
+//! backend reports what its own checks find as a [`ConfigError`](crate::backend::ConfigError),
+//! which names the setting.
 
 use std::io::Read;
 use std::path::Path;

@@ -1,3 +1,7 @@
+//! This replica's leadership as writers see it: [`Leadership`] and its [`WritePermit`]s, the
+//! stream of [`LeadershipChange`]s, and why a write may not go ahead ([`NotLeader`],
+//! [`GuardedError`]).
+
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,7 +90,8 @@ pub enum NotLeader {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use leader_lock::{Leadership, NotLeader};
+/// use leader_lock::Leadership;
+/// use leader_lock::leadership::NotLeader;
 ///
 /// let leadership = Leadership::always_leader();
 /// let permit = leadership.check()?;
@@ -325,11 +330,11 @@ impl Publisher {
 }
 
 /// Publishes states to a [`Leadership::scripted`] handle, for tests of what consumes one.
-#[cfg(feature = "conformance")]
+#[cfg(feature = "test-util")]
 #[derive(Debug, Clone)]
 pub struct Scripted(Arc<Publisher>);
 
-#[cfg(feature = "conformance")]
+#[cfg(feature = "test-util")]
 impl Scripted {
     /// Publishes `state`, as an elector would.
     pub fn publish(&self, state: LeaderState) {
@@ -368,7 +373,7 @@ impl Leadership {
     }
 
     /// A leadership whose states a test publishes by hand through the returned [`Scripted`].
-    #[cfg(feature = "conformance")]
+    #[cfg(feature = "test-util")]
     pub fn scripted(initial: LeaderState) -> (Scripted, Self) {
         let (publisher, leadership) = Publisher::channel(initial);
         (Scripted(publisher), leadership)
@@ -398,7 +403,8 @@ impl Leadership {
     /// # Examples
     ///
     /// ```
-    /// use leader_lock::{Leadership, NotLeader};
+    /// use leader_lock::Leadership;
+    /// use leader_lock::leadership::NotLeader;
     ///
     /// fn write(leadership: &Leadership) -> Result<(), NotLeader> {
     ///     let permit = leadership.check()?;
@@ -452,11 +458,16 @@ impl Leadership {
     /// As [`WritePermit::run`]: a refusal by the write's own check comes back as
     /// [`GuardedError::NotLeader`].
     ///
+    /// # Cancel safety
+    /// As [`WritePermit::run`]: dropping the returned future drops the write and the permit
+    /// with it.
+    ///
     /// # Examples
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use leader_lock::{GuardedError, Leadership, NotLeader};
+    /// use leader_lock::Leadership;
+    /// use leader_lock::leadership::{GuardedError, NotLeader};
     ///
     /// let leadership = Leadership::always_leader();
     /// let written = leadership

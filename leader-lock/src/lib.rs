@@ -1,7 +1,8 @@
 //! Leader election over a pluggable lock.
 //!
-//! A backend implements [`LeaderLock`]; the [`Elector`] runs the acquire/renew loop against it and
-//! publishes a [`Leadership`] that writers consult with [`Leadership::check`] before every write.
+//! A backend implements [`LeaderLock`](backend::LeaderLock); the [`Elector`] runs the
+//! acquire/renew loop against it and publishes a [`Leadership`] that writers consult with
+//! [`Leadership::check`] before every write.
 //! The safety rule (`docs/leader-election.md` in the repository): leadership is valid until
 //! `sent + renew_deadline`, where `sent` is the monotonic instant noted *before* the last
 //! successful acquire or renew was sent. A [`WritePermit`] never outlives that deadline, and a
@@ -12,7 +13,8 @@
 //! 1. Pick a lock: a backend crate (`leader-lock-kubernetes`, `leader-lock-etcd`,
 //!    `leader-lock-redis`) or [`MemoryStore`] for tests and examples.
 //! 2. [`Elector::spawn`] it with an [`ElectorConfig`]: an [`Identity`] (a pod's name, say) and a
-//!    [`Timing`]. It refuses a timing the lock cannot honour with a [`ConfigError`].
+//!    [`Timing`]. It refuses a timing the lock cannot honour with a
+//!    [`ConfigError`](backend::ConfigError).
 //! 3. Gate every write: [`Leadership::run`] for a write in code, or [`WriteGateLayer`] (a tower
 //!    layer) on the controller's HTTP client so every mutating request takes a permit
 //!    ([`WriteGateLayer::for_permit`] for writes that carry their permit's term). The lock's own
@@ -26,7 +28,8 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
-//! use leader_lock::{Elector, ElectorConfig, Identity, MemoryStore, NotLeader, Timing};
+//! use leader_lock::leadership::NotLeader;
+//! use leader_lock::{Elector, ElectorConfig, Identity, MemoryStore, Timing};
 //!
 //! let elector = Elector::spawn(
 //!     Arc::new(MemoryStore::new().lock("my-controller")),
@@ -51,41 +54,56 @@
 //! # }
 //! ```
 //!
+//! # Modules
+//!
+//! The root holds what an embedder uses; each module holds the rest of its concept:
+//!
+//! - [`elector`]: the [`Elector`], its shutdown budget.
+//! - [`leadership`]: [`Leadership`] and its [`WritePermit`]s, the stream of
+//!   [`LeadershipChange`]s, and why a write may not go ahead ([`NotLeader`](leadership::NotLeader),
+//!   [`GuardedError`](leadership::GuardedError)).
+//! - [`gate`]: the write gate for tower HTTP clients ([`WriteGateLayer`] and its service, future,
+//!   body and error).
+//! - [`timing`]: [`Timing`], client-go's rules and their bounds.
+//! - [`memory`]: the in-memory lock ([`MemoryStore`]).
+//! - [`wrap`]: locks that wrap another: client-go's polling, every request timed.
+//! - [`backend`]: for lock authors: the [`LeaderLock`](backend::LeaderLock) trait, records,
+//!   errors, and the rule for a record that vanished.
+//! - [`clock`]: instants as `CLOCK_MONOTONIC` milliseconds, for log lines that several processes
+//!   compare.
+//!
 //! # Features
 //!
 //! - `input`: the `input` module, checks of outside input (bounded file reads, PEM bundles, names,
 //!   durations as text) for backends and programs that read settings from files or flags. Off
 //!   by default; it adds a certificate parser to the tree.
-//! - `conformance`: `conformance`, the backend-independent test suite a backend runs against its
-//!   real server, and `Leadership::scripted` for tests of what consumes a leadership.
+//! - `test-util`: what tests need and production code must not use, as tokio's feature of that
+//!   name: a [`Leadership`] whose states a test publishes (`Leadership::scripted`), and
+//!   [`MemoryStore`]'s ways to plant, delete or lose a record behind its clients' backs.
+//! - `conformance` (implies `test-util`): `conformance`, the backend-independent test suite a
+//!   backend runs against its real server.
 
+pub mod backend;
 pub mod clock;
 mod config;
-mod elector;
-mod gate;
+pub mod elector;
+pub mod gate;
 #[cfg(feature = "input")]
 pub mod input;
-mod leadership;
+pub mod leadership;
 mod lock;
-mod memory;
+pub mod memory;
 mod observe;
 mod record;
-mod timing;
+pub mod timing;
+pub mod wrap;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use config::ConfigError;
-pub use elector::{Elector, ElectorConfig, AFTER_RELEASE_QUIET, SHUTDOWN_BUDGET};
-pub use gate::{DeadlineBody, GateError, WriteGate, WriteGateFuture, WriteGateLayer};
-#[cfg(feature = "conformance")]
-pub use leadership::Scripted;
-pub use leadership::{
-    GuardedError, LeaderState, Leadership, LeadershipChange, LeadershipChanges, NotLeader, Stamped,
-    WritePermit,
-};
-pub use lock::{Attempt, LeaderLock, LockError, LockEvent, LockEventStream};
-pub use memory::{MemoryLock, MemoryStore};
-pub use observe::ObservedRecord;
-pub use record::{Candidate, Identity, LockRecord, Term};
-pub use timing::{Timing, TimingError, MAX_LEASE_DURATION, MIN_RETRY_PERIOD};
+pub use elector::{Elector, ElectorConfig};
+pub use gate::WriteGateLayer;
+pub use leadership::{LeaderState, Leadership, LeadershipChange, WritePermit};
+pub use memory::MemoryStore;
+pub use record::{Identity, Term};
+pub use timing::Timing;

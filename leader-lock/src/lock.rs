@@ -11,8 +11,10 @@ use crate::timing::Timing;
 /// Why a lock operation failed.
 ///
 /// The message says what failed (the operation, the object) and what to check; `source` keeps
-/// the backend client's own error (`kube::Error`, `etcd_client::Error`, `redis::RedisError`) or
-/// the [`ConfigError`] behind a refusal, for [`std::error::Error::source`].
+/// the backend client's own error (`kube::Error`, or the apiserver's `kube::core::Status` for
+/// its answer; `etcd_client::Error`, `redis::RedisError`) or the [`ConfigError`] behind a
+/// refusal, for [`std::error::Error::source`]. The message does not repeat the source: log
+/// [`chain`](LockError::chain) to show both.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
@@ -107,6 +109,37 @@ impl LockError {
             source: Some(source.into()),
         }
     }
+
+    /// This error and each of its causes, `: `-separated (as anyhow's `{:#}` shows a chain),
+    /// for a log line: the message says what failed, and its cause is only in
+    /// [`source`](std::error::Error::source), so a line showing the message alone would lose it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_lock::backend::LockError;
+    ///
+    /// let e = LockError::unavailable_from("get key k", std::io::Error::other("reset by peer"));
+    /// assert_eq!(e.chain().to_string(), "backend unavailable: get key k: reset by peer");
+    /// ```
+    pub fn chain(&self) -> impl std::fmt::Display + '_ {
+        Chain(self)
+    }
+}
+
+/// An error and its causes, as [`LockError::chain`] shows them.
+struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(e) = cause {
+            write!(f, ": {e}")?;
+            cause = e.source();
+        }
+        Ok(())
+    }
 }
 
 /// A setting that cannot work is a refusal for good: retrying does not fix it.
@@ -174,6 +207,15 @@ pub type LockEventStream = BoxStream<'static, Result<LockEvent, LockError>>;
 /// [`Elector::spawn`](crate::Elector::spawn) calls [`validate`](Self::validate) once before it
 /// sends anything; a wrapper around another lock must forward it.
 ///
+/// # Cancel safety
+/// The elector drops these futures part-way: an attempt that outlasts its limit, a release or a
+/// withdrawal at the end of the shutdown budget, whatever is under way when it is cancelled. A
+/// request may have reached the server by then, so no method can promise that nothing happened;
+/// each says what a backend must guarantee instead. Common to all: the server holds the whole
+/// of a write or none of it (one atomic request: a transaction, a script, an update
+/// conditioned on the version read), and the lock's own state stays usable, so the next call
+/// works without assuming either outcome of the dropped one. A wrapper only forwards the drop.
+///
 /// # Examples
 ///
 /// A skeleton of a backend (here one that delegates to the in-memory lock); a real one talks to
@@ -181,10 +223,12 @@ pub type LockEventStream = BoxStream<'static, Result<LockEvent, LockError>>;
 ///
 /// ```
 /// use async_trait::async_trait;
-/// use leader_lock::{
+/// use leader_lock::{Term, Timing};
+/// use leader_lock::backend::{
 ///     Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
-///     MemoryLock, Term, Timing, TimingError,
 /// };
+/// use leader_lock::memory::MemoryLock;
+/// use leader_lock::timing::TimingError;
 ///
 /// struct MyLock {
 ///     inner: MemoryLock,
@@ -244,9 +288,28 @@ pub trait LeaderLock: Send + Sync {
     /// Acquires the lock if free or expired, renews it if the candidate holds it.
     ///
     /// Must be atomic: two candidates never both get [`Attempt::Leader`] for overlapping leases.
+    ///
+    /// # Cancel safety
+    /// Dropped when it outlasts its limit (the renew deadline for a candidate, the validity
+    /// left for a leader) or when the elector is cancelled. The elector counts a dropped attempt
+    /// as failed and publishes no leadership for it, but its write may have been made. The
+    /// backend must then guarantee that:
+    /// - such a record expires as any record nobody renews: nothing the dropped future started
+    ///   keeps it alive;
+    /// - the next attempt of the same candidate finds it as its own (renews or adopts it), not
+    ///   as another holder's;
+    /// - a renew dropped part-way leaves the record releasable under the term of the last
+    ///   attempt that returned: a graceful shutdown drops the attempt under way and releases
+    ///   right after, and a release that finds nothing makes the followers wait out a lease.
     async fn try_acquire_or_renew(&self, candidate: &Candidate) -> Result<Attempt, LockError>;
 
     /// Releases the lock if the candidate still holds it under `term`; returns whether it did.
+    ///
+    /// # Cancel safety
+    /// Dropped when the shutdown budget ends. The record is then either released in full (with
+    /// whatever wakes the followers: a release message, a handover) or still ours and expiring
+    /// on its own, since nobody renews it any more; never released without the followers being
+    /// told.
     async fn release(&self, candidate: &Candidate, term: Term) -> Result<bool, LockError>;
 
     /// Withdraws a candidate that holds nothing and is stopping (the elector's graceful
@@ -257,16 +320,30 @@ pub trait LeaderLock: Send + Sync {
     ///
     /// # Errors
     /// The backend's; the state it would have taken back then ends with its lease.
+    ///
+    /// # Cancel safety
+    /// Dropped when the shutdown budget ends: what it had not taken back must then end with its
+    /// lease on the server, as when it fails.
     async fn withdraw(&self, candidate: &Candidate) -> Result<(), LockError> {
         let _ = candidate;
         Ok(())
     }
 
     /// Reads the current record (`None` when nobody holds the lock).
+    ///
+    /// # Cancel safety
+    /// Must be cancel safe: it only reads, and a drop changes nothing on the server or in the
+    /// lock's state.
     async fn get(&self) -> Result<Option<LockRecord>, LockError>;
 
     /// Opens a change stream on the lock. The elector reopens it with backoff when it breaks and
     /// polls every retry period meanwhile.
+    ///
+    /// # Cancel safety
+    /// Dropped when the elector is cancelled while the stream opens. Nothing it started may
+    /// outlive it: a task or server-side watch opened for the stream ends with the future, or,
+    /// once the stream is returned, when the stream is dropped (that is how the elector closes
+    /// it).
     async fn watch(&self) -> Result<LockEventStream, LockError>;
 }
 

@@ -1,3 +1,6 @@
+//! The in-memory lock: a [`MemoryStore`] of locks with server-side TTLs, each client a
+//! [`MemoryLock`]. For tests, examples, and trying the elector without a server.
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -106,6 +109,7 @@ impl MemoryStore {
     }
 
     /// Plants a raw value that expires after `ttl`, as a tampering or foreign writer would.
+    #[cfg(feature = "test-util")]
     pub fn put_raw(&self, name: &str, raw: &str, ttl: Duration) {
         let mut g = self.guard();
         let slot = g.slots.entry(name.to_string()).or_default();
@@ -117,6 +121,7 @@ impl MemoryStore {
 
     /// Deletes the lock record by hand, as an operator, an eviction or a lost server state would:
     /// no release. Watchers see it gone. The fencing counter survives.
+    #[cfg(feature = "test-util")]
     pub fn vanish(&self, name: &str) {
         let mut g = self.guard();
         let slot = g.slots.entry(name.to_string()).or_default();
@@ -128,6 +133,7 @@ impl MemoryStore {
 
     /// Drops every value, as a restarted server without persistence would (counters survive).
     /// Each lost value counts as vanished, not released.
+    #[cfg(feature = "test-util")]
     pub fn wipe_values(&self) {
         let mut g = self.guard();
         for slot in g.slots.values_mut() {
@@ -162,10 +168,10 @@ impl MemoryStore {
 
 /// A lock in a [`MemoryStore`]: server-side expiry, atomic compare-and-set, watch by broadcast.
 ///
-/// A record that vanished without a release (see [`MemoryStore::vanish`]) is not free: a client
-/// that last saw a live holder takes it only after that holder's lease duration, counted from
-/// when it found the record gone; and a leader whose record vanished gets a follower's answer
-/// instead of recreating it.
+/// A record that vanished without a release (`MemoryStore::vanish`, feature `test-util`) is not
+/// free: a client that last saw a live holder takes it only after that holder's lease duration,
+/// counted from when it found the record gone; and a leader whose record vanished gets a
+/// follower's answer instead of recreating it.
 #[derive(Debug, Clone)]
 pub struct MemoryLock {
     store: MemoryStore,

@@ -1,3 +1,6 @@
+//! What a client has seen of a lock record, on its own monotonic clock, and the rule for a
+//! record that vanished without a release.
+
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -5,17 +8,59 @@ use tokio::time::Instant;
 use crate::record::LockRecord;
 use crate::timing::MAX_LEASE_DURATION;
 
+/// When a lock whose record vanished without a release may be taken: `last_live` plus the
+/// holder's `lease_duration` (`fallback` when the record gave none), the lease never counted
+/// above [`MAX_LEASE_DURATION`].
+///
+/// The rule of docs/leader-election.md ("Who may write"), the same on every backend: a record
+/// deleted by hand, evicted, or lost with the server's state is not free, because its holder may
+/// still believe it leads until its last renew plus its renew deadline, and nobody can ask it. So
+/// the lock stays held for a whole lease after the holder was last known to be live.
+///
+/// `last_live` is the latest instant, on this process's monotonic clock, at which the backend
+/// can tell the holder may have renewed: when the record's last version was first seen, if it
+/// knows that version was the holder's last write (a delete event that carries it); otherwise
+/// the instant the loss was found, since a read that finds nothing cannot rule out a renewal
+/// since the previous read. Earlier is unsafe, later only waits longer. `fallback` is the
+/// caller's own lease duration, for a record that recorded none (or a backend that reads none).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use leader_lock::backend::vanished_free_at;
+/// use tokio::time::Instant;
+///
+/// let found_gone = Instant::now();
+/// let lease = Duration::from_secs(15);
+/// assert_eq!(vanished_free_at(found_gone, lease, lease), found_gone + lease);
+/// // A record that gave no lease duration is held for the caller's own.
+/// let own = Duration::from_secs(10);
+/// assert_eq!(vanished_free_at(found_gone, Duration::ZERO, own), found_gone + own);
+/// ```
+pub fn vanished_free_at(
+    last_live: Instant,
+    lease_duration: Duration,
+    fallback: Duration,
+) -> Instant {
+    let lease = if lease_duration.is_zero() {
+        fallback
+    } else {
+        lease_duration
+    };
+    last_live + lease.min(MAX_LEASE_DURATION)
+}
+
 /// Tracks when a record was last seen to change, on this process's monotonic clock, and when a
 /// record that vanished may be taken.
 ///
 /// Backends without a server-side TTL (Kubernetes) take over a lease only once its record has
 /// been seen unchanged for its lease duration; the holder's wall clock is never trusted.
 ///
-/// A record that vanishes without a release (deleted by hand, evicted, lost with the backend's
-/// state) is not free (docs/leader-election.md): its holder may still believe it leads until its last
-/// renew plus its renew deadline. [`gone`](Self::gone) starts a hold-off of the holder's lease
-/// duration from the moment the disappearance was seen, and [`hold_off`](Self::hold_off) says
-/// until when nobody may take the lock.
+/// A record that vanishes without a release is not free ([`vanished_free_at`]):
+/// [`gone`](Self::gone) starts a hold-off of the holder's lease duration from the moment the
+/// disappearance was seen, and [`hold_off`](Self::hold_off) says until when nobody may take the
+/// lock. The Kubernetes lock and the in-memory one keep one per client.
 #[derive(Debug, Default, Clone)]
 pub struct ObservedRecord {
     last: Option<(LockRecord, Instant)>,
@@ -62,12 +107,8 @@ impl ObservedRecord {
         let Some(rec) = last.cloned().or(observed).filter(|r| !r.is_free()) else {
             return;
         };
-        let lease = if rec.lease_duration.is_zero() {
-            fallback
-        } else {
-            rec.lease_duration
-        };
-        self.vanished = Some((rec, now + lease.min(MAX_LEASE_DURATION)));
+        let until = vanished_free_at(now, rec.lease_duration, fallback);
+        self.vanished = Some((rec, until));
     }
 
     /// The vanished record and the instant it may be taken, while that is still ahead of `now`.

@@ -1,3 +1,6 @@
+//! The three durations of leader election ([`Timing`]), client-go's rules between them
+//! ([`TimingError`]) and the bounds every backend supports.
+
 use std::time::Duration;
 
 /// The three durations that drive leader election, with client-go's defaults.

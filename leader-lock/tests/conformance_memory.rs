@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leader_lock::conformance::{Harness, HarnessError, Protect, Tamper};
-use leader_lock::{
-    Attempt, Candidate, LeaderLock, LockError, LockEventStream, LockRecord, MemoryStore, Term,
-    Timing,
+use leader_lock::backend::{
+    Attempt, Candidate, LeaderLock, LockError, LockEventStream, LockRecord,
 };
+use leader_lock::conformance::{Harness, HarnessError, Protect, Tamper};
+use leader_lock::{MemoryStore, Term, Timing};
 
 struct Memory {
     store: MemoryStore,

@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use leader_lock::Timing;
+use leader_lock_kubernetes::ClientOptions;
 
 use super::secret::Secret;
 
@@ -157,6 +158,17 @@ pub struct KubeSettings {
     pub context: Option<String>,
     /// Namespace of the Lease.
     pub namespace: Option<String>,
+}
+
+impl KubeSettings {
+    /// Where the clients' configuration comes from: the startup check and the connection
+    /// look in the same places.
+    pub fn client_options(&self) -> ClientOptions {
+        let mut options = ClientOptions::default();
+        options.kubeconfig = self.kubeconfig.clone();
+        options.context = self.context.clone();
+        options
+    }
 }
 
 /// The validated, effective settings of `gateway-leader run`.

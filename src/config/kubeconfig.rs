@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 
 use kube::config::Kubeconfig;
 use leader_lock::input::read_bounded;
+#[cfg(doc)]
+use leader_lock_kubernetes::ClientOptions;
+use leader_lock_kubernetes::KubeconfigSource;
 
 use super::effective::KubeSettings;
 use super::env::Env;
@@ -16,7 +19,7 @@ use super::file::without_excerpt;
 /// At most this many context names are listed in a message.
 const LISTED_CONTEXTS: usize = 10;
 
-/// Where the kubeconfig comes from, in the client's order, and how an error names that source.
+/// The kubeconfig the client will load, and how an error names that source.
 struct Source {
     files: Vec<PathBuf>,
     /// `--kubeconfig` is a setting; `KUBECONFIG` is not one of ours.
@@ -24,35 +27,33 @@ struct Source {
     what: String,
 }
 
-/// The kubeconfig the client will load: `--kubeconfig`, else the files in `KUBECONFIG` (when one
-/// of them exists), else `~/.kube/config` (when it is a file), else none.
-fn source(explicit: Option<&Path>, env: &Env) -> Option<Source> {
-    if let Some(path) = explicit {
-        return Some(Source {
-            files: vec![path.to_path_buf()],
-            refused: |m| ConfigError::invalid("kubeconfig", m),
+/// The kubeconfig the client will load, found where the client looks
+/// ([`ClientOptions::kubeconfig_source`]).
+fn source(kube: &KubeSettings, env: &Env) -> Option<Source> {
+    let found = kube
+        .client_options()
+        .kubeconfig_source(env.kubeconfig.as_deref(), env.home.as_deref())?;
+    Some(match found {
+        KubeconfigSource::Given(path) => Source {
             what: path.display().to_string(),
-        });
-    }
-    if let Some(list) = env.kubeconfig.as_deref().filter(|v| !v.is_empty()) {
-        let files: Vec<PathBuf> = std::env::split_paths(list)
-            .filter(|p| !p.as_os_str().is_empty())
-            .collect();
-        // The client loads KUBECONFIG once any file in it exists, and then reads every file.
-        if files.iter().any(|p| p.exists()) {
-            return Some(Source {
-                files,
-                refused: |m| ConfigError::input("KUBECONFIG", m),
-                what: list.to_string_lossy().into_owned(),
-            });
-        }
-    }
-    let home = env.home.as_deref().filter(|h| !h.is_empty())?;
-    let path = Path::new(home).join(".kube").join("config");
-    path.is_file().then(|| Source {
-        what: format!("{} (the default kubeconfig)", path.display()),
-        files: vec![path],
-        refused: |m| ConfigError::invalid("kubeconfig", m),
+            files: vec![path],
+            refused: |m| ConfigError::invalid("kubeconfig", m),
+        },
+        KubeconfigSource::Env(files) => Source {
+            files,
+            refused: |m| ConfigError::input("KUBECONFIG", m),
+            what: env
+                .kubeconfig
+                .as_deref()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned(),
+        },
+        KubeconfigSource::Home(path) => Source {
+            what: format!("{} (the default kubeconfig)", path.display()),
+            files: vec![path],
+            refused: |m| ConfigError::invalid("kubeconfig", m),
+        },
     })
 }
 
@@ -72,7 +73,7 @@ fn parse(path: &Path) -> Result<Kubeconfig, String> {
 /// current context when none is asked for).
 pub(super) fn check(kube: &KubeSettings, env: &Env) -> Result<(), ConfigError> {
     let context_key = "kube_context";
-    let Some(source) = source(kube.kubeconfig.as_deref(), env) else {
+    let Some(source) = source(kube, env) else {
         return match &kube.context {
             Some(c) => Err(ConfigError::invalid(
                 context_key,

@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use leader_lock::input::redact_userinfo;
-use leader_lock::{Timing, TimingError};
+use leader_lock::timing::TimingError;
+use leader_lock::Timing;
 
 use super::checks::{check_identity, validate_dns_label};
 use super::effective::{EtcdSettings, KubeSettings, RedisSettings, Settings};

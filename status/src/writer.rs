@@ -24,11 +24,13 @@ use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::listenersets::ListenerSet;
 use gateway_api::tlsroutes::TlsRoute;
+use gateway_leader_log::{field, message};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::{Api, Client, Resource};
-use leader_lock::{GuardedError, Leadership, NotLeader, Term};
+use leader_lock::leadership::{GuardedError, NotLeader};
+use leader_lock::{Leadership, Term};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::task::JoinSet;
@@ -266,8 +268,8 @@ impl StatusWriter {
                 match now_leading {
                     Some(term) => {
                         sweep = Sweep::start(term, self.cache.mark_all_dirty());
-                        info!(%term, identity = %self.config.identity, statuses = sweep.left.len(),
-                            "leading: writing every cached status");
+                        info!({ field::TERM } = %term, { field::IDENTITY } = %self.config.identity,
+                            { field::STATUSES } = sweep.left.len(), "{}", message::SWEEP_STARTED);
                         sweep.finish_check(&self.config.identity);
                     }
                     None => {
@@ -355,9 +357,13 @@ impl StatusWriter {
         };
         match result {
             Ok(Written::Sent { term }) => {
-                // `mono_ms` (CLOCK_MONOTONIC) orders writes across replicas for bench's checker.
-                info!(%term, %identity, kind = %key.kind, namespace = key.namespace.as_deref().unwrap_or(""),
-                    name = %key.name, mono_ms = leader_lock::clock::mono_ms(), "status written");
+                // A line machines read (gateway-leader-log): `mono_ms` (CLOCK_MONOTONIC) orders
+                // writes across replicas for the bench's checker.
+                info!({ field::TERM } = %term, { field::IDENTITY } = %identity,
+                    { field::KIND } = %key.kind,
+                    { field::NAMESPACE } = key.namespace.as_deref().unwrap_or(""),
+                    { field::NAME } = %key.name, { field::MONO_MS } = leader_lock::clock::mono_ms(),
+                    "{}", message::WRITTEN);
             }
             Ok(Written::Unchanged) => debug!(object = %key, "status already right; nothing sent"),
             Ok(Written::Stale) => {
@@ -430,8 +436,9 @@ impl Sweep {
             if !self.first_write && *t == term {
                 self.first_write = true;
                 let after = began.elapsed();
-                info!(%term, %identity, object = %key, after_ms = after.as_secs_f64() * 1e3,
-                    "first status write of this leadership");
+                info!({ field::TERM } = %term, { field::IDENTITY } = %identity,
+                    { field::OBJECT } = %key, { field::AFTER_MS } = after.as_secs_f64() * 1e3,
+                    "{}", message::FIRST_WRITE);
                 first = Some(after);
             }
         }
@@ -454,9 +461,11 @@ impl Sweep {
             return;
         };
         if self.checking && self.left.is_empty() {
-            info!(%term, %identity, written = self.written, unchanged = self.unchanged,
-                other = self.other, took_ms = began.elapsed().as_secs_f64() * 1e3,
-                mono_ms = leader_lock::clock::mono_ms(), "every cached status checked");
+            info!({ field::TERM } = %term, { field::IDENTITY } = %identity,
+                { field::WRITTEN } = self.written, { field::UNCHANGED } = self.unchanged,
+                { field::OTHER } = self.other,
+                { field::TOOK_MS } = began.elapsed().as_secs_f64() * 1e3,
+                { field::MONO_MS } = leader_lock::clock::mono_ms(), "{}", message::SWEEP_DONE);
             self.checking = false;
         }
     }

@@ -2,10 +2,13 @@
 //! `redis-server` (alone, or a primary, a replica and three Sentinels) and `kube-apiserver`
 //! processes on free loopback ports with temporary data dirs, the Gateway API CRDs on an
 //! apiserver, the shipped RBAC bound to a test's service account, and a TCP proxy that
-//! black-holes a client's traffic on demand (a partition).
+//! black-holes a client's traffic on demand (a partition); and the replica harness
+//! ([`replica`]): `gateway-leader run` processes and the Go peers, their log lines read as typed
+//! events, for the tests, the bench and the demo alike.
 //!
 //! Dev-only: the test suites and `gateway-leader-bench` use it; nothing that ships links it. It
-//! depends on no lock backend and not on the `gateway-leader` binary, so a backend's tests
+//! depends on no lock backend and not on the `gateway-leader` binary (the harness knows it by
+//! its command line and by the log lines `gateway-leader-log` declares), so a backend's tests
 //! build only that backend.
 
 pub mod built;
@@ -19,6 +22,7 @@ pub mod proxy;
 pub mod rbac;
 pub mod redis;
 pub mod redis_sentinel;
+pub mod replica;
 
 pub use cargo::workspace_binary;
 pub use process::{free_port, require_binary, tail, wait_until, ServerProcess};

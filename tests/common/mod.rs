@@ -1,4 +1,5 @@
-//! A `gateway-leader run` child process whose JSON log lines the test can wait for.
+//! The replicas the tests start (`testkit::replica`), with waits that panic, and the server
+//! set-ups several tests share.
 
 #![allow(dead_code)]
 
@@ -7,13 +8,14 @@ pub mod gateway;
 pub mod in_cluster;
 pub mod pod;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
-use std::time::{Duration, Instant, SystemTime};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use gateway_leader_log::message;
+use nix::sys::signal::Signal;
+use testkit::replica::{self, Dialect, Journal, Transcript};
+
+pub use testkit::replica::Line;
 
 /// Runs a blocking wait (a replica's log, an HTTP probe) without stalling the async runtime
 /// (the tests run on a multi-threaded runtime).
@@ -21,28 +23,12 @@ pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
-/// One log line of a replica, parsed.
-#[derive(Debug, Clone)]
-pub struct Line {
-    /// The log's own timestamp.
-    pub at: SystemTime,
-    /// The whole JSON object.
-    pub json: serde_json::Value,
-}
-
-impl Line {
-    /// The log message.
-    pub fn message(&self) -> &str {
-        self.json["message"].as_str().unwrap_or_default()
-    }
-}
-
-/// A running `gateway-leader run` with JSON logs.
+/// A running `gateway-leader run` with JSON logs (`testkit::replica`, with its own journal
+/// and its lines on the test's stderr), whose waits panic: a test fails where it waited.
 pub struct Replica {
+    /// Its name (its identity, unless the command says another).
     pub name: String,
-    child: Child,
-    lines: Receiver<Line>,
-    seen: Vec<Line>,
+    inner: replica::Replica,
 }
 
 impl Replica {
@@ -53,58 +39,26 @@ impl Replica {
 
     /// Like [`Replica::start`], with these environment variables set.
     pub fn start_with_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> Replica {
-        // Many replicas share this machine: each serves health and metrics on a free port
-        // (logged as "serving /healthz, /readyz and /metrics"), unless the test picks one.
-        let health: &[&str] = if args.contains(&"--health-addr") {
-            &[]
-        } else {
-            &["--health-addr", "127.0.0.1:0"]
-        };
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gateway-leader"));
-        cmd.arg("run")
-            .args(args)
-            .args(health)
-            .args(["--log-format", "json", "--leader-election-identity", name])
-            .envs(env.iter().copied());
+        let exe = std::path::Path::new(env!("CARGO_BIN_EXE_gateway-leader"));
+        let mut cmd = replica::Replica::run_command(exe, name, args);
+        cmd.envs(env.iter().copied());
         Self::spawn(name, cmd)
     }
 
     /// Starts `cmd`, a `gateway-leader run` with JSON logs however it is wrapped (its process
     /// id must be the binary's, so that signals reach it), and follows its log as `name`.
-    pub fn spawn(name: &str, mut cmd: Command) -> Replica {
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("gateway-leader starts");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, rx) = channel();
-        let who = name.to_string();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let json: serde_json::Value = match serde_json::from_str(&line) {
-                    Ok(j) => j,
-                    Err(_) => {
-                        eprintln!("[{who}] {line}");
-                        continue;
-                    }
-                };
-                let at = json["timestamp"]
-                    .as_str()
-                    .and_then(|t| humantime::parse_rfc3339(t).ok())
-                    .unwrap_or_else(SystemTime::now);
-                eprintln!("[{who}] {line}");
-                if tx.send(Line { at, json }).is_err() {
-                    return;
-                }
-            }
-        });
+    pub fn spawn(name: &str, cmd: Command) -> Replica {
+        let inner = replica::Replica::spawn(
+            cmd,
+            name,
+            Dialect::GatewayLeader,
+            &Journal::new(),
+            Transcript::Stderr,
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e:#}"));
         Replica {
             name: name.to_string(),
-            child,
-            lines: rx,
-            seen: Vec::new(),
+            inner,
         }
     }
 
@@ -122,108 +76,62 @@ impl Replica {
 
     /// Waits for a log line that satisfies `hit`; `what` names it in the panic message.
     pub fn wait_match(&mut self, what: &str, limit: Duration, hit: impl Fn(&Line) -> bool) -> Line {
-        let needle = what;
-        if let Some(l) = self.seen.iter().find(|l| hit(l)) {
-            return l.clone();
-        }
-        let deadline = Instant::now() + limit;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(l) => {
-                    self.seen.push(l.clone());
-                    if hit(&l) {
-                        return l;
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    panic!("{}: no log line with {needle} within {limit:?}", self.name)
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    panic!("{}: exited before logging {needle}", self.name)
-                }
-            }
-        }
+        self.inner
+            .wait_line_blocking(what, limit, hit)
+            .unwrap_or_else(|e| panic!("{e:#}"))
     }
 
-    fn signal(&self, sig: Signal) {
-        let pid = i32::try_from(self.child.id()).expect("pid fits");
-        kill(Pid::from_raw(pid), sig).unwrap_or_else(|e| panic!("{sig} to {}: {e}", self.name));
+    fn signal(&mut self, sig: Signal) {
+        self.inner
+            .signal(sig)
+            .unwrap_or_else(|e| panic!("{sig} to {}: {e:#}", self.name));
     }
 
     /// The address the replica serves /healthz, /readyz and /metrics on.
     pub fn health_addr(&mut self, limit: Duration) -> std::net::SocketAddr {
-        let line = self.wait_for("serving /healthz, /readyz and /metrics", limit);
-        line.json["addr"]
-            .as_str()
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("{}: no address in {:?}", self.name, line.json))
+        let line = self.wait_for(message::SERVING, limit);
+        match line.event {
+            Some(gateway_leader_log::Event::Serving { addr }) => addr,
+            _ => panic!("{}: no address in {:?}", self.name, line.json),
+        }
     }
 
     /// The process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.inner.pid()
     }
 
     /// Sends SIGKILL (a crash: nothing is released).
-    pub fn kill(&self) {
+    pub fn kill(&mut self) {
         self.signal(Signal::SIGKILL)
     }
 
     /// Sends SIGTERM.
-    pub fn terminate(&self) {
+    pub fn terminate(&mut self) {
         self.signal(Signal::SIGTERM)
     }
 
     /// Freezes the whole process (SIGSTOP): its timers stop too, as in a paused VM.
-    pub fn pause(&self) {
+    pub fn pause(&mut self) {
         self.signal(Signal::SIGSTOP)
     }
 
     /// Thaws it (SIGCONT).
-    pub fn resume(&self) {
+    pub fn resume(&mut self) {
         self.signal(Signal::SIGCONT)
     }
 
-    /// Every line logged so far (after draining what arrived).
-    pub fn lines(&mut self) -> &[Line] {
-        while let Ok(l) = self.lines.try_recv() {
-            self.seen.push(l);
-        }
-        &self.seen
+    /// Every line logged so far.
+    pub fn lines(&mut self) -> Vec<Line> {
+        self.inner.lines()
     }
 
     /// Waits for the process to exit; returns its exit code.
     pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return s.code();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not exit within {limit:?}",
-                self.name
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Replica {
-    fn signal_quietly(&self, sig: Signal) {
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            let _ = kill(Pid::from_raw(pid), sig);
-        }
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        // A frozen child ignores nothing but must be thawed to be reaped promptly.
-        self.signal_quietly(Signal::SIGCONT);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.inner
+            .wait_exit_blocking(limit)
+            .unwrap_or_else(|e| panic!("{e:#}"))
+            .code()
     }
 }
 
@@ -232,14 +140,14 @@ impl Drop for Replica {
 pub fn graceful_handover(args: &[&str]) -> Duration {
     let patience = Duration::from_secs(60);
     let mut a = Replica::start("replica-a", args);
-    a.wait_for("leadership: leading", patience);
+    a.wait_for(message::LEADING, patience);
     let mut b = Replica::start("replica-b", args);
-    b.wait_for("leadership: following", patience);
+    b.wait_for(message::FOLLOWING, patience);
     // Give b's watch a moment to be established before the release.
     std::thread::sleep(Duration::from_millis(500));
     a.terminate();
-    let released = a.wait_for("released leadership", patience);
-    let led = b.wait_for("leadership: leading", patience);
+    let released = a.wait_for(message::RELEASED, patience);
+    let led = b.wait_for(message::LEADING, patience);
     assert_eq!(
         a.wait_exit(patience),
         Some(0),
@@ -251,7 +159,7 @@ pub fn graceful_handover(args: &[&str]) -> Duration {
         .duration_since(released.at)
         .unwrap_or(Duration::ZERO);
     assert!(
-        stayed >= leader_lock::AFTER_RELEASE_QUIET,
+        stayed >= leader_lock::elector::AFTER_RELEASE_QUIET,
         "a exited {stayed:?} after its release, with no quiet moment for b's takeover"
     );
     led.at.duration_since(released.at).unwrap_or(Duration::ZERO)

@@ -7,7 +7,7 @@ use etcd_client::{Client, GetResponse};
 use tokio::time::Instant;
 
 use crate::members::{member_fault, moves, Members};
-use leader_lock::LockError;
+use leader_lock::backend::LockError;
 use tokio::sync::Mutex;
 
 use crate::error::map_error;

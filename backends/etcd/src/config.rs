@@ -3,8 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use leader_lock::backend::ConfigError;
 use leader_lock::input::{check_name, read_pem, redact_userinfo, Pem};
-use leader_lock::{ConfigError, Timing};
+use leader_lock::Timing;
 
 /// Settings named by several checks (see [`ConfigError`] for the spelling).
 const ENDPOINTS: &str = "etcd-endpoints";
@@ -41,7 +42,7 @@ pub const DEFAULT_KEY_PREFIX: &str = "/leader-lock/";
 ///     Duration::from_millis(500),
 /// )?;
 /// assert!(config.validate(&fractional).is_err(), "etcd leases are whole seconds");
-/// # Ok::<(), leader_lock::TimingError>(())
+/// # Ok::<(), leader_lock::timing::TimingError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct EtcdConfig {
@@ -270,7 +271,7 @@ pub(crate) fn no_endpoint() -> ConfigError {
 
 #[cfg(test)]
 mod tests {
-    use leader_lock::TimingError;
+    use leader_lock::timing::TimingError;
 
     use super::*;
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
-use leader_lock::LockError;
+use leader_lock::backend::LockError;
 use tokio::sync::Mutex;
 
 use crate::client::{Inner, State};
@@ -40,6 +40,10 @@ impl EtcdLock {
     /// A message that names the endpoints and the setting to look at when no endpoint answers
     /// ([`LockError::Unavailable`], [`LockError::Timeout`]: worth retrying), a TLS file cannot be
     /// read, or authentication is refused ([`LockError::Refused`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads, and its connections close when it is dropped; the task that
+    /// keeps the lock's spare lease alive starts only as it returns.
     ///
     /// # Examples
     ///

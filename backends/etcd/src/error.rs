@@ -1,6 +1,6 @@
 //! etcd client errors as lock errors: permanent for authentication and permissions.
 
-use leader_lock::LockError;
+use leader_lock::backend::LockError;
 
 /// Maps a client error; authentication and permission errors are permanent.
 pub(crate) fn map_error(endpoints: &str, what: &str, e: etcd_client::Error) -> LockError {

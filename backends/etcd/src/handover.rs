@@ -8,7 +8,8 @@ use std::time::Duration;
 use etcd_client::{
     Compare, CompareOp, GetOptions, GetResponse, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
-use leader_lock::{Candidate, LockError, Term};
+use leader_lock::backend::{Candidate, LockError};
+use leader_lock::Term;
 use tokio::time::Instant;
 use tracing::{debug, info};
 

@@ -31,7 +31,7 @@ pub(crate) enum KeepAliveError {
     /// The client or the stream failed.
     Client(etcd_client::Error),
     /// The current member could not be connected.
-    Connect(leader_lock::LockError),
+    Connect(leader_lock::backend::LockError),
 }
 
 /// A request that made sure of the lease (its grant, a keep-alive answered alive): the lease
@@ -126,9 +126,9 @@ impl LeaseStream {
         };
         let why = match &e {
             KeepAliveError::Client(c) => {
-                leader_lock::LockError::unavailable(format!("lease keep-alive: {c}"))
+                leader_lock::backend::LockError::unavailable(format!("lease keep-alive: {c}"))
             }
-            _ => leader_lock::LockError::Timeout(timeout),
+            _ => leader_lock::backend::LockError::Timeout(timeout),
         };
         members.failed(member, &why);
         Err(e)

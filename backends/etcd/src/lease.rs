@@ -5,7 +5,7 @@ use std::sync::Weak;
 use std::time::Duration;
 
 use etcd_client::PutOptions;
-use leader_lock::LockError;
+use leader_lock::backend::LockError;
 use tokio::time::Instant;
 use tracing::debug;
 

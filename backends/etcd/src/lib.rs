@@ -1,4 +1,5 @@
-//! A [`LeaderLock`](leader_lock::LeaderLock) on etcd: a key bound to a lease, rewritten on every renew.
+//! A [`LeaderLock`](leader_lock::backend::LeaderLock) on etcd: a key bound to a lease, rewritten
+//! on every renew.
 //!
 //! - Acquire: one transaction that creates the key only if it does not exist, on a lease granted
 //!   beforehand (a spare lease kept alive while following, with the follower's candidacy

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
-use leader_lock::{
-    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord, Term,
-    Timing,
+use leader_lock::backend::{
+    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
 };
+use leader_lock::{Term, Timing};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};

@@ -17,7 +17,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
-use leader_lock::{clock, LockError};
+use leader_lock::backend::LockError;
+use leader_lock::clock;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};

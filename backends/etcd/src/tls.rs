@@ -1,8 +1,8 @@
 //! TLS for the connection: the CA, and the client certificate and key when the server wants one.
 
 use etcd_client::{Certificate, Identity as TlsIdentity, TlsOptions};
+use leader_lock::backend::{ConfigError, LockError};
 use leader_lock::input::Pem;
-use leader_lock::{ConfigError, LockError};
 
 use crate::config::{self, EtcdConfig};
 

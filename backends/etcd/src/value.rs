@@ -3,7 +3,8 @@
 use std::time::{Duration, SystemTime};
 
 use etcd_client::KeyValue;
-use leader_lock::{LockRecord, Term};
+use leader_lock::backend::LockRecord;
+use leader_lock::Term;
 use serde::{Deserialize, Serialize};
 
 /// A lease longer than this is not one we wrote; such a value is treated as foreign.

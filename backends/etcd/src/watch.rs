@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use etcd_client::{KeyValue, WatchOptions, WatchStream};
 use futures::StreamExt;
-use leader_lock::{LockError, LockEvent, LockEventStream};
+use leader_lock::backend::{LockError, LockEvent, LockEventStream};
 use tokio::time::Instant;
 
 use crate::client::{Choice, Inner};

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::PutOptions;
+use leader_lock::backend::LeaderLock;
 use leader_lock::conformance::{Harness, HarnessError, Protect, Tamper};
-use leader_lock::{LeaderLock, Timing};
+use leader_lock::Timing;
 use leader_lock_etcd::{EtcdLock, DEFAULT_KEY_PREFIX};
 use testkit::etcd::EtcdServer;
 use tokio::time::Instant;

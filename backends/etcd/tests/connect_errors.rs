@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use leader_lock::LockError;
+use leader_lock::backend::LockError;
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
 use testkit::free_port;
 
@@ -56,7 +56,8 @@ async fn malformed_endpoint_is_refused() {
 
 #[tokio::test]
 async fn lease_below_the_server_minimum_is_refused() {
-    use leader_lock::{Candidate, Identity, LeaderLock};
+    use leader_lock::backend::{Candidate, LeaderLock};
+    use leader_lock::Identity;
     use testkit::etcd::{EtcdOptions, EtcdServer};
     // A 3 s election timeout raises etcd's minimum lease TTL to 5 s (1.5 × 3 s, rounded up).
     let server = EtcdServer::start_with(EtcdOptions {

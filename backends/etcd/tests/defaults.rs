@@ -6,8 +6,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leader_lock::backend::ConfigError;
 use leader_lock::conformance::wait_leader;
-use leader_lock::{ConfigError, Elector, ElectorConfig, Identity, Timing, TimingError};
+use leader_lock::timing::TimingError;
+use leader_lock::{Elector, ElectorConfig, Identity, Timing};
 use leader_lock_etcd::{EtcdConfig, EtcdLock, DEFAULT_KEY_PREFIX};
 use testkit::etcd::EtcdServer;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use leader_lock::LeaderLock;
+use leader_lock::backend::LeaderLock;
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
 use testkit::etcd::EtcdServer;
 

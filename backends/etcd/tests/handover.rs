@@ -430,7 +430,7 @@ async fn a_key_handed_to_a_candidate_that_never_takes_it_is_freed_by_its_keeper(
 /// `a` led and released, and its release handed the key to `b`, who followed (and so
 /// registered) before it.
 async fn a_releases_with_b_following(server: &EtcdServer, name: &str) -> common::Contenders {
-    use leader_lock::Attempt;
+    use leader_lock::backend::Attempt;
     let (la, lb) = common::two_locks(server, name).await;
     let (a, b) = (common::candidate("a"), common::candidate("b"));
     let Ok(Attempt::Leader { term: old, .. }) = la.try_acquire_or_renew(&a).await else {
@@ -454,7 +454,7 @@ async fn a_releases_with_b_following(server: &EtcdServer, name: &str) -> common:
 /// next attempt's read, and takes the key on the pass after it, still without a write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_candidate_without_a_watch_takes_the_key_on_its_next_attempt() {
-    use leader_lock::Attempt;
+    use leader_lock::backend::Attempt;
     common::init_tracing();
     let server = EtcdServer::start().await.expect("etcd starts");
     let name = "handover";
@@ -621,7 +621,7 @@ async fn no_candidacy_outlives_a_graceful_stop() {
 /// so the next candidate takes it at once instead of waiting out a vanished record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_that_stops_with_the_key_handed_to_it_releases_it() {
-    use leader_lock::{Attempt, Candidate};
+    use leader_lock::backend::{Attempt, Candidate};
     common::init_tracing();
     let server = EtcdServer::start().await.expect("etcd starts");
     let name = "handover";

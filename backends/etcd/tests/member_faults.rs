@@ -15,10 +15,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leader_lock::backend::LeaderLock;
 use leader_lock::conformance::{
     patience, wait_following, wait_leader, Fault as LockFault, Faulty, SplitBrainChecker,
 };
-use leader_lock::{Elector, LeaderLock, LeaderState, Timing};
+use leader_lock::{Elector, LeaderState, Timing};
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
 use testkit::etcd_cluster::EtcdCluster;
 use tokio::time::Instant;

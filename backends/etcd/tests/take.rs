@@ -20,7 +20,7 @@ use tokio::time::Instant;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_successor_that_saw_the_handover_takes_it_without_a_request() {
     use futures::StreamExt;
-    use leader_lock::{Attempt, LockEvent};
+    use leader_lock::backend::{Attempt, LockEvent};
     common::init_tracing();
     let server = EtcdServer::start().await.expect("etcd starts");
     let timing = common::timing();
@@ -117,7 +117,8 @@ async fn a_leads(
     );
     let port = server.client_port();
     let ranges = requests(port)[0];
-    let Ok(leader_lock::Attempt::Leader { term, .. }) = la.try_acquire_or_renew(&a).await else {
+    let Ok(leader_lock::backend::Attempt::Leader { term, .. }) = la.try_acquire_or_renew(&a).await
+    else {
         panic!("a leads");
     };
     settled(port, 0, ranges).await;
@@ -151,7 +152,7 @@ async fn settled(port: u16, i: usize, from: f64) -> [f64; 3] {
 /// its renew, a sixth of the lease later, chooses again.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_that_chose_while_renewing_releases_without_a_read() {
-    use leader_lock::Attempt;
+    use leader_lock::backend::Attempt;
     common::init_tracing();
     let server = EtcdServer::start().await.expect("etcd starts");
     let timing = common::timing();
@@ -200,7 +201,7 @@ async fn a_leader_that_chose_while_renewing_releases_without_a_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_learns_of_candidates_from_its_watch() {
     use futures::StreamExt;
-    use leader_lock::Attempt;
+    use leader_lock::backend::Attempt;
     common::init_tracing();
     let server = EtcdServer::start().await.expect("etcd starts");
     let port = server.client_port();

@@ -5,8 +5,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use leader_lock::backend::{LeaderLock, LockError};
 use leader_lock::conformance::{patience, wait_leader};
-use leader_lock::{Identity, LeaderLock, LockError};
+use leader_lock::Identity;
 use leader_lock_etcd::{EtcdConfig, EtcdLock, DEFAULT_KEY_PREFIX};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -90,7 +91,7 @@ async fn acquires(lock: &EtcdLock) {
         .await
         .expect("acquire works");
     assert!(
-        matches!(attempt, leader_lock::Attempt::Leader { .. }),
+        matches!(attempt, leader_lock::backend::Attempt::Leader { .. }),
         "{attempt:?}"
     );
 }

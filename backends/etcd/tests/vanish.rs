@@ -380,7 +380,7 @@ async fn crash_hands_over_at_lease_expiry_not_a_lease_later() {
 /// saw make it wait a lease from now, not from its last read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_without_a_watch_replays_the_history() {
-    use leader_lock::Attempt;
+    use leader_lock::backend::Attempt;
     common::init_tracing();
     let server = EtcdServer::start().await.expect("etcd starts");
     let timing = common::timing();

@@ -45,11 +45,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
-use kube::{Api, Client, Config, ResourceExt};
-use leader_lock::{
-    Elector, ElectorConfig, GuardedError, Identity, Leadership, LeadershipChange, Timing,
-};
-use leader_lock_kubernetes::{client, gated_client, permit_client, LeaseLock};
+use kube::{Api, Client, ResourceExt};
+use leader_lock::leadership::GuardedError;
+use leader_lock::{Elector, ElectorConfig, Identity, Leadership, LeadershipChange, Timing};
+use leader_lock_kubernetes::{client, gated_client, permit_client, ClientOptions, LeaseLock};
 use serde_json::json;
 use tracing::{info, warn};
 use tracing_subscriber::EnvFilter;
@@ -126,7 +125,9 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_env_filter(filter).init();
     let name = std::env::args().nth(1);
     let identity = Identity::new(name.as_deref().unwrap_or("configmap-controller"));
-    let config = Config::infer()
+    let config = ClientOptions::default()
+        .with_user_agent(format!("configmap-controller ({identity})"))
+        .load()
         .await
         .context("no Kubernetes configuration")?;
     let ns = config.default_namespace.clone();

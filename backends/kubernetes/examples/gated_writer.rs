@@ -27,6 +27,7 @@
 //! or SIGTERM stops a writer and releases the Lease. `tests/gate.rs` runs this program as its
 //! frozen leader.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,9 +35,9 @@ use anyhow::Context;
 use clap::Parser;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Config};
+use kube::Api;
 use leader_lock::{Elector, ElectorConfig, Identity, Timing};
-use leader_lock_kubernetes::{client, gated_client, LeaseLock};
+use leader_lock_kubernetes::{client, gated_client, ClientOptions, LeaseLock};
 use serde_json::json;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{info, warn};
@@ -45,6 +46,12 @@ use tracing_subscriber::EnvFilter;
 /// Patches a ConfigMap only while leading, through the write gate.
 #[derive(Debug, Parser)]
 struct Args {
+    /// The kubeconfig [default: KUBECONFIG, else ~/.kube/config, else the pod's service account].
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context [default: its current one].
+    #[arg(long)]
+    context: Option<String>,
     /// Namespace of the Lease and the ConfigMaps [default: the kubeconfig's].
     #[arg(long)]
     namespace: Option<String>,
@@ -89,7 +96,12 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let timing = Timing::new(args.lease_duration, args.renew_deadline, args.retry_period)?;
-    let config = Config::infer()
+    let mut options =
+        ClientOptions::default().with_user_agent(format!("gated-writer ({})", args.identity));
+    options.kubeconfig = args.kubeconfig.clone();
+    options.context = args.context.clone();
+    let config = options
+        .load()
         .await
         .context("no Kubernetes configuration")?;
     let ns = args

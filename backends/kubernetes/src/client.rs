@@ -1,6 +1,7 @@
 //! The clients of a replica: its configuration (a kubeconfig or the pod's service account), and
 //! the stack every client is built on.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use http::{Request, Response};
@@ -11,7 +12,8 @@ use kube::client::retry::RetryPolicy;
 use kube::client::{Body, ClientBuilder, ConfigExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use leader_lock::{DeadlineBody, LockError};
+use leader_lock::backend::LockError;
+use leader_lock::gate::DeadlineBody;
 use tower::retry::RetryLayer;
 use tower::util::BoxService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
@@ -95,124 +97,207 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// The kubeconfig that `KUBECONFIG` or `~/.kube/config` names, if any exists.
-fn default_kubeconfig() -> Option<PathBuf> {
-    if let Some(v) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
-        // KUBECONFIG may list several files; kube merges them, we only need one to exist.
-        if std::env::split_paths(&v).any(|p| p.is_file()) {
-            return Some(PathBuf::from(v));
-        }
-    }
-    let home = std::env::var_os("HOME")?;
-    let p = Path::new(&home).join(".kube").join("config");
-    p.is_file().then_some(p)
-}
-
-/// Loads the configuration of this replica's clients, for a program with a kubeconfig setting
-/// and a context setting; a program without either can use `kube::Config::infer()` as well.
+/// Where a replica's Kubernetes configuration comes from, and what its requests carry: the
+/// settings of a program with a kubeconfig and a context setting. [`load`](Self::load) builds
+/// the one `kube::Config` that both clients of a replica ([`client`],
+/// [`gated_client`](crate::gated_client)) are built from.
 ///
-/// The configuration comes from `kubeconfig` when given, else the files `KUBECONFIG` lists, else
-/// `~/.kube/config`, with `context` (default: the current one); with none of those, from the
-/// pod's service account (in-cluster). Every request of a client built from it carries
-/// `user_agent` (such as `my-controller/1.2 (pod-a)`): audit logs name the caller by it, and the
-/// apiserver names a write's field manager after it when the write gives none. Its
-/// `default_namespace` is the kubeconfig context's (or the service account's) namespace.
-///
-/// Build the lock's client ([`client`]) and the controller's ([`gated_client`](crate::gated_client))
-/// from the one configuration it returns.
-///
-/// # Errors
-/// [`LockError::Refused`] when no configuration is found, the kubeconfig or its context cannot be
-/// used, or `user_agent` is no valid header value; the message names the file or context.
+/// A program without such settings can use kube's `Config::infer()` as well.
 ///
 /// # Examples
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// use std::path::Path;
+/// use leader_lock_kubernetes::{client, ClientOptions};
 ///
-/// let config = leader_lock_kubernetes::load_config(
-///     Some(Path::new("/etc/my-controller/kubeconfig")),
-///     Some("production"),
-///     "my-controller/0.1",
-/// )
-/// .await?;
-/// let kube = leader_lock_kubernetes::client(config.clone())?;
+/// let config = ClientOptions::default()
+///     .with_kubeconfig("/etc/my-controller/kubeconfig")
+///     .with_context("production")
+///     .with_user_agent("my-controller/0.1")
+///     .load()
+///     .await?;
+/// let kube = client(config.clone())?;
 /// # let _ = kube;
 /// # Ok(())
 /// # }
 /// ```
-pub async fn load_config(
-    kubeconfig: Option<&Path>,
-    context: Option<&str>,
-    user_agent: &str,
-) -> Result<Config, LockError> {
-    let opts = KubeConfigOptions {
-        context: context.map(str::to_string),
-        ..KubeConfigOptions::default()
-    };
-    let (config, source) = if let Some(path) = kubeconfig {
-        let kc = Kubeconfig::read_from(path).map_err(|e| {
-            LockError::refused_from(format!("cannot read kubeconfig {}: {e}", path.display()), e)
-        })?;
-        let c = Config::from_custom_kubeconfig(kc, &opts)
-            .await
-            .map_err(|e| {
-                LockError::refused_from(
-                    format!(
-                        "kubeconfig {} (context {}): {e}",
-                        path.display(),
-                        context.unwrap_or("<current>")
-                    ),
-                    e,
-                )
-            })?;
-        (c, path.display().to_string())
-    } else if let Some(found) = default_kubeconfig() {
-        let c = Config::from_kubeconfig(&opts).await.map_err(|e| {
-            LockError::refused_from(
-                format!(
-                    "kubeconfig {} (from KUBECONFIG or ~/.kube/config, context {}): {e}",
-                    found.display(),
-                    context.unwrap_or("<current>")
-                ),
-                e,
-            )
-        })?;
-        (c, found.display().to_string())
-    } else if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
-        if let Some(ctx) = context {
-            return Err(LockError::refused(format!(
-                "context {ctx} given but no kubeconfig found (none given, none in KUBECONFIG or ~/.kube/config)"
-            )));
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// The kubeconfig to read; `None` looks in `KUBECONFIG`, then `~/.kube/config`, then uses
+    /// the pod's service account ([`kubeconfig_source`](Self::kubeconfig_source)).
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use; `None` is its current context. A context without any
+    /// kubeconfig is refused.
+    pub context: Option<String>,
+    /// The `User-Agent` of every request (such as `my-controller/1.2 (pod-a)`): audit logs
+    /// name the caller by it, and the apiserver names a write's field manager after it when the
+    /// write gives none. `None` keeps kube's own.
+    pub user_agent: Option<String>,
+}
+
+/// The kubeconfig a [`ClientOptions`] reads, as [`ClientOptions::kubeconfig_source`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeconfigSource {
+    /// The file the options name.
+    Given(PathBuf),
+    /// The files `KUBECONFIG` lists, at least one of which exists; all are read and merged.
+    Env(Vec<PathBuf>),
+    /// `~/.kube/config`.
+    Home(PathBuf),
+}
+
+// === impl ClientOptions ===
+
+impl ClientOptions {
+    /// Reads the kubeconfig at `path` instead of looking for one.
+    #[must_use]
+    pub fn with_kubeconfig(mut self, path: impl Into<PathBuf>) -> Self {
+        self.kubeconfig = Some(path.into());
+        self
+    }
+
+    /// Uses the kubeconfig context `context` instead of its current one.
+    #[must_use]
+    pub fn with_context(mut self, context: impl Into<String>) -> Self {
+        self.context = Some(context.into());
+        self
+    }
+
+    /// Sends `user_agent` as the `User-Agent` of every request.
+    #[must_use]
+    pub fn with_user_agent(mut self, user_agent: impl Into<String>) -> Self {
+        self.user_agent = Some(user_agent.into());
+        self
+    }
+
+    /// The kubeconfig [`load`](Self::load) reads, given the values of `KUBECONFIG` and `HOME`
+    /// (`load` passes the process's): the options' own, else the files `KUBECONFIG` lists when
+    /// one of them exists, else `~/.kube/config` when it is a file; `None` means the pod's
+    /// service account. A program that checks its settings before it connects finds the same
+    /// file here.
+    //
+    // kube reads the same places (`Kubeconfig::read`), but only tells that none is there by
+    // failing, and `Config::infer` then falls back to the service account whatever the failure:
+    // a kubeconfig that exists but is broken must be reported as such, not hidden behind an
+    // in-cluster error. This decides between the two; kube does the reading.
+    pub fn kubeconfig_source(
+        &self,
+        kubeconfig_var: Option<&OsStr>,
+        home: Option<&OsStr>,
+    ) -> Option<KubeconfigSource> {
+        if let Some(path) = &self.kubeconfig {
+            return Some(KubeconfigSource::Given(path.clone()));
         }
-        let c = Config::incluster().map_err(|e| {
-            LockError::refused_from(
-                format!(
-                    "in-cluster config (service account at \
-                     /var/run/secrets/kubernetes.io/serviceaccount): {e}"
-                ),
-                e,
-            )
-        })?;
-        (c, "in-cluster service account".to_string())
-    } else {
-        return Err(LockError::refused(
-            "no Kubernetes configuration: give a kubeconfig, set KUBECONFIG, create ~/.kube/config, \
-             or run in a pod with a service account",
-        ));
-    };
-    let mut config = config;
-    let agent = http::HeaderValue::from_str(user_agent).map_err(|e| {
+        if let Some(list) = kubeconfig_var.filter(|v| !v.is_empty()) {
+            let files: Vec<PathBuf> = std::env::split_paths(list)
+                .filter(|p| !p.as_os_str().is_empty())
+                .collect();
+            // kube reads every file listed once it reads the variable; one is enough to use it.
+            if files.iter().any(|p| p.exists()) {
+                return Some(KubeconfigSource::Env(files));
+            }
+        }
+        let home = home.filter(|h| !h.is_empty())?;
+        let path = Path::new(home).join(".kube").join("config");
+        path.is_file().then_some(KubeconfigSource::Home(path))
+    }
+
+    /// Loads the configuration of this replica's clients: from the kubeconfig
+    /// [`kubeconfig_source`](Self::kubeconfig_source) finds (with the options' context), else
+    /// from the pod's service account when `KUBERNETES_SERVICE_HOST` is set. Its
+    /// `default_namespace` is the context's (or the service account's) namespace.
+    ///
+    /// # Errors
+    /// [`LockError::Refused`] when no configuration is found, the kubeconfig or its context
+    /// cannot be used, or the user agent is no valid header value; the message names the file
+    /// or the context.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads configuration.
+    pub async fn load(&self) -> Result<Config, LockError> {
+        let opts = KubeConfigOptions {
+            context: self.context.clone(),
+            ..KubeConfigOptions::default()
+        };
+        let context = self.context.as_deref().unwrap_or("<current>");
+        let source = self.kubeconfig_source(
+            std::env::var_os("KUBECONFIG").as_deref(),
+            std::env::var_os("HOME").as_deref(),
+        );
+        let (mut config, from) = match source {
+            Some(KubeconfigSource::Given(path)) => {
+                let kc = Kubeconfig::read_from(&path).map_err(|e| {
+                    LockError::refused_from(format!("cannot read kubeconfig {}", path.display()), e)
+                })?;
+                let c = Config::from_custom_kubeconfig(kc, &opts)
+                    .await
+                    .map_err(|e| {
+                        LockError::refused_from(
+                            format!("kubeconfig {} (context {context})", path.display()),
+                            e,
+                        )
+                    })?;
+                (c, path.display().to_string())
+            }
+            Some(KubeconfigSource::Env(files)) => {
+                let shown = std::env::join_paths(&files)
+                    .map(|v| v.to_string_lossy().into_owned())
+                    .unwrap_or_else(|_| format!("{files:?}"));
+                (found_kubeconfig(&opts, &shown, context).await?, shown)
+            }
+            Some(KubeconfigSource::Home(path)) => {
+                let shown = path.display().to_string();
+                (found_kubeconfig(&opts, &shown, context).await?, shown)
+            }
+            None if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
+                if let Some(ctx) = &self.context {
+                    return Err(LockError::refused(format!(
+                        "context {ctx} given but no kubeconfig found (none given, none in \
+                         KUBECONFIG or ~/.kube/config)"
+                    )));
+                }
+                let c = Config::incluster().map_err(|e| {
+                    LockError::refused_from(
+                        "in-cluster config (service account at \
+                         /var/run/secrets/kubernetes.io/serviceaccount)",
+                        e,
+                    )
+                })?;
+                (c, "in-cluster service account".to_string())
+            }
+            None => {
+                return Err(LockError::refused(
+                    "no Kubernetes configuration: give a kubeconfig, set KUBECONFIG, create \
+                     ~/.kube/config, or run in a pod with a service account",
+                ))
+            }
+        };
+        if let Some(agent) = &self.user_agent {
+            let value = http::HeaderValue::from_str(agent).map_err(|e| {
+                LockError::refused_from(format!("user agent {agent:?} is not a header value"), e)
+            })?;
+            config.headers.push((http::header::USER_AGENT, value));
+        }
+        info!(apiserver = %config.cluster_url, from = %from, namespace = %config.default_namespace,
+            "kubernetes configuration loaded");
+        Ok(config)
+    }
+}
+
+/// The configuration of the kubeconfig found in `KUBECONFIG` or `~/.kube/config` (`shown`):
+/// kube's own lookup reads the same files, merged as client-go merges them.
+async fn found_kubeconfig(
+    opts: &KubeConfigOptions,
+    shown: &str,
+    context: &str,
+) -> Result<Config, LockError> {
+    Config::from_kubeconfig(opts).await.map_err(|e| {
         LockError::refused_from(
-            format!("user agent {user_agent:?} is not a header value: {e}"),
+            format!("kubeconfig {shown} (from KUBECONFIG or ~/.kube/config, context {context})"),
             e,
         )
-    })?;
-    config.headers.push((http::header::USER_AGENT, agent));
-    info!(apiserver = %config.cluster_url, from = %source, namespace = %config.default_namespace,
-        "kubernetes configuration loaded");
-    Ok(config)
+    })
 }
 
 /// A client on [`client_builder`]'s stack (`TCP_NODELAY` on every connection), ungated: for the

@@ -7,7 +7,8 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::PostParams;
 use kube::Api;
-use leader_lock::{Identity, LeaderState, Leadership, Term, AFTER_RELEASE_QUIET};
+use leader_lock::elector::AFTER_RELEASE_QUIET;
+use leader_lock::{Identity, LeaderState, Leadership, Term};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
@@ -15,9 +16,23 @@ use tracing::{debug, warn};
 /// optional: a hung apiserver must not hold up the next one, nor a shutdown waiting for the last.
 pub const EVENT_POST_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// What [`spawn_leader_events`] posts on, and as whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderEventsConfig {
+    /// The Events' source component: your controller's name.
+    pub component: String,
+    /// The namespace of the Lease (and of its Events).
+    pub namespace: String,
+    /// The name of the Lease.
+    pub lease_name: String,
+    /// This replica's identity, as its elector campaigns (`Elector::candidate`): the Events
+    /// name its holder (`<identity>_<incarnation>`).
+    pub identity: Identity,
+}
+
 /// Posts Kubernetes Events on the Lease whenever this replica becomes or stops being leader, as
 /// client-go does: reason `LeaderElection`, message `<holder> became leader` or `<holder> stopped
-/// leading`, source `component` (your controller's name). Each post is bounded by
+/// leading`, source [`component`](LeaderEventsConfig::component). Each post is bounded by
 /// [`EVENT_POST_TIMEOUT`]; a failure is logged, never fatal. Neither competes with the requests
 /// a takeover waits for: "became leader" is posted once the leadership has renewed (or ended),
 /// stamped with when it began, so a new leader's first writes go first; the task ends after the
@@ -36,36 +51,31 @@ pub const EVENT_POST_TIMEOUT: Duration = Duration::from_secs(2);
 ///
 /// ```no_run
 /// # async fn run(kube: kube::Client, elector: leader_lock::Elector) {
-/// use leader_lock_kubernetes::spawn_leader_events;
+/// use leader_lock_kubernetes::{spawn_leader_events, LeaderEventsConfig};
 ///
-/// let identity = elector.candidate().identity.clone();
-/// let events = spawn_leader_events(
-///     kube,
-///     "my-controller",
-///     "default",
-///     "my-controller-lock",
-///     &identity,
-///     elector.leadership(),
-/// );
+/// let config = LeaderEventsConfig {
+///     component: "my-controller".to_string(),
+///     namespace: "default".to_string(),
+///     lease_name: "my-controller-lock".to_string(),
+///     identity: elector.candidate().identity.clone(),
+/// };
+/// let events = spawn_leader_events(kube, config, elector.leadership());
 /// let _ = elector.shutdown().await;
 /// let _ = events.await; // the last Event is posted
 /// # }
 /// ```
 pub fn spawn_leader_events(
     client: kube::Client,
-    component: &str,
-    namespace: &str,
-    lease_name: &str,
-    identity: &Identity,
+    config: LeaderEventsConfig,
     leadership: Leadership,
 ) -> JoinHandle<()> {
     let mut poster = Poster {
-        events: Api::namespaced(client.clone(), namespace),
-        leases: Api::namespaced(client, namespace),
-        component: component.to_string(),
-        namespace: namespace.to_string(),
-        lease: lease_name.to_string(),
-        holder: identity.holder(),
+        events: Api::namespaced(client.clone(), &config.namespace),
+        leases: Api::namespaced(client, &config.namespace),
+        holder: config.identity.holder(),
+        component: config.component,
+        namespace: config.namespace,
+        lease: config.lease_name,
         uid: None,
     };
     tokio::spawn(async move {
@@ -242,15 +252,13 @@ mod tests {
         )
         .expect("a valid timing");
         let leadership = elector.leadership();
-        let identity = elector.candidate().identity.clone();
-        let events = spawn_leader_events(
-            client,
-            "test",
-            "ns",
-            "events",
-            &identity,
-            leadership.clone(),
-        );
+        let config = LeaderEventsConfig {
+            component: "test".to_string(),
+            namespace: "ns".to_string(),
+            lease_name: "events".to_string(),
+            identity: elector.candidate().identity.clone(),
+        };
+        let events = spawn_leader_events(client, config, leadership.clone());
         drop(leadership.wait_leader().await.expect("leads"));
         let stopped = Instant::now();
         assert!(elector.shutdown().await.expect("released"));

@@ -8,12 +8,15 @@ use tower::Layer;
 
 use crate::client::client_builder;
 
-/// A client for a controller's writes: [`client_builder`]'s stack (auth, retry, TLS, `TCP_NODELAY`) behind a
-/// [`WriteGateLayer`], so every mutating request goes out only under a valid `leadership`, is
-/// refused unsent otherwise ([`GateError::NotLeader`](leader_lock::GateError::NotLeader)) and is
-/// cancelled at the validity deadline ([`GateError::Deadline`](leader_lock::GateError::Deadline)).
-/// Reads and watches pass. A refusal comes back as `kube::Error::Service`; downcast its source to
-/// [`GateError`](leader_lock::GateError).
+/// A client for a controller's writes: [`client_builder`]'s stack (auth, retry, TLS,
+/// `TCP_NODELAY`) behind a [`WriteGateLayer`], so every mutating request goes out only under a
+/// valid `leadership`, is refused unsent otherwise ([`GateError::NotLeader`]) and is cancelled at
+/// the validity deadline ([`GateError::Deadline`]). Reads and watches pass. A refusal comes back
+/// as `kube::Error::Service`; downcast its source to [`GateError`].
+///
+/// [`GateError`]: leader_lock::gate::GateError
+/// [`GateError::NotLeader`]: leader_lock::gate::GateError::NotLeader
+/// [`GateError::Deadline`]: leader_lock::gate::GateError::Deadline
 ///
 /// Only the controller's client is gated. The [`LeaseLock`](crate::LeaseLock) and the leadership
 /// Events ([`spawn_leader_events`](crate::spawn_leader_events)) keep their own, ungated
@@ -35,7 +38,8 @@ use crate::client::client_builder;
 /// use std::sync::Arc;
 /// use k8s_openapi::api::core::v1::ConfigMap;
 /// use kube::api::{Api, Patch, PatchParams};
-/// use leader_lock::{Elector, ElectorConfig, GateError, Identity, Timing};
+/// use leader_lock::{Elector, ElectorConfig, Identity, Timing};
+/// use leader_lock::gate::GateError;
 /// use leader_lock_kubernetes::{client, gated_client, LeaseLock};
 ///
 /// let config = kube::Config::infer().await?;
@@ -104,10 +108,12 @@ pub fn gated_client(config: Config, leadership: Leadership) -> Result<Client, ku
 /// A client whose every mutating request goes out under `permit`: the write gate checks that
 /// permit, not one of its own, so a write that carries `permit.term` (in an annotation, say)
 /// carries the term the gate checked. Each mutating request is refused, unsent, once `permit`'s
-/// leadership has ended ([`GateError::NotLeader`](leader_lock::GateError::NotLeader)), even when
-/// this replica leads again under a new term, and is cancelled at `permit`'s deadline
-/// ([`GateError::Deadline`](leader_lock::GateError::Deadline)); reads pass. With
+/// leadership has ended ([`GateError::NotLeader`]), even when this replica leads again under a
+/// new term, and is cancelled at `permit`'s deadline ([`GateError::Deadline`]); reads pass. With
 /// [`Leadership::run`], a refusal comes back as `GuardedError::NotLeader`.
+///
+/// [`GateError::NotLeader`]: leader_lock::gate::GateError::NotLeader
+/// [`GateError::Deadline`]: leader_lock::gate::GateError::Deadline
 ///
 /// `client` is the controller's client: the [`gated_client`] (or a [`client`](crate::client()))
 /// of the same `kube::Config`; the connection pool of either binds the body of each write to
@@ -127,7 +133,7 @@ pub fn gated_client(config: Config, leadership: Leadership) -> Result<Client, ku
 /// #     -> Result<(), Box<dyn std::error::Error>> {
 /// use k8s_openapi::api::core::v1::ConfigMap;
 /// use kube::api::{Api, Patch, PatchParams};
-/// use leader_lock::GuardedError;
+/// use leader_lock::leadership::GuardedError;
 /// use leader_lock_kubernetes::permit_client;
 /// use serde_json::json;
 ///

@@ -9,10 +9,11 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams};
 use kube::Api;
-use leader_lock::{
+use leader_lock::backend::{
     Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
-    ObservedRecord, Term, Timing,
+    ObservedRecord,
 };
+use leader_lock::{Term, Timing};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;

@@ -1,4 +1,4 @@
-//! A [`LeaderLock`](leader_lock::LeaderLock) on a `coordination.k8s.io/v1` Lease, for the
+//! A [`LeaderLock`](leader_lock::backend::LeaderLock) on a `coordination.k8s.io/v1` Lease, for the
 //! elector of the `leader-lock` crate.
 //!
 //! The Lease is read and written exactly as client-go's `LeaseLock` and `LeaderElector` do, so a
@@ -7,7 +7,7 @@
 //! duration); the holder's wall-clock `renewTime` is never trusted. A watch on the one Lease lets
 //! followers take a released lease at once.
 //!
-//! From one `kube::Config` (kube's `Config::infer`, or [`load_config`] for a program with
+//! From one `kube::Config` (kube's `Config::infer`, or [`ClientOptions::load`] for a program with
 //! kubeconfig and context settings), build both clients of a replica:
 //!
 //! - [`client`], ungated, for the lock, the Events and the controller's reads, on
@@ -88,7 +88,9 @@ mod gate;
 mod lease;
 mod spec;
 
-pub use client::{client, client_builder, install_crypto_provider, load_config, ClientService};
-pub use events::{spawn_leader_events, EVENT_POST_TIMEOUT};
+pub use client::{
+    client, client_builder, install_crypto_provider, ClientOptions, ClientService, KubeconfigSource,
+};
+pub use events::{spawn_leader_events, LeaderEventsConfig, EVENT_POST_TIMEOUT};
 pub use gate::{gated_client, permit_client};
 pub use lease::{LeaseLock, DEFAULT_FIELD_MANAGER, DEFAULT_MAX_LEASE_DURATION};

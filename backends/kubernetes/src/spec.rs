@@ -4,7 +4,8 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use leader_lock::{LockRecord, Term};
+use leader_lock::backend::LockRecord;
+use leader_lock::Term;
 
 /// How a read Lease is interpreted: the clamps that keep a foreign or damaged record harmless.
 #[derive(Debug, Clone, Copy)]

@@ -9,8 +9,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leader_lock::backend::LeaderLock;
 use leader_lock::conformance::{Harness, HarnessError, Protect, Tamper};
-use leader_lock::{LeaderLock, Timing};
+use leader_lock::Timing;
 use serde_json::json;
 use testkit::kube::KubeApiServer;
 

@@ -7,7 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use leader_lock::{Attempt, Candidate, Identity, LeaderLock};
+use leader_lock::backend::{Attempt, Candidate, LeaderLock};
+use leader_lock::Identity;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_writes_back_the_lease_it_last_wrote_without_reading_it() {

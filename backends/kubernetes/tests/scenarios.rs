@@ -14,12 +14,14 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use kube::Api;
+use leader_lock::backend::{Candidate, ConfigError, LeaderLock, LockError};
 use leader_lock::conformance::{patience, wait_leader, wait_state};
-use leader_lock::{
-    Candidate, ConfigError, Elector, ElectorConfig, Identity, LeaderLock, LeaderState, LockError,
-    TimingError, AFTER_RELEASE_QUIET,
+use leader_lock::elector::AFTER_RELEASE_QUIET;
+use leader_lock::timing::TimingError;
+use leader_lock::{Elector, ElectorConfig, Identity, LeaderState};
+use leader_lock_kubernetes::{
+    client, spawn_leader_events, ClientOptions, LeaderEventsConfig, LeaseLock,
 };
-use leader_lock_kubernetes::{client, load_config, spawn_leader_events, LeaseLock};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -43,6 +45,16 @@ fn elector(lock: LeaseLock, name: &str) -> Elector {
     .expect("a valid timing")
 }
 
+/// The Events of `identity` on Lease `ns/lease`, posted by this test.
+fn events_config(ns: &str, lease: &str, identity: &Identity) -> LeaderEventsConfig {
+    LeaderEventsConfig {
+        component: "scenarios".to_string(),
+        namespace: ns.to_string(),
+        lease_name: lease.to_string(),
+        identity: identity.clone(),
+    }
+}
+
 /// An elector named `name` on Lease `lease` in `ns`, posting its leader election Events as the
 /// admin; its identity and the Events' task.
 fn elector_with_events(
@@ -55,10 +67,7 @@ fn elector_with_events(
     let identity = e.candidate().identity.clone();
     let events = spawn_leader_events(
         s.admin_client(),
-        "scenarios",
-        ns,
-        lease,
-        &identity,
+        events_config(ns, lease, &identity),
         e.leadership(),
     );
     (e, identity, events)
@@ -296,10 +305,7 @@ async fn documented_role_is_enough_and_no_rbac_is_refused_clearly() {
     .expect("a valid timing");
     let events = spawn_leader_events(
         client.clone(),
-        "scenarios",
-        &ns,
-        lease,
-        &identity,
+        events_config(&ns, lease, &identity),
         e.leadership(),
     );
     wait_leader(&e.leadership(), patience(&timing), "the service account").await;
@@ -369,7 +375,11 @@ async fn documented_role_is_enough_and_no_rbac_is_refused_clearly() {
 async fn clients_are_built_from_a_loaded_kubeconfig_and_errors_name_the_setting() {
     common::init_tracing();
     let s = common::server().await;
-    let config = load_config(Some(s.kubeconfig_path()), None, "gateway-leader-test")
+    let options = ClientOptions::default()
+        .with_kubeconfig(s.kubeconfig_path())
+        .with_user_agent("gateway-leader-test");
+    let config = options
+        .load()
         .await
         .expect("the kubeconfig's configuration");
     let ns = config.default_namespace.clone();
@@ -386,7 +396,7 @@ async fn clients_are_built_from_a_loaded_kubeconfig_and_errors_name_the_setting(
     lock.get().await.expect("a read through that client");
 
     let missing = std::path::Path::new("/nonexistent/kubeconfig");
-    match load_config(Some(missing), None, "gateway-leader-test").await {
+    match options.clone().with_kubeconfig(missing).load().await {
         Err(LockError::Refused { message: m, .. }) => {
             assert!(
                 m.contains("cannot read kubeconfig /nonexistent/kubeconfig"),
@@ -395,13 +405,7 @@ async fn clients_are_built_from_a_loaded_kubeconfig_and_errors_name_the_setting(
         }
         other => panic!("expected a refusal, got {:?}", other.map(|c| c.cluster_url)),
     }
-    match load_config(
-        Some(s.kubeconfig_path()),
-        Some("no-such-context"),
-        "gateway-leader-test",
-    )
-    .await
-    {
+    match options.with_context("no-such-context").load().await {
         Err(LockError::Refused { message: m, .. }) => assert!(m.contains("no-such-context"), "{m}"),
         other => panic!("expected a refusal, got {:?}", other.map(|c| c.cluster_url)),
     }

@@ -10,7 +10,8 @@ mod common;
 use std::time::Duration;
 
 use futures::StreamExt;
-use leader_lock::{Attempt, Candidate, Identity, LeaderLock, LockEvent};
+use leader_lock::backend::{Attempt, Candidate, LeaderLock, LockEvent};
+use leader_lock::Identity;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_takes_the_released_lease_from_its_watch_without_reading_it() {

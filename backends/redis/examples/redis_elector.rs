@@ -16,7 +16,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leader_lock::{Elector, ElectorConfig, Identity, Leadership, NotLeader, Timing};
+use leader_lock::leadership::NotLeader;
+use leader_lock::{Elector, ElectorConfig, Identity, Leadership, Timing};
 use leader_lock_redis::{RedisConfig, RedisLock};
 use tokio::signal::unix::{signal, SignalKind};
 

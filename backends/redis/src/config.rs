@@ -1,8 +1,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use leader_lock::backend::ConfigError;
 use leader_lock::input::{read_pem, Pem};
-use leader_lock::{ConfigError, Timing};
+use leader_lock::Timing;
 use redis::IntoConnectionInfo;
 
 /// How to reach Redis and where to keep the lock.
@@ -319,7 +320,7 @@ pub(crate) fn check_timing(timing: &Timing, request_timeout: Duration) -> Result
 
 #[cfg(test)]
 mod tests {
-    use leader_lock::TimingError;
+    use leader_lock::timing::TimingError;
 
     use super::*;
 

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use leader_lock::{LockRecord, Term};
+use leader_lock::backend::LockRecord;
+use leader_lock::Term;
 use tokio::time::Instant;
 
 use crate::value::MAX_TERM;

@@ -1,4 +1,4 @@
-//! A [`LeaderLock`](leader_lock::LeaderLock) on Redis.
+//! A [`LeaderLock`](leader_lock::backend::LeaderLock) on Redis.
 //!
 //! Acquire, renew and release are Lua scripts, so each step is atomic on the server. The lock
 //! value expires with the lease (server-side TTL); a fencing counter beside it is bumped on every

@@ -3,10 +3,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use leader_lock::{
-    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord, Term,
-    Timing,
+use leader_lock::backend::{
+    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
 };
+use leader_lock::{Term, Timing};
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -116,6 +116,9 @@ impl RedisLock {
     /// A clear message when the server is unreachable ([`LockError::Unavailable`],
     /// [`LockError::Timeout`]: worth retrying) or refuses the credentials
     /// ([`LockError::Refused`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it writes nothing, and its connections close when it is dropped.
     ///
     /// # Examples
     ///

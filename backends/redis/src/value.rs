@@ -1,6 +1,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leader_lock::{LockRecord, Term};
+use leader_lock::backend::LockRecord;
+use leader_lock::Term;
 use redis::Value;
 use serde::Deserialize;
 

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use leader_lock::{LockError, LockEvent, LockRecord, Term};
+use leader_lock::backend::{LockError, LockEvent, LockRecord};
+use leader_lock::Term;
 use redis::aio::{ConnectionManager, PubSubSink};
 use redis::Value;
 use tokio::sync::mpsc;

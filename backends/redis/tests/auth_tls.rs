@@ -5,8 +5,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leader_lock::backend::{ConfigError, LockError};
 use leader_lock::conformance::{patience, wait_leader};
-use leader_lock::{ConfigError, Elector, ElectorConfig, Identity, LockError};
+use leader_lock::{Elector, ElectorConfig, Identity};
 use leader_lock_redis::{RedisConfig, RedisLock};
 use testkit::redis::RedisServer;
 
@@ -302,11 +303,11 @@ async fn missing_acl_permission_is_refused_clearly() {
     c.username = Some("gl".into());
     c.password = Some("gl-secret".into());
     let lock = RedisLock::connect(c, "noinfo").await.expect("connects");
-    let candidate = leader_lock::Candidate {
+    let candidate = leader_lock::backend::Candidate {
         identity: Identity::new("a"),
         lease_duration: timing.lease_duration,
     };
-    use leader_lock::LeaderLock;
+    use leader_lock::backend::LeaderLock;
     match lock.try_acquire_or_renew(&candidate).await {
         Err(LockError::Refused { message: m, .. }) => {
             assert!(m.contains("ACL") && m.contains("INFO"), "{m}")

@@ -5,7 +5,8 @@ mod common;
 use std::time::Duration;
 
 use futures::StreamExt;
-use leader_lock::{Attempt, Candidate, Identity, LeaderLock, LockError, LockEvent, Term};
+use leader_lock::backend::{Attempt, Candidate, LeaderLock, LockError, LockEvent};
+use leader_lock::{Identity, Term};
 use leader_lock_redis::{RedisConfig, RedisLock, DEFAULT_KEY_PREFIX};
 
 fn candidate(name: &str) -> Candidate {

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use leader_lock::conformance::{wait_following, wait_leader};
-use leader_lock::{
-    Attempt, Candidate, Elector, ElectorConfig, Identity, LeaderLock, LockError, LockEventStream,
-    LockRecord, Term, Timing,
+use leader_lock::backend::{
+    Attempt, Candidate, LeaderLock, LockError, LockEventStream, LockRecord,
 };
+use leader_lock::conformance::{wait_following, wait_leader};
+use leader_lock::{Elector, ElectorConfig, Identity, Term, Timing};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 

@@ -8,8 +8,9 @@ mod common;
 
 use std::time::Duration;
 
+use leader_lock::backend::LockError;
 use leader_lock::conformance::{wait_following, wait_leader, wait_state, SplitBrainChecker};
-use leader_lock::{Elector, Identity, LeaderState, LockError, Timing};
+use leader_lock::{Elector, Identity, LeaderState, Timing};
 use leader_lock_redis::{RedisConfig, RedisLock, SentinelConfig};
 use redis::IntoConnectionInfo;
 use testkit::redis_sentinel::{SentinelTopology, User, DATA_USER, MASTER, SENTINEL_USER};
@@ -413,18 +414,18 @@ async fn sentinel_promoted_replica_without_the_record_keeps_one_writer() {
 
 /// The median and the longest of `n` renewals of `lock` (the first attempt acquires).
 async fn renewals(lock: &RedisLock, n: usize) -> (Duration, Duration) {
-    let c = leader_lock::Candidate {
+    let c = leader_lock::backend::Candidate {
         identity: Identity::new("timed"),
         lease_duration: common::timing().lease_duration,
     };
     let mut took = Vec::new();
     for _ in 0..=n {
         let sent = std::time::Instant::now();
-        let attempt = leader_lock::LeaderLock::try_acquire_or_renew(lock, &c)
+        let attempt = leader_lock::backend::LeaderLock::try_acquire_or_renew(lock, &c)
             .await
             .expect("an attempt");
         assert!(
-            matches!(attempt, leader_lock::Attempt::Leader { .. }),
+            matches!(attempt, leader_lock::backend::Attempt::Leader { .. }),
             "{attempt:?}"
         );
         took.push(sent.elapsed());

@@ -6,7 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use leader_lock::{LeaderLock, LockError, Term};
+use leader_lock::backend::{LeaderLock, LockError};
+use leader_lock::Term;
 use leader_lock_redis::RedisLock;
 
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -59,7 +60,7 @@ async fn terms_stay_exact_beyond_2_pow_53() {
     // Renewals keep the exact term.
     assert_eq!(
         lock.try_acquire_or_renew(&c).await.expect("renew"),
-        leader_lock::Attempt::leader(t)
+        leader_lock::backend::Attempt::leader(t)
     );
     assert!(lock.release(&c, t).await.expect("release"));
 

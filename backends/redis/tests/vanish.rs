@@ -10,9 +10,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leader_lock::backend::{Attempt, LeaderLock};
 use leader_lock::conformance::SplitBrainChecker;
 use leader_lock::conformance::{patience, wait_following, wait_leader, wait_state, Fault, Faulty};
-use leader_lock::{Attempt, Elector, ElectorConfig, Identity, LeaderLock, LeaderState};
+use leader_lock::{Elector, ElectorConfig, Identity, LeaderState};
 use leader_lock_redis::RedisLock;
 use testkit::redis::RedisServer;
 use tokio::time::Instant;

@@ -14,11 +14,11 @@ use anyhow::{anyhow, Context, Result};
 
 use crate::args::Plan;
 use crate::cluster::ROUTE;
-use crate::events::What;
 use crate::lane::Lane;
 use crate::lockserver::LockServer;
 use crate::round::{Sample, WRITE_PATIENCE};
 use crate::scenario::Scenario;
+use gateway_leader_log::Event;
 use leader_lock::clock;
 use testkit::etcd_cluster::EtcdCluster;
 
@@ -107,13 +107,13 @@ pub async fn run(
     let wrote = lane
         .wait(WRITE_PATIENCE + plan.leader_patience(), |e| {
             e.mono_ms >= at
-                && matches!(&e.what, What::Written { name, term, .. } if name == ROUTE && *term >= old.term)
+                && matches!(&e.what, Event::Written { name, term, .. } if name == ROUTE && *term >= old.term)
         })
         .await;
     match wrote {
         Some(e) => {
             sample.to_write_ms = Some(e.mono_ms - at);
-            if let What::Written { term, .. } = e.what {
+            if let Event::Written { term, .. } = e.what {
                 sample.terms.1 = term;
             }
         }
@@ -126,7 +126,7 @@ pub async fn run(
     sample.stepped_down = Some(stepped);
     if stepped {
         let next = lane.events.iter().find(|e| {
-            e.mono_ms >= at && matches!(e.what, What::Leading { term, .. } if term > old.term)
+            e.mono_ms >= at && matches!(e.what, Event::Leading { term, .. } if term > old.term)
         });
         sample.to_leader_ms = next.map(|e| e.mono_ms - at);
     }
@@ -179,8 +179,8 @@ pub(crate) fn stepped_down(lane: &Lane, index: usize, term: u64, at: f64) -> boo
     lane.events.iter().any(|e| {
         e.mono_ms >= at
             && match e.what {
-                What::Following { .. } | What::Stopped => e.replica == index,
-                What::Leading { term: t, .. } => t > term,
+                Event::Following { .. } | Event::Stopped => e.replica == index,
+                Event::Leading { term: t, .. } => t > term,
                 _ => false,
             }
     })

@@ -44,12 +44,12 @@ use rand::SeedableRng;
 
 use gateway_leader_bench::checker::{self, Mixed};
 use gateway_leader_bench::cluster::{Cluster, ROUTE};
-use gateway_leader_bench::events::What;
 use gateway_leader_bench::held::{self, Recorder, Writer};
 use gateway_leader_bench::lane::Lane;
 use gateway_leader_bench::lockserver::LockServer;
-use gateway_leader_bench::peer::{Peer, PeerArgs};
+use gateway_leader_log::Event;
 use leader_lock::Timing;
+use testkit::replica::peer::{Peer, PeerArgs};
 
 use report::{report, Outcome};
 use rounds::{deal, play, settle, side, Card};
@@ -227,7 +227,7 @@ async fn run(
                 .events
                 .iter()
                 .filter(|e| e.replica == index && e.mono_ms >= at)
-                .filter(|e| matches!(e.what, What::Written { term: t, .. } if t == term))
+                .filter(|e| matches!(e.what, Event::Written { term: t, .. } if t == term))
                 .map(|e| e.mono_ms - at)
                 .collect();
             (

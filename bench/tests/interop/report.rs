@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use gateway_leader_bench::checker;
 use gateway_leader_bench::held::{self, Writer};
-use gateway_leader_bench::peer::Peer;
+use testkit::replica::peer::Peer;
 
 use crate::rounds::{Card, Played, Side};
 

@@ -8,9 +8,10 @@ use nix::sys::signal::Signal;
 use rand::seq::SliceRandom;
 use std::time::Duration;
 
-use gateway_leader_bench::events::{Event, What};
 use gateway_leader_bench::lane::{Lane, Leader};
+use gateway_leader_log::Event;
 use leader_lock::clock;
+use testkit::replica::Record;
 
 use crate::{patience, timing, EXIT_PATIENCE, LOCK, WRITE_PATIENCE};
 
@@ -138,29 +139,29 @@ pub(crate) async fn settle(lane: &mut Lane) -> Result<Leader> {
 
 /// The first `leadership: leading` (or a peer's `started leading`) at or after `at` of a
 /// replica that `ok` accepts.
-async fn new_leader(lane: &mut Lane, at: f64, ok: impl Fn(usize) -> bool) -> Result<Event> {
+async fn new_leader(lane: &mut Lane, at: f64, ok: impl Fn(usize) -> bool) -> Result<Record> {
     lane.wait(patience(), |e| {
-        e.mono_ms >= at && matches!(e.what, What::Leading { .. }) && ok(e.replica)
+        e.mono_ms >= at && matches!(e.what, Event::Leading { .. }) && ok(e.replica)
     })
     .await
     .ok_or_else(|| anyhow!("no new leader within {:?}", patience()))
 }
 
-fn term(e: &Event) -> u64 {
+fn term(e: &Record) -> u64 {
     match e.what {
-        What::Leading { term, .. } => term,
+        Event::Leading { term, .. } => term,
         _ => 0,
     }
 }
 
 /// The first status write of leadership `led` (one of ours).
-async fn first_write(lane: &mut Lane, led: &Event) -> Result<f64> {
+async fn first_write(lane: &mut Lane, led: &Record) -> Result<f64> {
     let t = term(led);
     let e = lane
         .wait(WRITE_PATIENCE, |e| {
             e.replica == led.replica
                 && e.mono_ms >= led.mono_ms
-                && matches!(e.what, What::Written { term, .. } if term == t)
+                && matches!(e.what, Event::Written { term, .. } if term == t)
         })
         .await
         .ok_or_else(|| anyhow!("the new leader wrote nothing within {WRITE_PATIENCE:?}"))?;
@@ -261,7 +262,7 @@ pub(crate) async fn play(
                 lane.wait(EXIT_PATIENCE, |e| {
                     e.replica == old.index
                         && e.mono_ms >= thawed
-                        && matches!(e.what, What::Following { .. })
+                        && matches!(e.what, Event::Following { .. })
                 })
                 .await
                 .ok_or_else(|| anyhow!("the thawed replica did not step down"))?;

@@ -12,10 +12,10 @@ use super::checker::SplitBrainChecker;
 use super::faulty::{Fault, Faulty};
 use super::harness::{patience, Harness, Protect, Tamper};
 use super::wait::{wait_any_leader, wait_following, wait_leader, wait_state};
-use crate::{
-    Attempt, Candidate, ConfigError, Elector, ElectorConfig, Identity, LeaderLock, LeaderState,
-    Leadership, LockError, LockEventStream, LockRecord, Term, Timing,
+use crate::backend::{
+    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
 };
+use crate::{Elector, ElectorConfig, Identity, LeaderState, Leadership, Term, Timing};
 
 fn unique(prefix: &str) -> String {
     format!(
@@ -77,6 +77,10 @@ fn step_down(checker: &SplitBrainChecker, i: usize, after: Instant) -> (Instant,
 }
 
 /// Five contenders over many rounds: one leader at a time, terms increase, handovers happen.
+///
+/// # Cancel safety
+/// Run it to its end, as a test does: dropped part-way, its electors campaign on until the
+/// runtime stops.
 pub async fn mutual_exclusion<H: Harness + ?Sized>(h: &H) {
     let timing = h.timing();
     let name = unique("mutex");
@@ -117,6 +121,10 @@ pub async fn mutual_exclusion<H: Harness + ?Sized>(h: &H) {
 }
 
 /// A leader keeps its term across many renewals while another contender follows.
+///
+/// # Cancel safety
+/// Run it to its end, as a test does: dropped part-way, its electors campaign on until the
+/// runtime stops.
 pub async fn renew_keeps_holder<H: Harness + ?Sized>(h: &H) {
     let timing = h.timing();
     let name = unique("renew");
@@ -217,6 +225,10 @@ impl LeaderLock for Probe {
 
 /// A graceful release lets a waiting contender lead within half a retry period: the release is
 /// seen on the watch. A follower that only polls would wait a retry period, and fails this.
+///
+/// # Cancel safety
+/// Run it to its end, as a test does: dropped part-way, its electors campaign on until the
+/// runtime stops.
 pub async fn graceful_release_is_prompt<H: Harness + ?Sized>(h: &H) {
     let base = h.timing();
     // A long lease so that taking over by expiry cannot pass for a prompt handover.
@@ -262,6 +274,10 @@ pub async fn graceful_release_is_prompt<H: Harness + ?Sized>(h: &H) {
 
 /// A crashed leader (hung, its elector alive) is succeeded only after its validity ended, and
 /// then promptly.
+///
+/// # Cancel safety
+/// Run it to its end, as a test does: dropped part-way, its electors campaign on until the
+/// runtime stops.
 pub async fn crash_taken_after_expiry<H: Harness + ?Sized>(h: &H) {
     let timing = h.timing();
     let name = unique("crash");
@@ -363,16 +379,28 @@ async fn cut_off_leader<H: Harness + ?Sized>(h: &H, fault: Fault) {
 
 /// A leader whose lock calls hang (a paused link) steps down at its validity deadline and does
 /// not come back.
+///
+/// # Cancel safety
+/// Run it to its end, as a test does: dropped part-way, its electors campaign on until the
+/// runtime stops.
 pub async fn paused_holder_stops<H: Harness + ?Sized>(h: &H) {
     cut_off_leader(h, Fault::Hang).await
 }
 
 /// A leader cut off from the backend stops at its renew deadline; another takes over after expiry.
+///
+/// # Cancel safety
+/// Run it to its end, as a test does: dropped part-way, its electors campaign on until the
+/// runtime stops.
 pub async fn partitioned_holder_stops<H: Harness + ?Sized>(h: &H) {
     cut_off_leader(h, Fault::Fail).await
 }
 
 /// Damaged or foreign records never panic and never let a contender steal a valid lease.
+///
+/// # Cancel safety
+/// Run it to its end, as a test does: dropped part-way, its electors campaign on until the
+/// runtime stops.
 pub async fn tampered_records<H: Harness + ?Sized>(h: &H) {
     let timing = h.timing();
     for case in Tamper::ALL {
@@ -416,6 +444,10 @@ pub async fn tampered_records<H: Harness + ?Sized>(h: &H) {
 }
 
 /// Two processes with the same configured identity never both lead.
+///
+/// # Cancel safety
+/// Run it to its end, as a test does: dropped part-way, its electors campaign on until the
+/// runtime stops.
 pub async fn same_identity_never_both_lead<H: Harness + ?Sized>(h: &H) {
     let timing = h.timing();
     let name = unique("twins");
@@ -442,6 +474,10 @@ pub async fn same_identity_never_both_lead<H: Harness + ?Sized>(h: &H) {
 /// A record deleted by hand under a hung leader (its elector alive, `check()` truthful) is not
 /// free: nobody leads while the old leader may still believe it is valid, and someone leads
 /// afterwards.
+///
+/// # Cancel safety
+/// Run it to its end, as a test does: dropped part-way, its electors campaign on until the
+/// runtime stops.
 pub async fn vanished_record_is_not_free<H: Harness + ?Sized>(h: &H) {
     let timing = h.timing();
     let name = unique("vanish");
@@ -485,6 +521,10 @@ pub async fn vanished_record_is_not_free<H: Harness + ?Sized>(h: &H) {
 
 /// A leader whose record is deleted by hand stops leading at once (it does not recreate the
 /// record on its next renew), and someone leads again later.
+///
+/// # Cancel safety
+/// Run it to its end, as a test does: dropped part-way, its electors campaign on until the
+/// runtime stops.
 pub async fn vanished_record_ends_leadership<H: Harness + ?Sized>(h: &H) {
     let timing = h.timing();
     let name = unique("vanish-leader");

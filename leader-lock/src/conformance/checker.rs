@@ -181,6 +181,9 @@ impl SplitBrainChecker {
     }
 
     /// Panics on any violation; returns the leaderships seen.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it completes at its first poll.
     pub async fn finish(self) -> Vec<(usize, Term)> {
         let v = self.violations();
         assert!(v.is_empty(), "split brain: {}", v.join("; "));

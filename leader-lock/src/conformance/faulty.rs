@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
-use crate::{
-    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord, Term,
-    Timing,
+use crate::backend::{
+    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
 };
+use crate::{Term, Timing};
 
 /// How a [`Faulty`] lock misbehaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

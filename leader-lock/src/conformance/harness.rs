@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::{LeaderLock, Timing};
+use crate::backend::LeaderLock;
+use crate::Timing;
 
 /// An error from a harness (server setup, tampering).
 pub type HarnessError = Box<dyn std::error::Error + Send + Sync>;
@@ -52,6 +53,9 @@ pub enum Protect {
 }
 
 /// What a backend gives the suite.
+///
+/// # Cancel safety
+/// The suite awaits every call to its end, so none needs to be cancel safe.
 #[async_trait]
 pub trait Harness: Send + Sync {
     /// Timing for the suite: short, but within the backend's granularity.

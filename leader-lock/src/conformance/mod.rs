@@ -1,9 +1,12 @@
 //! The conformance suite every backend runs against its real server.
 //!
 //! A backend implements [`Harness`] and calls [`conformance_suite!`](crate::conformance_suite)
-//! in an integration test; each case becomes its own `#[tokio::test]`. The
-//! [`SplitBrainChecker`] watches every contender of a case and fails it on any overlap of two
-//! leaderships or any term that does not increase as it must.
+//! in an integration test; each case becomes its own `#[tokio::test]`. A program that runs the
+//! cases itself (all at once, say) takes them from [`cases`]. The [`SplitBrainChecker`] watches
+//! every contender of a case and fails it on any overlap of two leaderships or any term that
+//! does not increase as it must.
+
+use futures::future::BoxFuture;
 
 mod cases;
 mod checker;
@@ -11,16 +14,38 @@ mod faulty;
 mod harness;
 mod wait;
 
-pub use cases::{
-    crash_taken_after_expiry, graceful_release_is_prompt, mutual_exclusion,
-    partitioned_holder_stops, paused_holder_stops, renew_keeps_holder,
-    same_identity_never_both_lead, tampered_records, vanished_record_ends_leadership,
-    vanished_record_is_not_free,
-};
+pub use cases::*;
 pub use checker::{Interval, SplitBrainChecker};
 pub use faulty::{Fault, Faulty};
 pub use harness::{patience, Harness, HarnessError, Protect, Tamper};
 pub use wait::{wait_any_leader, wait_following, wait_leader, wait_state};
+
+/// One case of the suite: its name and how to run it on a harness. A case fails by panicking,
+/// as a test does.
+pub struct Case<H: ?Sized> {
+    /// The case's name, as its function and its `#[tokio::test]` are named.
+    pub name: &'static str,
+    /// Runs the case on `h`.
+    pub run: for<'a> fn(&'a H) -> BoxFuture<'a, ()>,
+}
+
+/// Every case of the suite, in the order [`conformance_suite!`](crate::conformance_suite)
+/// generates their tests: the same list, so a new case cannot be left out of either.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run<H: leader_lock::conformance::Harness + 'static>(harness: std::sync::Arc<H>) {
+/// for case in leader_lock::conformance::cases::<H>() {
+///     let h = harness.clone();
+///     let run = case.run;
+///     tokio::spawn(async move { run(&h).await });
+/// }
+/// # }
+/// ```
+pub fn cases<H: Harness + ?Sized>() -> Vec<Case<H>> {
+    crate::conformance_suite! { @each list [] }
+}
 
 /// Generates one `#[tokio::test]` per conformance case for a harness.
 ///
@@ -28,7 +53,11 @@ pub use wait::{wait_any_leader, wait_following, wait_leader, wait_state};
 #[macro_export]
 macro_rules! conformance_suite {
     ($make:expr) => {
-        $crate::conformance_suite!(@cases $make;
+        $crate::conformance_suite! { @each tests [$make] }
+    };
+    // The one list of the suite's cases; the tests above and `conformance::cases` both expand it.
+    (@each $then:ident [$($arg:tt)*]) => {
+        $crate::conformance_suite! { @$then [$($arg)*]
             mutual_exclusion,
             renew_keeps_holder,
             graceful_release_is_prompt,
@@ -39,9 +68,9 @@ macro_rules! conformance_suite {
             same_identity_never_both_lead,
             vanished_record_is_not_free,
             vanished_record_ends_leadership
-        );
+        }
     };
-    (@cases $make:expr; $($case:ident),*) => {
+    (@tests [$make:expr] $($case:ident),*) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
@@ -49,5 +78,13 @@ macro_rules! conformance_suite {
                 $crate::conformance::$case(&h).await;
             }
         )*
+    };
+    (@list [] $($case:ident),*) => {
+        vec![$(
+            $crate::conformance::Case {
+                name: stringify!($case),
+                run: |h| Box::pin($crate::conformance::$case(h)),
+            }
+        ),*]
     };
 }

@@ -5,6 +5,9 @@ use std::time::Duration;
 use crate::{LeaderState, Leadership, Term};
 
 /// Waits until `pred` holds for the leadership's state, or panics after `limit`.
+///
+/// # Cancel safety
+/// Cancel safe: it only watches the leadership's state.
 pub async fn wait_state(
     l: &Leadership,
     limit: Duration,
@@ -35,6 +38,10 @@ pub async fn wait_state(
 }
 
 /// Waits until any of `contenders` passes `check()`; returns its index and term.
+///
+/// # Cancel safety
+/// Cancel safe: it only watches the leaderships' states; a permit it takes to look is dropped
+/// at once.
 pub async fn wait_any_leader(
     contenders: &[Leadership],
     limit: Duration,
@@ -66,6 +73,9 @@ pub async fn wait_any_leader(
 }
 
 /// Waits until the contender follows a known holder; returns the holder.
+///
+/// # Cancel safety
+/// Cancel safe: it only watches the leadership's state.
 pub async fn wait_following(l: &Leadership, limit: Duration, who: &str) -> String {
     let s = wait_state(l, limit, &format!("{who} to follow a known holder"), |s| {
         matches!(
@@ -86,6 +96,9 @@ pub async fn wait_following(l: &Leadership, limit: Duration, who: &str) -> Strin
 }
 
 /// Waits until `check()` passes; returns the term.
+///
+/// # Cancel safety
+/// Cancel safe: it only watches the leadership's state; the permit it gets is dropped at once.
 pub async fn wait_leader(l: &Leadership, limit: Duration, who: &str) -> Term {
     let r = tokio::time::timeout(limit, l.wait_leader()).await;
     match r {

@@ -139,7 +139,7 @@ pub(super) async fn watch_loop(
                     match item {
                         Some(Ok(ev)) => send(true, Some(ev)),
                         Some(Err(e)) => {
-                            warn!(error = %e, "lock watch broke; polling until it is back");
+                            warn!(error = %e.chain(), "lock watch broke; polling until it is back");
                             break;
                         }
                         None => {
@@ -149,7 +149,7 @@ pub(super) async fn watch_loop(
                     }
                 }
             }
-            Err(e) => warn!(error = %e, "cannot open lock watch; polling meanwhile"),
+            Err(e) => warn!(error = %e.chain(), "cannot open lock watch; polling meanwhile"),
         }
         send(false, None);
         let delay = backoff.next().unwrap_or(timing.retry_period);

@@ -43,7 +43,7 @@ pin_project! {
     ///
     /// ```
     /// use http::Request;
-    /// use leader_lock::DeadlineBody;
+    /// use leader_lock::gate::DeadlineBody;
     ///
     /// fn bound(req: Request<String>) -> Request<DeadlineBody<String>> {
     ///     DeadlineBody::bound(req)

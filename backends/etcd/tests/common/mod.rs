@@ -6,9 +6,8 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
-use leader_lock::{
-    Candidate, ConfigError, Elector, ElectorConfig, Identity, LeaderLock, LockError, Term, Timing,
-};
+use leader_lock::backend::{Candidate, ConfigError, LeaderLock, LockError};
+use leader_lock::{Elector, ElectorConfig, Identity, Term, Timing};
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
 use testkit::etcd::EtcdServer;
 

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use leader_lock::{Attempt, Candidate, Identity, LeaderLock};
+use leader_lock::backend::{Attempt, Candidate, LeaderLock};
+use leader_lock::Identity;
 use testkit::kube::KubeApiServer;
 
 use super::LeaseLock;

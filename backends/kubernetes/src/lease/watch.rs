@@ -6,7 +6,7 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{WatchEvent, WatchParams};
-use leader_lock::{LockError, LockEvent};
+use leader_lock::backend::{LockError, LockEvent};
 use tokio::sync::mpsc;
 
 use super::{Inner, WATCH_TIMEOUT_SECS};

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use leader_lock::backend::LeaderLock;
 use leader_lock::conformance::{Harness, HarnessError, Protect, Tamper};
-use leader_lock::{Elector, ElectorConfig, Identity, LeaderLock, Timing};
+use leader_lock::{Elector, ElectorConfig, Identity, Timing};
 use leader_lock_redis::{RedisConfig, RedisLock};
 use testkit::redis::{RedisServer, RedisTls};
 

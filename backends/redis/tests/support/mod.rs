@@ -5,7 +5,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use leader_lock::{Attempt, Candidate, Identity, LeaderLock, Term, Timing};
+use leader_lock::backend::{Attempt, Candidate, LeaderLock};
+use leader_lock::{Identity, Term, Timing};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;

@@ -1,5 +1,5 @@
-//! `--wakeup poll`: the lock without its change stream, so the elector behaves like client-go's:
-//! followers poll every retry period (jittered), and nothing but that poll wakes them.
+//! The lock without its change stream, so the elector behaves like client-go's: followers poll
+//! every retry period (jittered), and nothing but that poll wakes them.
 //!
 //! This wraps any backend instead of changing the elector: the elector already polls at the
 //! jittered retry period whenever its watch is down, and wakes a follower early only on a watch
@@ -9,20 +9,49 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use leader_lock::{
-    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord, Term,
-    Timing,
-};
 
-/// A lock whose change stream never opens and whose attempts carry no expiry hint.
+use crate::backend::{
+    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
+};
+use crate::{Term, Timing};
+
+/// A lock whose change stream never opens and whose attempts carry no expiry hint: a follower
+/// on it polls every retry period, as client-go's do, and learns of a release or an expiry only
+/// at its next poll. For comparing with client-go (`gateway-leader run --wakeup poll`, the
+/// bench's polling lanes), or for a backend whose change stream cannot be trusted.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use leader_lock::wrap::PollingLock;
+/// use leader_lock::{Elector, ElectorConfig, Identity, MemoryStore, Timing};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let lock = PollingLock::new(Arc::new(MemoryStore::new().lock("my-controller")));
+/// let elector = Elector::spawn(
+///     Arc::new(lock),
+///     ElectorConfig {
+///         identity: Identity::new("pod-a"),
+///         timing: Timing::default(),
+///         release_on_shutdown: true,
+///     },
+/// )?;
+/// # elector.shutdown().await?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct PollingLock {
     inner: Arc<dyn LeaderLock>,
 }
 
+// === impl PollingLock ===
+
 impl PollingLock {
     /// Wraps `inner`.
-    pub fn wrap(inner: Arc<dyn LeaderLock>) -> Arc<dyn LeaderLock> {
-        Arc::new(PollingLock { inner })
+    pub fn new(inner: Arc<dyn LeaderLock>) -> Self {
+        PollingLock { inner }
     }
 }
 
@@ -62,20 +91,21 @@ impl LeaderLock for PollingLock {
 
     async fn watch(&self) -> Result<LockEventStream, LockError> {
         Err(LockError::unavailable(
-            "--wakeup poll: no change stream; polling every retry period",
+            "a polling lock has no change stream; polling every retry period",
         ))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use leader_lock::{Identity, MemoryStore};
     use std::time::Duration;
+
+    use super::*;
+    use crate::{Identity, MemoryStore};
 
     #[tokio::test]
     async fn no_watch_and_no_expiry_hint() {
-        let lock = PollingLock::wrap(Arc::new(MemoryStore::new().lock("l")));
+        let lock = PollingLock::new(Arc::new(MemoryStore::new().lock("l")));
         assert!(lock.watch().await.is_err());
         let a = Candidate {
             identity: Identity::new("a"),
