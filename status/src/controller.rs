@@ -140,8 +140,8 @@ struct Wakes {
 }
 
 /// Computes the statuses again whenever a watch saw a change, only for what changed; changes
-/// arriving meanwhile fold into the next run, so a burst costs one computation, not one per event. The bundle version
-/// is read again whenever the installed kinds change.
+/// arriving meanwhile fold into the next run, so a burst costs one computation, not one per
+/// event. The bundle version is read again whenever the installed kinds change.
 async fn compute_loop(
     client: Client,
     stores: watch::Stores,
