@@ -8,7 +8,7 @@
 //! variable, `layers` merges the sources and validates them into [`Settings`] (`effective`) with
 //! the single-value checks of `checks`, `file` reads the `--config` file, `env` the process
 //! environment, `kubeconfig` checks the kubeconfig, `secret` keeps secrets out of output, `error`
-//! names what was refused, and [`reference`] generates the settings table of
+//! names what was refused, and [`reference`](mod@reference) generates the settings table of
 //! docs/configuration.md.
 
 mod checks;

@@ -3,5 +3,9 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // The program, not a library it links, picks rustls' crypto provider for the process: kube
+    // and redis build their TLS configs from the process default, which rustls cannot choose by
+    // itself once a dependency compiles in a second provider. etcd-client names ring per client.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     gateway_leader::main_with_args(std::env::args_os())
 }

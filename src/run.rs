@@ -116,16 +116,17 @@ const FIELD_MANAGER_MAX: usize = 128;
 /// (`terminationGracePeriodSeconds`; deploy/base/deployment.yaml sets the same 30 s).
 const TERMINATION_GRACE: Duration = Duration::from_secs(30);
 /// What the whole stop after SIGTERM may take: the writer and the elector stop together within
-/// the elector's budget (drain, then release), a quiet moment for the successor follows, then
-/// the last leader-election Event gets what is left. The rest of the grace period is margin for
-/// the exit itself.
-const SHUTDOWN_BUDGET: Duration = Duration::from_secs(25);
+/// the elector's budget (`leader_lock::elector::SHUTDOWN_BUDGET`: drain, then release), a quiet
+/// moment for the successor follows, then the last leader-election Event gets what is left. The
+/// rest of the grace period is margin for the exit itself. A name of its own: the elector's
+/// budget is one part of it, and the two are not interchangeable.
+const PROCESS_SHUTDOWN_BUDGET: Duration = Duration::from_secs(25);
 const _: () = assert!(
     leader_lock::elector::SHUTDOWN_BUDGET.as_secs()
         + leader_lock::elector::AFTER_RELEASE_QUIET.as_secs()
         + EVENT_POST_TIMEOUT.as_secs()
-        <= SHUTDOWN_BUDGET.as_secs()
-        && SHUTDOWN_BUDGET.as_secs() < TERMINATION_GRACE.as_secs()
+        <= PROCESS_SHUTDOWN_BUDGET.as_secs()
+        && PROCESS_SHUTDOWN_BUDGET.as_secs() < TERMINATION_GRACE.as_secs()
 );
 
 /// The field manager of this replica's status writes: it names the replica in `managedFields`,
@@ -279,10 +280,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     });
     let mut status = StatusController::start(client, leadership, writer, synced_tx);
     let sig = signals.recv().await;
-    let deadline = Instant::now() + SHUTDOWN_BUDGET;
+    let deadline = Instant::now() + PROCESS_SHUTDOWN_BUDGET;
     info!(
         signal = sig,
-        budget = ?SHUTDOWN_BUDGET,
+        budget = ?PROCESS_SHUTDOWN_BUDGET,
         mono_ms = clock::mono_ms(),
         "shutting down: no new writes, draining, then releasing"
     );

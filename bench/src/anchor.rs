@@ -31,7 +31,7 @@ pub const TOOL: &str = "etcdctl elect";
 const ELECTION: &str = "gateway-leader-bench/anchor/etcdctl-elect";
 
 /// How long a new waiter is left, once it watches, before the leader is signalled, as
-/// `backends/etcd/benches/release_latency.rs` leaves its own: signalled as soon as its watch
+/// `benches/etcd_release_latency.rs` leaves its own: signalled as soon as its watch
 /// was open, the waiter took about 60 ms (10 rounds, twice, debug-built bench on a busy
 /// machine) instead of about 3 ms; where that time goes inside the fresh etcdctl process was
 /// not found. Our own rounds likewise start with every follower following (`Lane::settle`).

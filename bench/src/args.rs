@@ -8,9 +8,9 @@ use clap::Args;
 use leader_lock::input::parse_duration;
 use leader_lock::Timing;
 
-use crate::backend::Backend;
 use crate::lockserver::Endpoints;
 use crate::scenario::Scenario;
+use crate::topology::Topology;
 use testkit::replica::clear_settings;
 
 /// The most replicas a lane may run: each is a full process with its own watches.
@@ -93,7 +93,7 @@ pub struct BenchArgs {
 #[derive(Debug, Clone)]
 pub struct Plan {
     /// The backends, in order.
-    pub backends: Vec<Backend>,
+    pub backends: Vec<Topology>,
     /// The scenarios, in order.
     pub scenarios: Vec<Scenario>,
     /// The wake-up modes, in order.
@@ -154,9 +154,9 @@ impl BenchArgs {
         let backends = pick(
             "--lock-backend",
             &self.lock_backend,
-            &Backend::ALL,
-            Backend::parse,
-            Backend::NAMES,
+            &Topology::ALL,
+            Topology::parse,
+            Topology::NAMES,
         )?;
         let scenarios = pick(
             "--scenario",
@@ -184,17 +184,17 @@ impl BenchArgs {
             };
             let given = [
                 (
-                    Backend::Kubernetes,
+                    Topology::Kubernetes,
                     "--kubeconfig",
                     self.kubeconfig.is_some(),
                 ),
                 (
-                    Backend::Etcd,
+                    Topology::Etcd,
                     "--etcd-endpoints",
                     self.etcd_endpoints.is_some() && restarts,
                 ),
                 (
-                    Backend::Redis,
+                    Topology::Redis,
                     "--redis-url",
                     self.redis_url.is_some() && restarts,
                 ),
@@ -209,21 +209,22 @@ impl BenchArgs {
         }
         // The member faults need the bench's own etcd cluster, and only that lane can run them.
         if let Some(m) = scenarios.iter().find(|s| s.needs_members()) {
-            if backends != [Backend::EtcdCluster] {
+            if backends != [Topology::EtcdCluster] {
                 return Err(format!(
                     "--scenario {m}: faults an etcd member; give --lock-backend etcd-cluster \
                      (and no other backend)"
                 ));
             }
         }
-        if scenarios.contains(&Scenario::SentinelFailover) && backends != [Backend::RedisSentinel] {
+        if scenarios.contains(&Scenario::SentinelFailover) && backends != [Topology::RedisSentinel]
+        {
             return Err(
                 "--scenario sentinel-failover: fails the Redis primary over; give \
                  --lock-backend redis-sentinel (and no other backend)"
                     .into(),
             );
         }
-        if backends.contains(&Backend::RedisSentinel) {
+        if backends.contains(&Topology::RedisSentinel) {
             if self.redis_url.is_some() {
                 return Err(
                     "--lock-backend redis-sentinel: the bench starts its own primary, replica and \
@@ -243,7 +244,7 @@ impl BenchArgs {
                 ));
             }
         }
-        if backends.contains(&Backend::EtcdCluster) {
+        if backends.contains(&Topology::EtcdCluster) {
             if let Some(s) = scenarios
                 .iter()
                 .find(|s| matches!(s, Scenario::BackendRestart | Scenario::Chaos))
@@ -254,7 +255,7 @@ impl BenchArgs {
                 ));
             }
         }
-        if backends.contains(&Backend::EtcdCluster) && self.etcd_endpoints.is_some() {
+        if backends.contains(&Topology::EtcdCluster) && self.etcd_endpoints.is_some() {
             return Err(
                 "--lock-backend etcd-cluster: the bench starts its own 3-member cluster; \
                  drop --etcd-endpoints"
@@ -353,10 +354,15 @@ impl BenchArgs {
     pub fn check_replica_settings(&self, plan: &Plan, binary: &Path) -> Result<(), String> {
         for b in &plan.backends {
             let mut cmd = Command::new(binary);
-            cmd.args(["run", "--print-config", "--lock-backend", b.lock_backend()])
-                .args(&plan.timing_args)
-                .args(["--leader-election-identity", "bench"])
-                .args(["--leader-election-namespace", "bench"]);
+            cmd.args([
+                "run",
+                "--print-config",
+                "--lock-backend",
+                b.lock_backend().name(),
+            ])
+            .args(&plan.timing_args)
+            .args(["--leader-election-identity", "bench"])
+            .args(["--leader-election-namespace", "bench"]);
             let given = [
                 (
                     "--kubeconfig",
@@ -424,7 +430,7 @@ mod tests {
         let p = plan(&["--lock-backend", "redis", "--lock-backend", "all"]).expect("valid");
         assert_eq!(
             p.backends,
-            vec![Backend::Redis, Backend::Kubernetes, Backend::Etcd]
+            vec![Topology::Redis, Topology::Kubernetes, Topology::Etcd]
         );
     }
 
@@ -493,7 +499,7 @@ mod tests {
             "crash",
         ])
         .expect("valid");
-        assert_eq!(p.backends, vec![Backend::EtcdCluster]);
+        assert_eq!(p.backends, vec![Topology::EtcdCluster]);
         assert_eq!(p.scenarios.len(), 3);
         let e = plan(&[
             "--lock-backend",
@@ -527,7 +533,7 @@ mod tests {
             "crash",
         ])
         .expect("valid");
-        assert_eq!(p.backends, vec![Backend::RedisSentinel]);
+        assert_eq!(p.backends, vec![Topology::RedisSentinel]);
         assert_eq!(
             p.scenarios,
             vec![Scenario::SentinelFailover, Scenario::Crash]

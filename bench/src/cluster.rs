@@ -35,7 +35,6 @@ impl Cluster {
     pub async fn start(kubeconfig: Option<&Path>) -> Result<Cluster> {
         let (client, kubeconfig, local) = match kubeconfig {
             Some(path) => {
-                leader_lock_kubernetes::install_crypto_provider();
                 let config = leader_lock_kubernetes::ClientOptions::default()
                     .with_kubeconfig(path)
                     .load()

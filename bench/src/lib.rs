@@ -18,7 +18,6 @@
 
 pub mod anchor;
 pub mod args;
-pub mod backend;
 pub mod checker;
 pub mod cluster;
 pub mod cost;
@@ -34,6 +33,7 @@ pub mod round;
 pub mod scale;
 pub mod scenario;
 pub mod stats;
+pub mod topology;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,7 +47,6 @@ use tempfile::TempDir;
 
 pub use args::{BenchArgs, Plan};
 
-use crate::backend::Backend;
 use crate::checker::check;
 use crate::cluster::Cluster;
 use crate::lane::Lane;
@@ -55,6 +54,7 @@ use crate::lockserver::LockServer;
 use crate::report::{LaneVerdict, Machine, Report, ScenarioResult};
 use crate::round::Sample;
 use crate::scenario::Scenario;
+use crate::topology::Topology;
 use testkit::proxy::BlackholeProxy;
 
 /// Exit code for bad input (flags, or settings the replicas would refuse): nothing was started.
@@ -153,7 +153,7 @@ struct Programs {
 
 /// Whether the plan runs the `etcdctl elect` anchor: the single etcd with `graceful`.
 fn wants_anchor(plan: &Plan) -> bool {
-    plan.backends.contains(&Backend::Etcd) && plan.scenarios.contains(&Scenario::Graceful)
+    plan.backends.contains(&Topology::Etcd) && plan.scenarios.contains(&Scenario::Graceful)
 }
 
 /// A line above the bar, or on stderr when there is no terminal to draw the bar on.
@@ -242,7 +242,7 @@ async fn run(plan: &Plan, programs: &Programs) -> Result<Report> {
             // before ours on the same settled lane: both meet the machine of the same minute.
             let mut floor = None;
             let mut floor_samples = Vec::new();
-            if backend == Backend::Kubernetes
+            if backend == Topology::Kubernetes
                 && wakeup == plan.wakeups[0]
                 && plan.scenarios.contains(&Scenario::Graceful)
             {
@@ -368,7 +368,7 @@ async fn run(plan: &Plan, programs: &Programs) -> Result<Report> {
             }
         }
         // `etcdctl elect`: after the lanes, on the same server with nothing else on it.
-        if let (Some(etcdctl), Backend::Etcd, LockServer::Etcd { endpoints, .. }) =
+        if let (Some(etcdctl), Topology::Etcd, LockServer::Etcd { endpoints, .. }) =
             (&programs.etcdctl, backend, &server)
         {
             pb.set_message(format!("{backend}: the {} anchor", anchor::TOOL));
@@ -388,7 +388,7 @@ async fn run(plan: &Plan, programs: &Programs) -> Result<Report> {
             });
         }
         // client-go and controller-runtime: after our Kubernetes lanes, on the same apiserver.
-        if let (Some(peers), Backend::Kubernetes) = (&programs.peers, backend) {
+        if let (Some(peers), Topology::Kubernetes) = (&programs.peers, backend) {
             pb.set_message("the client-go and controller-runtime anchors");
             let m = peer_anchor::run(plan, (peers, exe), &mut server, &mut cluster, &|line| {
                 say(&pb, line)
@@ -466,7 +466,7 @@ pub(crate) async fn slot_args(
         let via: Vec<_> = mine.iter().map(BlackholeProxy::addr).collect();
         let mut a = server.replica_args(ns, &via);
         let kubeconfig = match (&files, server.backend(), via.first()) {
-            (Some(dir), Backend::Kubernetes, Some(addr)) => {
+            (Some(dir), Topology::Kubernetes, Some(addr)) => {
                 let path = dir.path().join(format!("kubeconfig-{slot}"));
                 cluster.write_kubeconfig_via(*addr, &path)?;
                 path

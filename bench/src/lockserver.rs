@@ -10,8 +10,8 @@ use anyhow::{anyhow, Context, Result};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams};
 
-use crate::backend::Backend;
 use crate::cluster::Cluster;
+use crate::topology::Topology;
 use leader_lock::clock;
 use testkit::etcd::EtcdServer;
 use testkit::etcd_cluster::EtcdCluster;
@@ -63,10 +63,10 @@ impl LockServer {
     }
 
     /// Starts (or points at) the server of `backend`.
-    pub async fn start(backend: Backend, given: &Endpoints) -> Result<LockServer> {
+    pub async fn start(backend: Topology, given: &Endpoints) -> Result<LockServer> {
         Ok(match backend {
-            Backend::Kubernetes => LockServer::Kubernetes,
-            Backend::Etcd => match &given.etcd {
+            Topology::Kubernetes => LockServer::Kubernetes,
+            Topology::Etcd => match &given.etcd {
                 Some(e) => LockServer::Etcd {
                     endpoints: e.clone(),
                     local: None,
@@ -83,7 +83,7 @@ impl LockServer {
                     }
                 }
             },
-            Backend::EtcdCluster => {
+            Topology::EtcdCluster => {
                 let c = EtcdCluster::start()
                     .await
                     .context("starting a local 3-member etcd cluster")?;
@@ -93,7 +93,7 @@ impl LockServer {
                     members: Some(c),
                 }
             }
-            Backend::Redis => match &given.redis {
+            Topology::Redis => match &given.redis {
                 Some(u) => LockServer::Redis {
                     url: u.clone(),
                     local: None,
@@ -110,7 +110,7 @@ impl LockServer {
                     }
                 }
             },
-            Backend::RedisSentinel => {
+            Topology::RedisSentinel => {
                 let mut t = SentinelTopology::start()
                     .await
                     .context("starting a local Redis primary, replica and 3 Sentinels")?;
@@ -124,17 +124,17 @@ impl LockServer {
     }
 
     /// The backend.
-    pub fn backend(&self) -> Backend {
+    pub fn backend(&self) -> Topology {
         match self {
-            LockServer::Kubernetes => Backend::Kubernetes,
+            LockServer::Kubernetes => Topology::Kubernetes,
             LockServer::Etcd {
                 members: Some(_), ..
-            } => Backend::EtcdCluster,
-            LockServer::Etcd { .. } => Backend::Etcd,
+            } => Topology::EtcdCluster,
+            LockServer::Etcd { .. } => Topology::Etcd,
             LockServer::Redis {
                 sentinel: Some(_), ..
-            } => Backend::RedisSentinel,
-            LockServer::Redis { .. } => Backend::Redis,
+            } => Topology::RedisSentinel,
+            LockServer::Redis { .. } => Topology::Redis,
         }
     }
 

@@ -28,6 +28,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The program picks rustls' crypto provider for the process, as the gateway-leader binary
+    // does: the bench's kube and redis clients build their TLS configs from the process default.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -57,7 +57,8 @@ pub struct Measured {
 
 /// Whether the plan runs the anchors: Kubernetes with graceful or crash.
 pub fn wanted(plan: &Plan) -> bool {
-    plan.backends.contains(&crate::backend::Backend::Kubernetes)
+    plan.backends
+        .contains(&crate::topology::Topology::Kubernetes)
         && SCENARIOS.iter().any(|s| plan.scenarios.contains(s))
 }
 

@@ -10,11 +10,11 @@ use serde::Serialize;
 pub mod member;
 
 use crate::args::Plan;
-use crate::backend::Backend;
 use crate::cluster::{Cluster, ROUTE};
 use crate::lane::Lane;
 use crate::lockserver::LockServer;
 use crate::scenario::Scenario;
+use crate::topology::Topology;
 use gateway_leader_log::Event;
 use leader_lock::clock;
 
@@ -149,7 +149,7 @@ pub async fn run(
     // new leadership if the end's line is not seen first.
     let old_can_write = match scenario {
         Scenario::Graceful | Scenario::Crash | Scenario::CrashWithMember | Scenario::Pause => false,
-        Scenario::Partition => server.backend() != Backend::Kubernetes,
+        Scenario::Partition => server.backend() != Topology::Kubernetes,
         _ => true,
     };
     let end_patience = plan.timing.lease_duration + Duration::from_secs(10);

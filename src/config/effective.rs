@@ -20,8 +20,19 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// Every backend, whether this build offers it or not (see `backend::validate`).
+    pub const ALL: [Backend; 3] = [Backend::Kubernetes, Backend::Etcd, Backend::Redis];
     /// The accepted spellings.
     pub const NAMES: &'static str = "kubernetes, etcd, redis";
+
+    /// The name `--lock-backend` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Kubernetes => "kubernetes",
+            Backend::Etcd => "etcd",
+            Backend::Redis => "redis",
+        }
+    }
 
     /// The check of `lock_backend`: a name in any case, or `k8s`.
     pub(super) fn parse(s: &str) -> Result<Self, String> {
@@ -39,11 +50,7 @@ impl Backend {
 
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Backend::Kubernetes => "kubernetes",
-            Backend::Etcd => "etcd",
-            Backend::Redis => "redis",
-        })
+        f.write_str(self.name())
     }
 }
 
@@ -195,4 +202,17 @@ pub struct Settings {
     pub etcd: EtcdSettings,
     /// Redis settings.
     pub redis: RedisSettings,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_backend_parses_from_its_name_and_is_in_the_names() {
+        for b in Backend::ALL {
+            assert_eq!(Backend::parse(b.name()), Ok(b));
+            assert!(Backend::NAMES.contains(b.name()), "{b}");
+        }
+    }
 }

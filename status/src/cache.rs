@@ -119,7 +119,7 @@ impl StatusCache {
 
     /// Marks `keys` as changed (their watched copies drifted from the desired status), those
     /// that are still wanted; returns how many became dirty.
-    pub fn mark_dirty(&self, keys: &[ObjectKey]) -> usize {
+    pub(crate) fn mark_dirty(&self, keys: &[ObjectKey]) -> usize {
         let mut st = self.state();
         let mut marked = 0;
         for key in keys {
@@ -139,7 +139,7 @@ impl StatusCache {
     /// up until it leads, and a new leader would go through all of them before a real change).
     /// A change of either side forgets it (the desired status through [`Self::replace_all`], the
     /// copy through the next [`crate::observed::Drift::check`]).
-    pub fn mark_shown(&self, keys: &[ObjectKey]) {
+    pub(crate) fn mark_shown(&self, keys: &[ObjectKey]) {
         let mut st = self.state();
         for key in keys {
             if st.desired.contains_key(key) {
@@ -153,7 +153,7 @@ impl StatusCache {
     /// Marks for a re-check (a new leadership checks them) every cached status whose watched
     /// copy was not last seen showing it, behind the changes already dirty and any that come
     /// later; returns the keys the leadership has to settle: those, and the changes.
-    pub fn mark_all_dirty(&self) -> HashSet<ObjectKey> {
+    pub(crate) fn mark_all_dirty(&self) -> HashSet<ObjectKey> {
         let mut st = self.state();
         let keys: HashSet<ObjectKey> = st
             .desired
@@ -169,7 +169,7 @@ impl StatusCache {
     }
 
     /// Marks `key` dirty again (a write that did not happen), if it is still wanted.
-    pub fn requeue(&self, key: &ObjectKey) {
+    pub(crate) fn requeue(&self, key: &ObjectKey) {
         let mut st = self.state();
         if st.desired.contains_key(key) {
             st.mark(key);
@@ -180,7 +180,11 @@ impl StatusCache {
 
     /// Takes up to `limit` dirty objects, changes before the re-check, skipping those in `busy`
     /// (being written now; they stay dirty for after). Taken ones are no longer dirty.
-    pub fn take_dirty(&self, limit: usize, busy: &HashSet<ObjectKey>) -> Vec<(ObjectKey, Desired)> {
+    pub(crate) fn take_dirty(
+        &self,
+        limit: usize,
+        busy: &HashSet<ObjectKey>,
+    ) -> Vec<(ObjectKey, Desired)> {
         let mut st = self.state();
         let keys: Vec<ObjectKey> = st
             .dirty
@@ -226,7 +230,7 @@ impl StatusCache {
     ///
     /// # Cancel safety
     /// Cancel safe: a wake-up that arrives while nobody waits is kept for the next call.
-    pub async fn changed(&self) {
+    pub(crate) async fn changed(&self) {
         self.changed.notified().await;
     }
 }

@@ -23,7 +23,7 @@ use rustls_pki_types::CertificateDer;
 use crate::secret::{reduce_event, reduced_lookup};
 
 /// The key of the PEM CA bundle in a ConfigMap.
-pub const CA_CERT_KEY: &str = "ca.crt";
+pub(crate) const CA_CERT_KEY: &str = "ca.crt";
 
 /// A ConfigMap reduced to what the CA check needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,7 +53,7 @@ impl CaBundle {
     }
 
     /// A watch event of ConfigMaps as one of reduced ConfigMaps.
-    pub fn map_event(event: watcher::Event<ConfigMap>) -> watcher::Event<CaBundle> {
+    pub(crate) fn map_event(event: watcher::Event<ConfigMap>) -> watcher::Event<CaBundle> {
         reduce_event(event, Self::from_config_map)
     }
 }

@@ -84,21 +84,21 @@ impl Desired {
 /// One `status.parents` entry of any route kind. Upstream has one type for every route kind
 /// (`RouteParentStatus`, `apis/v1/shared_types.go`); the gateway-api crate generates a copy per
 /// kind, all alike, and the HTTPRoute one stands for all here.
-pub type RouteParentStatus = HttpRouteStatusParents;
+pub(crate) type RouteParentStatus = HttpRouteStatusParents;
 
 /// One `status.ancestors` entry of a policy. Upstream's `PolicyAncestorStatus`
 /// (`apis/v1/policy_types.go`) has the same fields as `RouteParentStatus`: its `ancestorRef` is
 /// a `ParentReference`, its conditions and `controllerName` alike; so one shape, and one merge,
 /// serves both.
-pub type PolicyAncestorStatus = RouteParentStatus;
+pub(crate) type PolicyAncestorStatus = RouteParentStatus;
 
 /// The `lastTransitionTime` of a computed condition before the merge sets the real one.
-pub fn placeholder_time() -> Time {
+pub(crate) fn placeholder_time() -> Time {
     Time(Timestamp::UNIX_EPOCH)
 }
 
 /// A computed condition: `observedGeneration` set, time left to the merge.
-pub fn condition(
+pub(crate) fn condition(
     type_: &str,
     status: bool,
     reason: &str,

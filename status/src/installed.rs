@@ -32,17 +32,17 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 // `Crd` lives beside `Kind`, so that the watches can name it without depending on discovery.
-pub use crate::key::Crd;
+pub(crate) use crate::key::Crd;
 use crate::watch::Stores;
 
 /// The API group and version whose resources discovery lists.
-pub const GROUP_VERSION: &str = "gateway.networking.k8s.io/v1";
+pub(crate) const GROUP_VERSION: &str = "gateway.networking.k8s.io/v1";
 /// The slowest discovery is repeated while some kind is missing.
-pub const MAX_RECHECK: Duration = Duration::from_secs(10);
+pub(crate) const MAX_RECHECK: Duration = Duration::from_secs(10);
 /// The first repeat of discovery while some kind is missing.
 const FIRST_RECHECK: Duration = Duration::from_secs(1);
 /// How the missing CRDs are installed: the standard channel of the release the types follow.
-pub const INSTALL_HINT: &str = "kubectl apply --server-side -f https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.5.1/standard-install.yaml";
+pub(crate) const INSTALL_HINT: &str = "kubectl apply --server-side -f https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.5.1/standard-install.yaml";
 
 /// Whether the status writer can do its job: the `/readyz` answer.
 #[derive(Debug, Clone, PartialEq, Eq)]

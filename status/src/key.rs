@@ -100,7 +100,7 @@ impl fmt::Display for ObjectKey {
 /// A Gateway API kind that is watched only while its CRD is installed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
-pub enum Crd {
+pub(crate) enum Crd {
     /// GatewayClass (required).
     GatewayClass,
     /// Gateway (required).
@@ -121,7 +121,7 @@ pub enum Crd {
 
 impl Crd {
     /// Every kind, required ones first.
-    pub const ALL: [Crd; 8] = [
+    pub(crate) const ALL: [Crd; 8] = [
         Crd::GatewayClass,
         Crd::Gateway,
         Crd::HttpRoute,
@@ -133,7 +133,7 @@ impl Crd {
     ];
 
     /// The Kubernetes kind.
-    pub fn kind(self) -> &'static str {
+    pub(crate) fn kind(self) -> &'static str {
         match self {
             Crd::GatewayClass => "GatewayClass",
             Crd::Gateway => "Gateway",
@@ -147,7 +147,7 @@ impl Crd {
     }
 
     /// The resource (plural) name, as discovery lists it.
-    pub fn plural(self) -> &'static str {
+    pub(crate) fn plural(self) -> &'static str {
         match self {
             Crd::GatewayClass => "gatewayclasses",
             Crd::Gateway => "gateways",
@@ -161,12 +161,12 @@ impl Crd {
     }
 
     /// The CRD's name.
-    pub fn crd_name(self) -> String {
+    pub(crate) fn crd_name(self) -> String {
         format!("{}.gateway.networking.k8s.io", self.plural())
     }
 
     /// Whether the status writer is of any use without it: readiness waits for these.
-    pub fn required(self) -> bool {
+    pub(crate) fn required(self) -> bool {
         matches!(self, Crd::GatewayClass | Crd::Gateway | Crd::HttpRoute)
     }
 }

@@ -26,14 +26,14 @@ mod listener_set;
 mod policy;
 
 /// The most `status.parents` entries an HTTPRoute may hold (the CRD's `maxItems`).
-pub const MAX_PARENTS: usize = 32;
+pub(crate) const MAX_PARENTS: usize = 32;
 /// The most `status.ancestors` entries a BackendTLSPolicy may hold (the CRD's `maxItems`;
 /// `apis/v1/policy_types.go`, `PolicyStatus`: "A maximum of 16 ancestors").
-pub const MAX_ANCESTORS: usize = 16;
+pub(crate) const MAX_ANCESTORS: usize = 16;
 
 /// What the merge decided for one object.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Merge<K> {
+pub(crate) enum Merge<K> {
     /// The object already says what we want: send nothing.
     Unchanged,
     /// Our conditions already observed a newer generation than the desired status was computed
@@ -49,13 +49,13 @@ pub enum Merge<K> {
 }
 
 /// An object whose status this controller writes.
-pub trait StatusObject: Sized + Clone {
+pub(crate) trait StatusObject: Sized + Clone {
     /// Merges `desired` into a copy of `self`; `now` stamps conditions whose status changed.
     fn merge(&self, desired: &Desired, controller_name: &str, now: &Time) -> Merge<Self>;
 }
 
 /// Merges `desired` into `current` by type; returns the list to store.
-pub fn merge_conditions(
+pub(crate) fn merge_conditions(
     current: &[Condition],
     desired: &[Condition],
     now: &Time,

@@ -28,7 +28,9 @@ use crate::merge::{Merge, StatusObject};
 use crate::watch::Stores;
 
 /// A kind whose watched copies the writer reads.
-pub trait Watched: StatusObject + Resource<DynamicType = ()> + Clone + 'static {
+pub(crate) trait Watched:
+    StatusObject + Resource<DynamicType = ()> + Clone + 'static
+{
     /// The watched copy of one object of this kind; none while the kind is not watched (its
     /// CRD not installed) or the watch does not hold it.
     fn get(stores: &Stores, object: &ObjectRef<Self>) -> Option<Arc<Self>>;
@@ -56,7 +58,7 @@ watched! {
 }
 
 /// The watched copy of `key`'s object, if the watch holds one.
-pub fn copy<K: Watched>(stores: &Stores, key: &ObjectKey) -> Option<Arc<K>> {
+pub(crate) fn copy<K: Watched>(stores: &Stores, key: &ObjectKey) -> Option<Arc<K>> {
     let mut r = ObjectRef::<K>::new(&key.name);
     if let Some(ns) = &key.namespace {
         r = r.within(ns);
@@ -108,24 +110,24 @@ fn compare(
 /// [`crate::compute::Computation`] run computed (every route whose object changed is among it),
 /// it costs what changed; objects that lost their status are let go with [`Drift::forget`].
 #[derive(Debug, Default)]
-pub struct Drift {
+pub(crate) struct Drift {
     checked: HashMap<ObjectKey, String>,
 }
 
 /// What one [`Drift::check`] found among the watched copies that changed since the last check.
 #[derive(Debug, Default)]
-pub struct Checked {
+pub(crate) struct Checked {
     /// Copies that no longer show their desired status: changes to write.
-    pub drifted: Vec<ObjectKey>,
+    pub(crate) drifted: Vec<ObjectKey>,
     /// Copies that show their desired status: nothing to write until the copy or the desired
     /// status changes, so a new leadership need not check them again.
-    pub shown: Vec<ObjectKey>,
+    pub(crate) shown: Vec<ObjectKey>,
 }
 
 impl Drift {
     /// Compares the watched copies of `desired`'s objects that changed since they were last
     /// compared with their desired status.
-    pub fn check(
+    pub(crate) fn check(
         &mut self,
         stores: &Stores,
         desired: &BTreeMap<ObjectKey, Desired>,
@@ -147,7 +149,7 @@ impl Drift {
     }
 
     /// Forgets what was seen of `keys` (objects that no longer have a desired status).
-    pub fn forget(&mut self, keys: &[ObjectKey]) {
+    pub(crate) fn forget(&mut self, keys: &[ObjectKey]) {
         for key in keys {
             self.checked.remove(key);
         }

@@ -20,11 +20,11 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 /// The Secret type whose references listeners support (core support in v1.5.1).
-pub const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
+pub(crate) const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
 /// The key of the PEM certificate chain in a TLS Secret.
-pub const TLS_CERT_KEY: &str = "tls.crt";
+pub(crate) const TLS_CERT_KEY: &str = "tls.crt";
 /// The key of the PEM private key in a TLS Secret.
-pub const TLS_PRIVATE_KEY_KEY: &str = "tls.key";
+pub(crate) const TLS_PRIVATE_KEY_KEY: &str = "tls.key";
 
 /// The longest type name kept from a Secret: the type is user input echoed into a message.
 const MAX_TYPE_LEN: usize = 64;
@@ -76,7 +76,7 @@ impl TlsSecret {
     }
 
     /// A watch event of Secrets as one of reduced Secrets.
-    pub fn map_event(event: watcher::Event<Secret>) -> watcher::Event<TlsSecret> {
+    pub(crate) fn map_event(event: watcher::Event<Secret>) -> watcher::Event<TlsSecret> {
         reduce_event(event, Self::from_secret)
     }
 }

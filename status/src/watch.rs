@@ -32,9 +32,9 @@ use crate::key::Crd;
 use crate::secret::TlsSecret;
 
 /// The annotation on Gateway API CRDs that names their bundle version.
-pub const BUNDLE_VERSION_ANNOTATION: &str = "gateway.networking.k8s.io/bundle-version";
+pub(crate) const BUNDLE_VERSION_ANNOTATION: &str = "gateway.networking.k8s.io/bundle-version";
 /// The CRD whose bundle version decides `SupportedVersion`.
-pub const GATEWAY_CLASS_CRD: &str = "gatewayclasses.gateway.networking.k8s.io";
+pub(crate) const GATEWAY_CLASS_CRD: &str = "gatewayclasses.gateway.networking.k8s.io";
 
 /// The annotation in which `kubectl apply` keeps the whole object it applied.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -125,7 +125,7 @@ where
 
 /// The reflectors' stores: a consistent-enough view of everything the computation reads.
 #[derive(Clone)]
-pub struct Stores {
+pub(crate) struct Stores {
     pub(crate) gateway_classes: Slot<GatewayClass>,
     pub(crate) gateways: Slot<Gateway>,
     pub(crate) http_routes: Slot<HttpRoute>,
@@ -143,7 +143,7 @@ pub struct Stores {
 
 impl Stores {
     /// A snapshot for one computation.
-    pub fn world(&self, bundle_version: Option<String>) -> World {
+    pub(crate) fn world(&self, bundle_version: Option<String>) -> World {
         World {
             gateway_classes: self.gateway_classes.snapshot(),
             gateways: self.gateways.snapshot(),
@@ -241,7 +241,7 @@ impl Stores {
 /// The core kinds' watches (always served), and empty slots for the Gateway API kinds, which
 /// the `installed` module's `supervise` fills as discovery finds them. `changed` is notified on
 /// every change seen.
-pub fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<()>) -> Stores {
+pub(crate) fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<()>) -> Stores {
     let wake = Wake {
         changed,
         progress: Arc::new(Notify::new()),
@@ -282,7 +282,7 @@ where
 ///
 /// Each object arrives whole (up to 1 MiB) and is reduced at once, so a page is the most such
 /// data held at a time: 50 pages of at most 50 MiB, instead of kube-runtime's 500.
-pub const SECRET_PAGE_SIZE: u32 = 50;
+pub(crate) const SECRET_PAGE_SIZE: u32 = 50;
 
 /// The watch of a core kind whose objects are reduced before they enter the store (Secrets to
 /// [`TlsSecret`], ConfigMaps to [`CaBundle`]), so the store never holds their data.
@@ -447,7 +447,7 @@ where
 }
 
 /// Reads the installed Gateway API bundle version from the GatewayClass CRD, if allowed.
-pub async fn bundle_version(client: &Client) -> Option<String> {
+pub(crate) async fn bundle_version(client: &Client) -> Option<String> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     match api.get_metadata(GATEWAY_CLASS_CRD).await {
         Ok(crd) => crd

@@ -157,9 +157,9 @@ impl WriterConfig {
 
 /// What one write found or did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Written {
+pub(crate) enum Written {
     /// The status was written under `term`.
-    Written {
+    Sent {
         /// The term the write carried.
         term: Term,
     },
@@ -173,7 +173,7 @@ pub enum Written {
 
 /// Why one write failed.
 #[derive(Debug, thiserror::Error)]
-pub enum WriteError {
+pub(crate) enum WriteError {
     /// This replica may not write (any more): the next leader writes it.
     #[error(transparent)]
     NotLeader(#[from] NotLeader),
@@ -181,7 +181,7 @@ pub enum WriteError {
     #[error("abandoned at the validity deadline of term {0}")]
     Deadline(Term),
     /// The apiserver refused or failed the request.
-    #[error("{0}")]
+    #[error(transparent)]
     Kube(#[from] kube::Error),
     /// The desired status does not fit the object's kind (a bug, never sent).
     #[error("the desired status is for another kind")]
@@ -190,7 +190,7 @@ pub enum WriteError {
 
 impl WriteError {
     /// Worth retrying at once with backoff: conflicts, throttling, server and transport errors.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
             WriteError::Kube(kube::Error::Api(s)) => {
                 s.code == 409 || s.code == 429 || s.code >= 500
@@ -201,7 +201,7 @@ impl WriteError {
     }
 
     /// Leadership ended: not the write's fault, and not for this replica to retry.
-    pub fn is_leadership(&self) -> bool {
+    pub(crate) fn is_leadership(&self) -> bool {
         matches!(self, WriteError::NotLeader(_) | WriteError::Deadline(_))
     }
 }
@@ -219,7 +219,7 @@ impl From<GuardedError<WriteError>> for WriteError {
 }
 
 /// Writes dirty statuses from the cache while this replica leads.
-pub struct StatusWriter {
+pub(crate) struct StatusWriter {
     client: Client,
     cache: Arc<StatusCache>,
     leadership: Leadership,
@@ -229,7 +229,7 @@ pub struct StatusWriter {
 
 impl StatusWriter {
     /// A writer over `cache`, guarded by `leadership`.
-    pub fn new(
+    pub(crate) fn new(
         client: Client,
         cache: Arc<StatusCache>,
         leadership: Leadership,
@@ -248,13 +248,13 @@ impl StatusWriter {
     /// and sends it with that copy's `resourceVersion`, re-reading only on a conflict, and a
     /// status that is already right costs no request. Without it every write reads first.
     #[must_use]
-    pub fn with_watched(mut self, stores: Stores) -> Self {
+    pub(crate) fn with_watched(mut self, stores: Stores) -> Self {
         self.watched = Some(stores);
         self
     }
 
     /// Runs until `cancel`; then lets writes in flight finish within the shutdown grace.
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         let mut states = self.leadership.subscribe();
         let mut leading: Option<Term> = None;
         let mut sweep = Sweep::default();
@@ -350,13 +350,13 @@ impl StatusWriter {
             kind: key.kind.as_str(),
         };
         match &result {
-            Ok(Written::Written { .. }) => metrics.status_writes.get_or_create(&kind).inc(),
+            Ok(Written::Sent { .. }) => metrics.status_writes.get_or_create(&kind).inc(),
             Err(e) if e.is_leadership() => metrics.status_writes_not_leader.inc(),
             Err(_) => metrics.status_write_errors.get_or_create(&kind).inc(),
             Ok(_) => 0,
         };
         match result {
-            Ok(Written::Written { term }) => {
+            Ok(Written::Sent { term }) => {
                 // A line machines read (gateway-leader-log): `mono_ms` (CLOCK_MONOTONIC) orders
                 // writes across replicas for the bench's checker.
                 info!({ field::TERM } = %term, { field::IDENTITY } = %identity,
@@ -432,7 +432,7 @@ impl Sweep {
             return None;
         };
         let mut first = None;
-        if let Ok(Written::Written { term: t }) = result {
+        if let Ok(Written::Sent { term: t }) = result {
             if !self.first_write && *t == term {
                 self.first_write = true;
                 let after = began.elapsed();
@@ -446,7 +446,7 @@ impl Sweep {
             return first;
         }
         match result {
-            Ok(Written::Written { .. }) => self.written += 1,
+            Ok(Written::Sent { .. }) => self.written += 1,
             Ok(Written::Unchanged) => self.unchanged += 1,
             _ => self.other += 1,
         }
@@ -586,7 +586,7 @@ impl Job {
                 // The last moment before the request leaves: leadership must still hold.
                 let term = permit.check()?;
                 match api.replace_status(&key.name, &params, &*next).await {
-                    Ok(_) => Ok(Written::Written { term }),
+                    Ok(_) => Ok(Written::Sent { term }),
                     Err(kube::Error::Api(s)) if s.code == 404 => Ok(Written::Gone),
                     Err(e) => Err(WriteError::Kube(e)),
                 }
@@ -612,19 +612,19 @@ mod tests {
             None
         );
         assert!(!sweep.checking, "the pass over what was cached is done");
-        let first = sweep.settled(&key("b"), &Ok(Written::Written { term: Term(3) }), "me");
+        let first = sweep.settled(&key("b"), &Ok(Written::Sent { term: Term(3) }), "me");
         assert!(
             first.is_some(),
             "a change that arrived later is still the first write"
         );
-        let second = sweep.settled(&key("c"), &Ok(Written::Written { term: Term(3) }), "me");
+        let second = sweep.settled(&key("c"), &Ok(Written::Sent { term: Term(3) }), "me");
         assert_eq!(second, None, "only the first");
     }
 
     #[test]
     fn a_write_of_an_older_term_is_not_this_leaderships_first() {
         let mut sweep = Sweep::start(Term(4), [key("a")].into());
-        let old = sweep.settled(&key("a"), &Ok(Written::Written { term: Term(3) }), "me");
+        let old = sweep.settled(&key("a"), &Ok(Written::Sent { term: Term(3) }), "me");
         assert_eq!(old, None);
         assert_eq!(sweep.written, 1, "it still counts in the pass");
     }

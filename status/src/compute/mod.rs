@@ -40,10 +40,13 @@ use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 
-use crate::configmap::CaBundle;
 use crate::desired::Desired;
 use crate::key::ObjectKey;
-use crate::secret::TlsSecret;
+
+// What `World` holds of Secrets and ConfigMaps: reduced before they enter a watch's store, and
+// reduced the same way by whoever builds a `World` of their own.
+pub use crate::configmap::CaBundle;
+pub use crate::secret::{Content, TlsSecret};
 
 mod gateway;
 mod gatewayclass;

@@ -9,14 +9,19 @@ use std::process::{Command, ExitCode};
 fn main() -> ExitCode {
     // `cargo bench` passes `--bench` (and any filter): this fixed configuration takes none.
     let out = std::env::temp_dir().join("gateway-leader-bench-failover");
-    let binary = match testkit::workspace_binary("gateway-leader", "gateway-leader") {
+    // Both built by name, not by `CARGO_BIN_EXE_*`: this bench needs neither to be its own
+    // package's binary.
+    let built = testkit::workspace_binary("gateway-leader", "gateway-leader").and_then(|b| {
+        testkit::workspace_binary("gateway-leader-bench", "gateway-leader-bench").map(|c| (b, c))
+    });
+    let (binary, bench) = match built {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("cannot build gateway-leader: {e:#}");
+            eprintln!("cannot build gateway-leader and gateway-leader-bench: {e:#}");
             return ExitCode::FAILURE;
         }
     };
-    let status = Command::new(env!("CARGO_BIN_EXE_gateway-leader-bench"))
+    let status = Command::new(bench)
         .args(["run", "--lock-backend", "all"])
         .arg("--binary")
         .arg(binary)

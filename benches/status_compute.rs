@@ -5,15 +5,15 @@
 //! the 100 ms a takeover allows, and where the time goes.
 //!
 //! ```sh
-//! cargo bench -p gateway-leader-status --bench compute -- 10000
+//! cargo bench --bench status_compute -- 10000
 //! ```
 
 use std::sync::Arc;
 
 use std::time::{Duration, Instant};
 
-use gateway_leader_status::compute::{self, Computation};
-use gateway_leader_status::{StatusCache, World};
+use gateway_leader_status::compute::{self, Computation, World};
+use gateway_leader_status::StatusCache;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 

@@ -8,7 +8,7 @@
 //! Rounds alternate between the two on the same server. `ROUNDS` (default 200) sets the count;
 //! `LOAD=N` adds N tasks that write to another key without pause during the rounds.
 //!
-//! Run: `cargo bench -p leader-lock-etcd --bench release_latency` (needs `etcd` and `etcdctl`
+//! Run: `cargo bench --bench etcd_release_latency` (needs `etcd` and `etcdctl`
 //! from `scripts/build-etcd.sh`).
 
 use std::process::Stdio;
