@@ -146,7 +146,7 @@ pub fn validate(s: &Settings) -> Result<(), ConfigError> {
 }
 
 /// A backend's refusal as a settings error: under the setting it names (its file key), with the
-/// backend's message less the setting's name it starts with, since the error names it already;
+/// backend's reason alone, since the error names the setting already;
 /// a rule between timing settings, or a field with no setting of its own, under the backend.
 /// Credentials are worded with this program's own flags and variables, which the backends do not
 /// know.
@@ -190,14 +190,8 @@ fn backend_refusal(backend: Backend, e: &leader_lock::backend::ConfigError) -> C
         leader_lock::backend::ConfigError::UserWithoutPassword { .. } => {
             format!("set without a password ({})", password())
         }
-        _ => {
-            let dashed = key.replace('_', "-");
-            message
-                .strip_prefix(dashed.as_str())
-                .and_then(|m| m.strip_prefix(": "))
-                .unwrap_or(&message)
-                .to_string()
-        }
+        leader_lock::backend::ConfigError::Invalid { message, .. } => message.clone(),
+        _ => message,
     };
     ConfigError::invalid(key, message)
 }

@@ -19,7 +19,8 @@ pub enum ConfigError {
     Invalid {
         /// The setting the message is about.
         setting: &'static str,
-        /// What is wrong and what is accepted; it names the setting too.
+        /// What is wrong and what is accepted. The error shows the setting before it
+        /// (`{setting}: {message}`), so the message does not start with it.
         message: String,
     },
     /// A URL carries a user or a password. Credentials belong in their own fields (`username`,
@@ -51,7 +52,7 @@ pub enum ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::Invalid { message, .. } => f.write_str(message),
+            ConfigError::Invalid { setting, message } => write!(f, "{setting}: {message}"),
             ConfigError::CredentialsInUrl { setting, shown } => write!(
                 f,
                 "{setting}: `{shown}` holds credentials; give the user and the password in the \
@@ -105,7 +106,7 @@ mod tests {
 
     #[test]
     fn config_errors_name_their_setting_and_read_as_before() {
-        let invalid = ConfigError::invalid("etcd-endpoints", "etcd-endpoints: `x` is not a URL");
+        let invalid = ConfigError::invalid("etcd-endpoints", "`x` is not a URL");
         assert_eq!(invalid.setting(), Some("etcd-endpoints"));
         assert_eq!(invalid.to_string(), "etcd-endpoints: `x` is not a URL");
 

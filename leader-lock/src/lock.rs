@@ -145,7 +145,9 @@ impl std::fmt::Display for Chain<'_> {
 /// A setting that cannot work is a refusal for good: retrying does not fix it.
 impl From<ConfigError> for LockError {
     fn from(e: ConfigError) -> Self {
-        LockError::refused_from(e.to_string(), e)
+        // The settings' error is the source, whole: not also the message, or a chain of
+        // errors (`{e:#}`) would print it twice.
+        LockError::refused_from("invalid settings", e)
     }
 }
 
@@ -387,10 +389,10 @@ mod tests {
 
     #[test]
     fn a_config_error_is_a_refusal_that_keeps_it() {
-        let c = ConfigError::invalid("redis-url", "redis-url `x` is not a URL");
+        let c = ConfigError::invalid("redis-url", "`x` is not a URL");
         let e = LockError::from(c.clone());
         assert!(
-            matches!(&e, LockError::Refused { message, .. } if message == "redis-url `x` is not a URL"),
+            matches!(&e, LockError::Refused { message, .. } if message == "invalid settings"),
             "{e:?}"
         );
         assert_eq!(

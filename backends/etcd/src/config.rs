@@ -122,9 +122,7 @@ pub(crate) fn check_endpoint(endpoint: &str) -> Result<(), ConfigError> {
     let bad = |why: &str| {
         Err(ConfigError::invalid(
             ENDPOINTS,
-            format!(
-                "etcd-endpoints: `{shown}` is not a client URL like http://127.0.0.1:2379 ({why})"
-            ),
+            format!("`{shown}` is not a client URL like http://127.0.0.1:2379 ({why})"),
         ))
     };
     if endpoint.contains('@') {
@@ -177,7 +175,7 @@ pub(crate) fn read_tls_file(
     path: &Path,
     kind: Pem,
 ) -> Result<Vec<u8>, ConfigError> {
-    read_pem(path, kind).map_err(|e| ConfigError::invalid(setting, format!("{setting}: {e}")))
+    read_pem(path, kind).map_err(|e| ConfigError::invalid(setting, e.to_string()))
 }
 
 /// The checks of [`EtcdConfig::validate`].
@@ -192,25 +190,25 @@ pub(crate) fn validate(config: &EtcdConfig, timing: &Timing) -> Result<(), Confi
     if tls && config.endpoints.iter().any(|e| e.starts_with("http://")) {
         return Err(ConfigError::invalid(
             ENDPOINTS,
-            "etcd-endpoints: mixing http:// and https:// endpoints is not supported",
+            "mixing http:// and https:// endpoints is not supported",
         ));
     }
     check_tls(config)?;
     match (&config.username, &config.password) {
         (Some(u), _) if u.is_empty() => {
-            return Err(ConfigError::invalid(USERNAME, "etcd-username is empty"))
+            return Err(ConfigError::invalid(USERNAME, "must not be empty"))
         }
         (Some(_), None) => return Err(ConfigError::UserWithoutPassword { setting: USERNAME }),
         (None, Some(_)) => {
             return Err(ConfigError::invalid(
                 "etcd-password",
-                "an etcd password is set without etcd-username",
+                "set without etcd-username",
             ))
         }
         _ => {}
     }
     check_name(&config.key_prefix, KEY_PREFIX_CHARS, MAX_KEY_PREFIX_BYTES)
-        .map_err(|e| ConfigError::invalid("etcd-key-prefix", format!("etcd-key-prefix: {e}")))?;
+        .map_err(|e| ConfigError::invalid("etcd-key-prefix", e.to_string()))?;
     let timeout = config
         .request_timeout
         .unwrap_or_else(|| EtcdConfig::request_timeout_for(timing));
@@ -225,20 +223,20 @@ fn check_tls(config: &EtcdConfig) -> Result<(), ConfigError> {
     if !tls && tls_files {
         return Err(ConfigError::invalid(
             ENDPOINTS,
-            "etcd-ca-file/etcd-cert-file are set but etcd-endpoints are http://; use https:// URLs",
+            "http:// while etcd-ca-file or etcd-cert-file is set; use https:// URLs",
         ));
     }
     match (&config.cert_file, &config.key_file) {
         (Some(_), None) => {
             return Err(ConfigError::invalid(
                 "etcd-cert-file",
-                "etcd-cert-file is set without etcd-key-file",
+                "set without etcd-key-file",
             ))
         }
         (None, Some(_)) => {
             return Err(ConfigError::invalid(
                 "etcd-key-file",
-                "etcd-key-file is set without etcd-cert-file",
+                "set without etcd-cert-file",
             ))
         }
         _ => {}
@@ -273,10 +271,7 @@ pub(crate) fn check_timing(timing: &Timing, request_timeout: Duration) -> Result
 
 /// The error for an empty endpoint list, which connecting refuses too.
 pub(crate) fn no_endpoint() -> ConfigError {
-    ConfigError::invalid(
-        ENDPOINTS,
-        "etcd-endpoints: at least one endpoint is required",
-    )
+    ConfigError::invalid(ENDPOINTS, "at least one endpoint is required")
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ pub(crate) fn tls_options(config: &EtcdConfig) -> Result<TlsOptions, LockError> 
         _ => {
             return Err(ConfigError::invalid(
                 "etcd-cert-file",
-                "etcd-cert-file and etcd-key-file must be given together",
+                "must be given together with etcd-key-file",
             )
             .into())
         }

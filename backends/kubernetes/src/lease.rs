@@ -176,7 +176,7 @@ impl LeaseLock {
             return Err(ConfigError::invalid(
                 "lease-duration",
                 format!(
-                    "lease-duration ({:?}) does not fit a Lease's leaseDurationSeconds (int32)",
+                    "{:?} does not fit a Lease's leaseDurationSeconds (int32)",
                     timing.lease_duration
                 ),
             ));
@@ -627,7 +627,7 @@ impl LeaderLock for LeaseLock {
         if manager.is_empty() || manager.len() > FIELD_MANAGER_MAX {
             return Err(ConfigError::invalid(
                 "field-manager",
-                format!("field-manager {manager:?} must be 1 to {FIELD_MANAGER_MAX} bytes"),
+                format!("{manager:?} must be 1 to {FIELD_MANAGER_MAX} bytes"),
             ));
         }
         self.inner.state().renew_deadline = Some(timing.renew_deadline);

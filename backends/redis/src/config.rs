@@ -181,7 +181,7 @@ fn check_sentinel_addresses(addresses: &[String]) -> Result<(), ConfigError> {
             return Err(ConfigError::invalid(
                 SENTINEL,
                 format!(
-                    "redis-sentinel: `{shown}` is not a Sentinel address like \
+                    "`{shown}` is not a Sentinel address like \
                      redis://127.0.0.1:26379 or rediss://sentinel-0.example:26379"
                 ),
             ));
@@ -191,7 +191,7 @@ fn check_sentinel_addresses(addresses: &[String]) -> Result<(), ConfigError> {
     if schemes.len() > 1 {
         return Err(ConfigError::invalid(
             SENTINEL,
-            "redis-sentinel: mixes redis:// and rediss://; use one scheme for every Sentinel",
+            "mixes redis:// and rediss://; use one scheme for every Sentinel",
         ));
     }
     Ok(())
@@ -202,7 +202,7 @@ fn check_sentinel(s: &SentinelConfig) -> Result<(), ConfigError> {
     if s.addresses.is_empty() {
         return Err(ConfigError::invalid(
             SENTINEL,
-            "redis-sentinel: at least one Sentinel address is required",
+            "at least one Sentinel address is required",
         ));
     }
     check_sentinel_addresses(&s.addresses)?;
@@ -221,7 +221,7 @@ fn check_sentinel(s: &SentinelConfig) -> Result<(), ConfigError> {
         return Err(ConfigError::invalid(
             SENTINEL_MASTER,
             format!(
-                "redis-sentinel-master {:?}: the name the Sentinels monitor the primary under is \
+                "{:?}: the name the Sentinels monitor the primary under is \
                  required with redis-sentinel (letters, digits, '-', '.', '_'; at most 128)",
                 s.master
             ),
@@ -253,17 +253,17 @@ fn check_url(config: &RedisConfig) -> Result<(), ConfigError> {
         Some(s) if s.eq_ignore_ascii_case("redis") || s.eq_ignore_ascii_case("rediss") => {}
         Some(s) => {
             return bad_url(format!(
-                "redis-url `{shown}`: scheme `{s}` is not supported; use redis:// or rediss://"
+                "`{shown}`: scheme `{s}` is not supported; use redis:// or rediss://"
             ))
         }
         None => {
             return bad_url(format!(
-                "redis-url `{shown}` is not a URL; expected redis://HOST:PORT or rediss://HOST:PORT"
+                "`{shown}` is not a URL; expected redis://HOST:PORT or rediss://HOST:PORT"
             ))
         }
     }
     if let Err(e) = config.url.as_str().into_connection_info() {
-        return bad_url(format!("redis-url `{shown}` is invalid: {e}"));
+        return bad_url(format!("`{shown}` is invalid: {e}"));
     }
     Ok(())
 }
@@ -275,7 +275,7 @@ fn check_rest(config: &RedisConfig) -> Result<(), ConfigError> {
         None => (URL, redact_url(&config.url).to_string()),
     };
     leader_lock::input::check_name(&config.key_prefix, KEY_PREFIX_CHARS, MAX_KEY_PREFIX_BYTES)
-        .map_err(|e| ConfigError::invalid("redis-key-prefix", format!("redis-key-prefix: {e}")))?;
+        .map_err(|e| ConfigError::invalid("redis-key-prefix", e.to_string()))?;
     if config.username.is_some() && config.password.is_none() {
         return Err(ConfigError::UserWithoutPassword { setting: USERNAME });
     }
@@ -284,7 +284,7 @@ fn check_rest(config: &RedisConfig) -> Result<(), ConfigError> {
             return Err(ConfigError::invalid(
                 CA_FILE,
                 format!(
-                    "redis-ca-file is set but {tls_setting} `{shown}` does not use TLS; use \
+                    "set, but {tls_setting} `{shown}` does not use TLS; use \
                      rediss://"
                 ),
             ));
@@ -294,7 +294,7 @@ fn check_rest(config: &RedisConfig) -> Result<(), ConfigError> {
     if config.request_timeout.is_zero() {
         return Err(ConfigError::invalid(
             "request-timeout",
-            "the redis request timeout must be greater than zero",
+            "must be greater than zero",
         ));
     }
     Ok(())
@@ -302,8 +302,7 @@ fn check_rest(config: &RedisConfig) -> Result<(), ConfigError> {
 
 /// Reads a CA bundle (bounded) and checks that it holds PEM certificates.
 pub(crate) fn read_ca(path: &Path) -> Result<Vec<u8>, ConfigError> {
-    read_pem(path, Pem::Certificates)
-        .map_err(|e| ConfigError::invalid(CA_FILE, format!("redis-ca-file: {e}")))
+    read_pem(path, Pem::Certificates).map_err(|e| ConfigError::invalid(CA_FILE, e.to_string()))
 }
 
 /// Checks the timing against what Redis can express (PX takes whole milliseconds), and that
@@ -315,7 +314,7 @@ pub(crate) fn check_timing(timing: &Timing, request_timeout: Duration) -> Result
         return Err(ConfigError::invalid(
             "lease-duration",
             format!(
-                "lease-duration ({lease:?}) must be a whole number of milliseconds, at least 1ms, \
+                "{lease:?} must be a whole number of milliseconds, at least 1ms, \
                  for redis"
             ),
         ));
