@@ -7,30 +7,12 @@ use tokio::time::Instant;
 
 use crate::NS;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Kubernetes,
-    Etcd,
-    Redis,
-}
+/// The binary's own backend names: the demo runs the binary with `--lock-backend`.
+pub use gateway_leader::config::Backend;
 
-impl Backend {
-    pub fn parse(s: &str) -> Option<Backend> {
-        match s {
-            "kubernetes" => Some(Backend::Kubernetes),
-            "etcd" => Some(Backend::Etcd),
-            "redis" => Some(Backend::Redis),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Kubernetes => "kubernetes",
-            Backend::Etcd => "etcd",
-            Backend::Redis => "redis",
-        }
-    }
+/// The backend named exactly as `--lock-backend` spells it.
+pub fn parse_backend(s: &str) -> Option<Backend> {
+    Backend::ALL.into_iter().find(|b| b.name() == s)
 }
 
 /// Where the lock lives; statuses always go to the apiserver.

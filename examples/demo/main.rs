@@ -40,7 +40,7 @@ use testkit::kube::KubeApiServer;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::fleet::Fleet;
-use crate::lock::{Backend, LockServer};
+use crate::lock::{parse_backend, Backend, LockServer};
 use crate::out::{human, list, Out, Tone};
 use crate::phases::{Change, Demo};
 use crate::sample::{apply_sample, create_tls_secret, CLASS, CROSS, GATEWAY, MISSING, VALID};
@@ -283,7 +283,7 @@ fn parse_args() -> Result<Args, String> {
         [bin, b] => (bin, b.to_string_lossy().into_owned()),
         _ => return Err("expected the binary's path and at most a backend".into()),
     };
-    let backend = Backend::parse(&backend).ok_or_else(|| format!("unknown backend {backend:?}"))?;
+    let backend = parse_backend(&backend).ok_or_else(|| format!("unknown backend {backend:?}"))?;
     let bin = PathBuf::from(bin);
     if !bin.is_file() {
         return Err(format!("{} is not a file", bin.display()));
