@@ -308,7 +308,6 @@ mod tests {
             ("retry_period", "2s"),
         ]);
         validate(&s).expect("valid for the Kubernetes backend");
-        leader_lock_kubernetes::install_crypto_provider();
         // Never connected: the URL only has to parse.
         let config = kube::Config::new("https://127.0.0.1:1".parse().expect("url"));
         let client = kube::Client::try_from(config).expect("client");

@@ -50,7 +50,6 @@ pub type ClientService = BoxService<Request<Body>, Response<hyper::body::Incomin
 /// # }
 /// ```
 pub fn client_builder(config: Config) -> Result<ClientBuilder<ClientService>, kube::Error> {
-    install_crypto_provider();
     if let Some(proxy) = &config.proxy_url {
         // What `Client::try_from` answers in a build without kube's `http-proxy`/`socks5`.
         return Err(kube::Error::ProxyProtocolDisabled {
@@ -89,10 +88,9 @@ pub fn client_builder(config: Config) -> Result<ClientBuilder<ClientService>, ku
 /// rustls picks a provider by itself only when exactly one is compiled in; this crate compiles
 /// in ring (kube's `ring` feature), so a program whose build also has aws-lc-rs (kube's
 /// `aws-lc-rs` feature, or any other crate's) has two, and its first TLS client panics unless a
-/// provider was installed. Every client function of this crate ([`client`], [`client_builder`],
-/// [`gated_client`](crate::gated_client)) calls this first; call it (or install the provider of
-/// your choice) at the start of `main` when the program builds a TLS client of its own before
-/// them, such as `kube::Client::try_from(config)`.
+/// provider was installed. Call this (or install the provider of your choice) at the start of
+/// `main` in such a program. This crate never installs a provider by itself: which one a
+/// process uses is the program's choice, not a library's.
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }

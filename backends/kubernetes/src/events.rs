@@ -234,7 +234,6 @@ mod tests {
                 held.push(conn);
             }
         });
-        crate::install_crypto_provider();
         let config = kube::Config::new(url.parse().expect("url"));
         kube::Client::try_from(config).expect("client")
     }

@@ -27,8 +27,8 @@
 //!
 //! This crate compiles in rustls' ring provider. If your build also has aws-lc-rs (kube's
 //! `aws-lc-rs` feature, say), rustls cannot pick one by itself: call [`install_crypto_provider`]
-//! at the start of `main`, before any TLS client is built. This crate's own client functions
-//! call it first, so only a client you build yourself before them needs it.
+//! at the start of `main`, before any TLS client is built. The crate never installs a provider
+//! for the process by itself.
 //!
 //! # Examples
 //!

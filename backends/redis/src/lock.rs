@@ -99,14 +99,6 @@ fn unreachable(e: &RedisError, endpoint: &str, timeout: Duration) -> LockError {
     }
 }
 
-fn install_crypto_provider() {
-    // redis builds its rustls config from the process default provider; with more than one
-    // provider compiled into the binary rustls cannot pick one by itself.
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-}
-
 impl RedisLock {
     /// Connects and authenticates. Check the config with [`RedisConfig::validate`] first.
     ///
@@ -148,9 +140,6 @@ impl RedisLock {
             return Err(LockError::refused("the lock name must not be empty"));
         }
         let timeout = config.request_timeout;
-        if config.is_tls() {
-            install_crypto_provider();
-        }
         let found = Primary::find(&config).await?;
         let endpoint = found.endpoint.clone();
         let db = found.db;
