@@ -285,9 +285,10 @@ mod tests {
     }
 
     /// The setting and the message of an invalid-setting error.
+    /// The setting, and the error as shown (the setting first).
     fn invalid(e: ConfigError) -> (&'static str, String) {
-        match e {
-            ConfigError::Invalid { setting, message } => (setting, message),
+        match &e {
+            ConfigError::Invalid { setting, .. } => (setting, e.to_string()),
             other => panic!("not an invalid setting: {other:?}"),
         }
     }
