@@ -390,7 +390,10 @@ mod tests {
         let c = ConfigError::invalid("redis-url", "redis-url `x` is not a URL");
         let e = LockError::from(c.clone());
         assert!(
-            matches!(&e, LockError::Refused { message, .. } if message == "redis-url `x` is not a URL"),
+            matches!(
+                &e,
+                LockError::Refused { message, .. } if message == "redis-url `x` is not a URL"
+            ),
             "{e:?}"
         );
         assert_eq!(
