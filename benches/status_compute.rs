@@ -100,8 +100,9 @@ fn main() {
         v[v.len() / 2]
     };
     println!(
-        "{routes} routes, {rounds} rounds (medians): whole computation {:?}, compared with the cache {:?}; \
-         one route changed: computed {:?}, applied to the cache {:?}",
+        "{routes} routes, {rounds} rounds (medians): whole computation {:?}, \
+         compared with the cache {:?}; one route changed: computed {:?}, \
+         applied to the cache {:?}",
         median(&mut computing),
         median(&mut comparing),
         median(&mut running),

@@ -3,7 +3,7 @@
 //! with each lock backend.
 //!
 //! ```text
-//! cargo bench --bench status_failover                       # every backend, 20 rounds, 1,000 routes
+//! cargo bench --bench status_failover  # every backend, 20 rounds, 1,000 routes
 //! cargo bench --bench status_failover -- --rounds 50 --backend etcd --routes 2000
 //! ```
 //!

@@ -4,12 +4,12 @@
 //! backend is touched, and every error names the setting and what it accepts.
 //!
 //! One concept per file: `settings` declares every setting once (flag, environment variable,
-//! file key, default, check, help) and generates [`RunArgs`] from it, `names` spells its flag and environment
-//! variable, `layers` merges the sources and validates them into [`Settings`] (`effective`) with
-//! the single-value checks of `checks`, `file` reads the `--config` file, `env` the process
-//! environment, `kubeconfig` checks the kubeconfig, `secret` keeps secrets out of output, `error`
-//! names what was refused, and [`reference`](mod@reference) generates the settings table of
-//! docs/configuration.md.
+//! file key, default, check, help) and generates [`RunArgs`] from it, `names` spells its flag and
+//! environment variable, `layers` merges the sources and validates them into [`Settings`]
+//! (`effective`) with the single-value checks of `checks`, `file` reads the `--config` file, `env`
+//! the process environment, `kubeconfig` checks the kubeconfig, `secret` keeps secrets out of
+//! output, `error` names what was refused, and [`reference`](mod@reference) generates the settings
+//! table of docs/configuration.md.
 
 mod checks;
 mod effective;

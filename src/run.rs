@@ -244,7 +244,9 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
                 "lock backend unreachable; retrying")
         });
     let connected = tokio::select! {
-        r = connecting => r.with_context(|| format!("connecting to the {} lock backend", settings.backend))?,
+        r = connecting => r.with_context(|| {
+            format!("connecting to the {} lock backend", settings.backend)
+        })?,
         sig = signals.recv() => {
             info!(signal = sig, "stopped before the lock backend could be reached");
             server_stop.cancel();

@@ -212,7 +212,8 @@ fn precedence_is_flag_then_env_then_file_then_default() {
     let path = &write(
         &dir,
         "c.toml",
-        "lock_backend = \"etcd\"\nlease_duration = \"20s\"\nrenew_deadline = 12\nleader_election_identity = \"from-file\"\n",
+        "lock_backend = \"etcd\"\nlease_duration = \"20s\"\nrenew_deadline = 12\n\
+         leader_election_identity = \"from-file\"\n",
     );
     let out = print_config(&["run", "--config", path], &[]);
     assert!(out.contains("lock_backend = \"etcd\""), "{out}");

@@ -11,6 +11,7 @@ use common::gateway::*;
 use common::Replica;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 
 /// One plain HTTP/1.1 GET: (status code, body).
@@ -240,8 +241,7 @@ async fn missing_crds_are_named_once_hold_readiness_back_and_are_picked_up_when_
     }
 
     // 4. It is deleted again: named once more, and its watch stops without a storm of failures.
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-        Api::all(client.clone());
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.delete("grpcroutes.gateway.networking.k8s.io", &Default::default())
         .await
         .expect("deleting the GRPCRoute CRD");

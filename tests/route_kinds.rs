@@ -158,7 +158,8 @@ async fn grpc_and_tls_routes_get_the_spec_reasons() {
     let grant: ReferenceGrant = serde_json::from_value(json!({
         "apiVersion": "gateway.networking.k8s.io/v1beta1", "kind": "ReferenceGrant",
         "metadata": {"name": "tls", "namespace": other},
-        "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "TLSRoute", "namespace": ns}],
+        "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "TLSRoute",
+                           "namespace": ns}],
                  "to": [{"group": "", "kind": "Service"}]}
     }))
     .expect("grant");

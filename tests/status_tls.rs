@@ -79,7 +79,8 @@ fn grant_secrets(ns: &str, name: &str, from_ns: &str) -> ReferenceGrant {
     from_json(json!({
         "apiVersion": "gateway.networking.k8s.io/v1beta1", "kind": "ReferenceGrant",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": from_ns}],
+        "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                           "namespace": from_ns}],
                  "to": [{"group": "", "kind": "Secret"}]}
     }))
 }
@@ -174,7 +175,11 @@ async fn each_certificate_problem_gets_its_spec_reason_and_a_fix_is_seen() {
         https("opaque", 445, json!([{"name": "opaque"}])),
         https("empty-key", 446, json!([{"name": "empty-key"}])),
         https("malformed", 447, json!([{"name": "malformed"}])),
-        https("group", 448, json!([{"group": "wrong.group.company.io", "kind": "Secret", "name": "good"}])),
+        https(
+            "group",
+            448,
+            json!([{"group": "wrong.group.company.io", "kind": "Secret", "name": "good"}]),
+        ),
         https("kind", 449, json!([{"group": "", "kind": "WrongKind", "name": "good"}])),
         https("cross", 450, json!([{"name": "elsewhere", "namespace": certs}])),
         {"name": "tls-terminate", "protocol": "TLS", "port": 451,

@@ -463,7 +463,8 @@ async fn valid_and_invalid_gateways_and_routes_get_the_spec_reasons() {
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
         "metadata": {"name": "open", "namespace": ns},
         "spec": {"gatewayClassName": ns, "listeners": [
-            {"name": "http", "protocol": "HTTP", "port": 80, "allowedRoutes": {"namespaces": {"from": "All"}}},
+            {"name": "http", "protocol": "HTTP", "port": 80,
+             "allowedRoutes": {"namespaces": {"from": "All"}}},
             {"name": "tcp", "protocol": "TCP", "port": 9000}
         ]}
     }))

@@ -1,8 +1,8 @@
 //! docs/operations.md's "Try it on this machine", run as written: the block between its
 //! `BEGIN WALKTHROUGH` and `END WALKTHROUGH` markers goes to bash with `set -euo pipefail`, with
-//! two substitutions only: this test's binaries instead of `cargo build --release ...`, and a dir of
-//! its own instead of `.local`. It must show one holder, both conditions, one replica leading and
-//! one following, and the leader's writes.
+//! two substitutions only: this test's binaries instead of `cargo build --release ...`, and a dir
+//! of its own instead of `.local`. It must show one holder, both conditions, one replica leading
+//! and one following, and the leader's writes.
 
 use std::path::Path;
 use std::process::Command;
@@ -36,7 +36,8 @@ fn the_operations_walkthrough_runs_as_written() {
         .expect("gateway-leader-bench builds");
     let bin_dirs =
         [exe, bench.as_path()].map(|b| b.parent().expect("the binary's dir").display().to_string());
-    let first = "cargo build --release -p gateway-leader -p gateway-leader-bench && export PATH=$PWD/target/release:$PATH";
+    let first = "cargo build --release -p gateway-leader -p gateway-leader-bench && \
+                 export PATH=$PWD/target/release:$PATH";
     let script = block();
     assert!(
         script.starts_with(first),

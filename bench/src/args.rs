@@ -202,7 +202,8 @@ impl BenchArgs {
             for (b, flag, is_given) in given {
                 if is_given && backends.contains(&b) {
                     return Err(format!(
-                        "--scenario: {what} the bench's own {b} server; drop {flag} or that scenario"
+                        "--scenario: {what} the bench's own {b} server; \
+                         drop {flag} or that scenario"
                     ));
                 }
             }

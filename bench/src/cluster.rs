@@ -127,7 +127,8 @@ impl Cluster {
         .await?;
         put(
             &Api::<Service>::namespaced(c.clone(), ns),
-            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
+            json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": "web", "namespace": ns},
                    "spec": {"ports": [{"name": "http", "port": 80}]}}),
         )
         .await?;

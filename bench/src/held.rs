@@ -452,8 +452,12 @@ mod tests {
         Version {
             rv,
             deleted: false,
-            object: json!({"metadata": {"resourceVersion": rv.to_string(), "managedFields": managers},
-                           "status": {"parents": [{"conditions": [{"type": "ResolvedRefs", "status": resolved}]}]}}),
+            object: json!({
+                "metadata": {"resourceVersion": rv.to_string(), "managedFields": managers},
+                "status": {"parents": [
+                    {"conditions": [{"type": "ResolvedRefs", "status": resolved}]}
+                ]}
+            }),
         }
     }
 

@@ -184,8 +184,12 @@ async fn run_until_signal(plan: &Plan, programs: &Programs) -> Result<Report> {
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     tokio::select! {
         r = run(plan, programs) => r,
-        _ = term.recv() => Err(anyhow::anyhow!("stopped by SIGTERM; every replica and server it started is stopped")),
-        _ = int.recv() => Err(anyhow::anyhow!("stopped by SIGINT; every replica and server it started is stopped")),
+        _ = term.recv() => Err(anyhow::anyhow!(
+            "stopped by SIGTERM; every replica and server it started is stopped"
+        )),
+        _ = int.recv() => Err(anyhow::anyhow!(
+            "stopped by SIGINT; every replica and server it started is stopped"
+        )),
     }
 }
 

@@ -234,8 +234,8 @@ impl LockServer {
 impl LockServer {
     /// `redis-sentinel`: kills the primary the Sentinels name (SIGKILL) and waits until they
     /// promote the replica (once that replica is in sync); then starts the killed node again,
-    /// for the Sentinels to make it the next replica. Returns the instant of the kill and of the promotion seen
-    /// (`CLOCK_MONOTONIC` ms).
+    /// for the Sentinels to make it the next replica. Returns the instant of the kill and of the
+    /// promotion seen (`CLOCK_MONOTONIC` ms).
     pub async fn fail_over(&mut self) -> Result<(f64, f64)> {
         const PATIENCE: Duration = Duration::from_secs(60);
         let LockServer::Redis {
@@ -342,7 +342,8 @@ impl LockServer {
             LockServer::Redis { url, .. } => {
                 let client = redis::Client::open(url.as_str()).context("the Redis URL")?;
                 let mut con = client.get_multiplexed_async_connection().await?;
-                // The backend's holder key: `{prefix}:{<name>}:holder` (DNS names need no escaping).
+                // The backend's holder key: `{prefix}:{<name>}:holder` (DNS names need no
+                // escaping).
                 let _: i64 = redis::cmd("DEL")
                     .arg(format!("gateway-leader:{{{lock}}}:holder"))
                     .query_async(&mut con)

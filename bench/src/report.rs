@@ -300,7 +300,8 @@ impl Report {
                 if wrote > 0 {
                     let _ = writeln!(
                         out,
-                        "  ({}: {wrote} round(s) not counted for the write: the stopping leader wrote the change itself)",
+                        "  ({}: {wrote} round(s) not counted for the write: \
+                         the stopping leader wrote the change itself)",
                         r.wakeup
                     );
                 }

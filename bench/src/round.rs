@@ -217,7 +217,10 @@ pub async fn run(
             && lane.events.iter().any(|e| {
                 e.replica == old.index
                     && e.mono_ms >= at
-                    && matches!(&e.what, Event::Written { name, term, .. } if name == ROUTE && *term == old.term)
+                    && matches!(
+                        &e.what,
+                        Event::Written { name, term, .. } if name == ROUTE && *term == old.term
+                    )
             })
     };
     // The new leader's first write of its term; or, when the old leader wrote the change

@@ -98,14 +98,16 @@ pub fn main(rt: &tokio::runtime::Runtime, plan: &Plan, exe: &Path) -> ExitCode {
 
 fn table(results: &[ScaleResult]) -> String {
     let mut t = String::from(
-        "| backend | routes | all written (s) | RSS leader / follower (MiB) | signal → leader (ms) \
-         | leader → changed route written (ms) | check done (ms) | requests | new leader RSS (MiB) \
-         | burst | apiserver writes/s | status writes/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| backend | routes | all written (s) | RSS leader / follower (MiB) \
+         | signal → leader (ms) | leader → changed route written (ms) | check done (ms) \
+         | requests | new leader RSS (MiB) | burst | apiserver writes/s | status writes/s |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in results {
         let rss: Vec<String> = r.rss_mib.iter().map(|m| format!("{m:.0}")).collect();
         t.push_str(&format!(
-            "| {} | {} | {:.1} | {} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {} | {:.0} | {:.0} ({:.0} %) |\n",
+            "| {} | {} | {:.1} | {} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} \
+             | {} | {:.0} | {:.0} ({:.0} %) |\n",
             r.backend,
             r.routes,
             r.initial_ms / 1e3,

@@ -78,8 +78,8 @@ impl Scenario {
 
     /// Every name `--scenario` accepts, `all` aside.
     pub const NAMES: &'static str = "graceful, crash, pause, vanish, backend-restart, partition, \
-         chaos, scale, member-kill, member-kill-raft-leader, member-freeze, member-cut, member-restart, \
-         rolling-restart, crash-with-member, sentinel-failover";
+         chaos, scale, member-kill, member-kill-raft-leader, member-freeze, member-cut, \
+         member-restart, rolling-restart, crash-with-member, sentinel-failover";
 
     /// The name on the command line and in the output.
     pub fn name(self) -> &'static str {

@@ -3,9 +3,9 @@
 //! crash, pause, vanish, backend-restart, partition) once, in a random order; the split-brain
 //! checker must find nothing and the route's status must be right once it settles.
 //!
-//! Bounded to minutes; the overnight run is `gateway-leader-bench run --scenario chaos --rounds 1000`
-//! (docs/benchmarks.md). The seed is random and printed; set `GATEWAY_LEADER_CHAOS_SEED` to replay
-//! one.
+//! Bounded to minutes; the overnight run is
+//! `gateway-leader-bench run --scenario chaos --rounds 1000` (docs/benchmarks.md). The seed is
+//! random and printed; set `GATEWAY_LEADER_CHAOS_SEED` to replay one.
 
 use std::process::Command;
 
@@ -37,7 +37,8 @@ fn chaos_on_every_backend_has_no_split_brain_and_settles() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     let stderr = String::from_utf8_lossy(&o.stderr);
     let replay = format!(
-        "replay with GATEWAY_LEADER_CHAOS_SEED={seed}; logs in {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        "replay with GATEWAY_LEADER_CHAOS_SEED={seed}; logs in {}\n\
+         stdout:\n{stdout}\nstderr:\n{stderr}",
         out.display()
     );
     if !o.status.success() {

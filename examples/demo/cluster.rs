@@ -111,8 +111,8 @@ pub async fn create_namespaces(client: &Client) -> Result<()> {
 /// Removes the demo's sample from the cluster: its namespaces (with the Lease and every object
 /// of the sample) and its GatewayClass. Anything of those names that the demo did not create (no
 /// [`MANAGED_BY`] label) is left alone, and the demo stops instead. With `wait`, waits until
-/// the namespaces are gone, which takes the cluster's namespace controller (kube-controller-manager)
-/// a few seconds: before a run, so that the sample starts afresh.
+/// the namespaces are gone, which takes the cluster's namespace controller
+/// (kube-controller-manager) a few seconds: before a run, so that the sample starts afresh.
 pub async fn remove_sample(client: &Client, wait: bool) -> Result<()> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let classes: Api<GatewayClass> = Api::all(client.clone());
@@ -128,7 +128,11 @@ pub async fn remove_sample(client: &Client, wait: bool) -> Result<()> {
         while namespaces.get_opt(ns).await?.is_some() {
             if Instant::now() >= deadline {
                 bail!(
-                    "namespace {ns}, left by an earlier demo, is still being deleted after                      {PATIENCE:?}; a cluster's namespace controller (kube-controller-manager)                      finishes that, so check `kubectl get namespace {ns} -o yaml`"
+                    "namespace {ns}, left by an earlier demo, is still being deleted \
+                     after                      \
+                     {PATIENCE:?}; a cluster's namespace controller \
+                     (kube-controller-manager)                      \
+                     finishes that, so check `kubectl get namespace {ns} -o yaml`"
                 );
             }
             tokio::time::sleep(Duration::from_millis(250)).await;

@@ -103,7 +103,9 @@ async fn run(
     for line in [
         format!("sample: {CLASS} (controllerName {CONTROLLER})"),
         format!("        {GATEWAY} (listener http, port 80, routes from all namespaces)"),
-        format!("        {GATEWAY} (listener https, port 443, Secret {NS}/{TLS_SECRET} not created yet)"),
+        format!(
+            "        {GATEWAY} (listener https, port 443, Secret {NS}/{TLS_SECRET} not created yet)"
+        ),
         format!("        Service {NS}/web (port 80)"),
         format!("        {VALID} -> web:80"),
         format!("        {MISSING} -> {MISSING_SERVICE}:80 (no such Service)"),

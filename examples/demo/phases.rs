@@ -318,7 +318,10 @@ impl Demo<'_> {
                     let done = self
                         .fleet
                         .wait_line(&next.replica, mark, &what, |l| {
-                            matches!(l.event, Some(Event::SweepDone { term, .. }) if term == next.term)
+                            matches!(
+                                l.event,
+                                Some(Event::SweepDone { term, .. }) if term == next.term
+                            )
                         })
                         .await?;
                     if let Some(Event::SweepDone {

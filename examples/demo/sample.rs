@@ -23,7 +23,8 @@ use crate::{CONTROLLER, MANAGED_BY, MISSING_SERVICE, NS, OTHER_NS, TLS_SECRET};
 /// One object of the sample whose status the demo shows.
 #[derive(Debug, Clone, Copy)]
 pub struct Key {
-    /// As the replicas log it (the `kind` of [`message::WRITTEN`](gateway_leader_log::message::WRITTEN)).
+    /// As the replicas log it (the `kind` of
+    /// [`message::WRITTEN`](gateway_leader_log::message::WRITTEN)).
     pub kind: &'static str,
     pub namespace: Option<&'static str>,
     pub name: &'static str,

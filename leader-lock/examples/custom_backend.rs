@@ -410,20 +410,35 @@ impl Harness for Toy {
     async fn tamper(&self, name: &str, case: Tamper) -> Result<Protect, HarnessError> {
         let raw = match case {
             Tamper::WrongTypes => {
-                r#"{"state":"held","holder":7,"term":"x","lease_ms":"long","acquired_ms":[],"renewed_ms":{}}"#
+                concat!(
+                    r#"{"state":"held","holder":7,"term":"x","lease_ms":"long","#,
+                    r#""acquired_ms":[],"renewed_ms":{}}"#
+                )
             }
             Tamper::MissingFields => r#"{"state":"held","holder":"intruder_1"}"#,
             Tamper::NegativeDuration => {
-                r#"{"state":"held","holder":"intruder_1","term":1,"lease_ms":-5,"acquired_ms":0,"renewed_ms":0}"#
+                concat!(
+                    r#"{"state":"held","holder":"intruder_1","term":1,"lease_ms":-5,"#,
+                    r#""acquired_ms":0,"renewed_ms":0}"#
+                )
             }
             Tamper::HugeDuration => {
-                r#"{"state":"held","holder":"intruder_1","term":1,"lease_ms":18446744073709551615,"acquired_ms":0,"renewed_ms":0}"#
+                concat!(
+                    r#"{"state":"held","holder":"intruder_1","term":1,"#,
+                    r#""lease_ms":18446744073709551615,"acquired_ms":0,"renewed_ms":0}"#
+                )
             }
             Tamper::RenewInFuture => {
-                r#"{"state":"held","holder":"intruder_1","term":1,"lease_ms":1500,"acquired_ms":0,"renewed_ms":99999999999999}"#
+                concat!(
+                    r#"{"state":"held","holder":"intruder_1","term":1,"lease_ms":1500,"#,
+                    r#""acquired_ms":0,"renewed_ms":99999999999999}"#
+                )
             }
             Tamper::EmptyHolder => {
-                r#"{"state":"held","holder":"","term":1,"lease_ms":1500,"acquired_ms":0,"renewed_ms":0}"#
+                concat!(
+                    r#"{"state":"held","holder":"","term":1,"lease_ms":1500,"#,
+                    r#""acquired_ms":0,"renewed_ms":0}"#
+                )
             }
             Tamper::Garbage => "\u{0}\u{1}not json at all",
         };

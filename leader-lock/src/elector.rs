@@ -200,7 +200,10 @@ impl Elector {
                 .await
                 .is_err()
             {
-                warn!(waited = ?drain, "writes still in flight after the drain budget; releasing anyway");
+                warn!(
+                    waited = ?drain,
+                    "writes still in flight after the drain budget; releasing anyway"
+                );
             }
             // The phases of a release at debug level, on the bench's time line: where its
             // milliseconds go (docs/benchmarks.md).
@@ -243,13 +246,20 @@ impl Elector {
                         "withdrawing the candidacy failed; it ends with its lease")
                 }
                 Err(_) => {
-                    warn!(budget = ?budget, "withdrawing the candidacy did not finish within the shutdown budget; it ends with its lease")
+                    warn!(
+                        budget = ?budget,
+                        "withdrawing the candidacy did not finish within the shutdown budget; \
+                         it ends with its lease"
+                    )
                 }
             }
             return Ok(false);
         };
         if !self.config.release_on_shutdown {
-            info!(term = %term, "stopped leading; leaving the lease to expire (release-on-shutdown off)");
+            info!(
+                term = %term,
+                "stopped leading; leaving the lease to expire (release-on-shutdown off)"
+            );
             return Ok(false);
         }
         let sent = Instant::now();
@@ -272,7 +282,12 @@ impl Elector {
                 Err(e)
             }
             Err(_) => {
-                warn!(term = %term, budget = ?budget, "release did not finish within the shutdown budget; the lease will expire on its own");
+                warn!(
+                    term = %term,
+                    budget = ?budget,
+                    "release did not finish within the shutdown budget; \
+                     the lease will expire on its own"
+                );
                 Err(LockError::Timeout(left))
             }
         }
@@ -357,13 +372,15 @@ impl Run {
             let wake = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Wake::Cancelled,
-                _ = sleep_until(expiry.unwrap_or(next)), if expiry.is_some_and(|e| e <= next) => Wake::Expired,
+                _ = sleep_until(expiry.unwrap_or(next)), if expiry.is_some_and(|e| e <= next) =>
+                    Wake::Expired,
                 _ = sleep_until(next) => Wake::Timer,
                 r = self.watch.rx.changed(), if running => match r {
                     Ok(()) => Wake::Event(self.watch.rx.borrow_and_update().last.clone()),
                     Err(_) => Wake::WatchEnded,
                 },
-                _ = sleep_until(restart.unwrap_or(next)), if restart.is_some() => Wake::RestartWatch,
+                _ = sleep_until(restart.unwrap_or(next)), if restart.is_some() =>
+                    Wake::RestartWatch,
             };
             match wake {
                 Wake::Cancelled => {
@@ -412,7 +429,11 @@ impl Run {
     fn step_down_if_expired(&mut self, now: Instant) -> bool {
         match self.held {
             Some(h) if now >= h.valid_until => {
-                warn!(term = %h.term, late = ?(now - h.valid_until), "renew deadline passed without a successful renew; stepping down");
+                warn!(
+                    term = %h.term,
+                    late = ?(now - h.valid_until),
+                    "renew deadline passed without a successful renew; stepping down"
+                );
                 self.held = None;
                 self.publisher.publish(not_leading());
                 true
@@ -430,8 +451,13 @@ impl Run {
     }
 
     fn log_regression(&self, previous: Term, term: Term) {
-        error!(term = %term, previous_term = %previous, lock = %self.lock.describe(),
-            "the lock's term went backwards: its backend lost or rewrote the lock's state, so terms no longer order leaderships");
+        error!(
+            term = %term,
+            previous_term = %previous,
+            lock = %self.lock.describe(),
+            "the lock's term went backwards: its backend lost or rewrote the lock's state, \
+             so terms no longer order leaderships"
+        );
     }
 
     /// Decides whether a change seen on the watch calls for an attempt now.
@@ -473,7 +499,8 @@ impl Run {
         let sent = Instant::now();
         // A process that was frozen past its validity wakes here: step down before anything else.
         self.step_down_if_expired(sent);
-        // A leader's renew cannot help after its validity ends; a candidate gets the renew deadline.
+        // A leader's renew cannot help after its validity ends; a candidate gets the renew
+        // deadline.
         let limit = match self.held {
             Some(h) => h.valid_until.saturating_duration_since(sent),
             None => self.timing.renew_deadline,
@@ -525,7 +552,12 @@ impl Run {
             }
             Note::Renewed(term) => debug!(term = %term, "renewed leadership"),
             Note::NewTerm { old, term } => {
-                warn!(old_term = %old, term = %term, identity = %me, "leadership continued under another term")
+                warn!(
+                    old_term = %old,
+                    term = %term,
+                    identity = %me,
+                    "leadership continued under another term"
+                )
             }
             Note::Lost { term, holder } => warn!(term = %term,
                 holder = holder.as_deref().unwrap_or("unknown"), "lost leadership"),
@@ -546,8 +578,12 @@ impl Run {
                 stepped_down: Some(term),
             } => warn!(term = %term, "renew deadline passed; stepping down"),
             Note::Failed { stepped_down: None } => {}
-            Note::NotElected(term) => error!(term = %term, lock = %lock,
-                "the lock granted a term that is no real leadership (0 or the disabled marker); not leading"),
+            Note::NotElected(term) => error!(
+                term = %term,
+                lock = %lock,
+                "the lock granted a term that is no real leadership (0 or the disabled marker); \
+                 not leading"
+            ),
             Note::TooLate(term) => warn!(term = %term, lock = %lock,
                 "the lock answered after the validity it would grant had ended; not leading"),
         }

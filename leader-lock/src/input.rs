@@ -109,7 +109,8 @@ pub fn check_name(value: &str, extra: &str, max_bytes: usize) -> Result<(), Stri
     }
     let extra: Vec<String> = extra.chars().map(|c| format!("'{c}'")).collect();
     Err(format!(
-        "{value:?} is not accepted; accepted: 1 to {max_bytes} bytes of ASCII letters, digits and {}",
+        "{value:?} is not accepted; \
+         accepted: 1 to {max_bytes} bytes of ASCII letters, digits and {}",
         extra.join(", ")
     ))
 }

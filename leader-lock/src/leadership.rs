@@ -479,7 +479,8 @@ impl Leadership {
     ///     .await;
     /// match written {
     ///     Ok(what) => assert_eq!(what, "written under term disabled"),
-    ///     Err(GuardedError::NotLeader(_) | GuardedError::Deadline { .. }) => {} // not ours to write
+    ///     // not ours to write
+    ///     Err(GuardedError::NotLeader(_) | GuardedError::Deadline { .. }) => {}
     ///     Err(e) => panic!("the write failed: {e}"),
     /// }
     /// # }
@@ -536,7 +537,9 @@ impl Leadership {
     ///
     /// fn new_terms(leadership: &Leadership) -> impl Stream<Item = ()> + Send + Sync + 'static {
     ///     leadership.changes().filter_map(|change| {
-    ///         future::ready(matches!(change, LeadershipChange::StartedLeading { .. }).then_some(()))
+    ///         future::ready(
+    ///             matches!(change, LeadershipChange::StartedLeading { .. }).then_some(()),
+    ///         )
     ///     })
     /// }
     /// # let _ = new_terms(&Leadership::always_leader());

@@ -49,7 +49,10 @@ pub enum TimingError {
         value: Duration,
     },
     /// A backend's per-request timeout must end before the leader's validity could.
-    #[error("the {backend} request timeout ({value:?}) must be above zero and below renew-deadline ({renew:?})")]
+    #[error(
+        "the {backend} request timeout ({value:?}) must be above zero and below \
+         renew-deadline ({renew:?})"
+    )]
     RequestTimeout {
         /// The backend whose timeout it is.
         backend: &'static str,
@@ -215,7 +218,8 @@ impl Timing {
         Ok(())
     }
 
-    /// A random follower poll interval in `[retry_period, 1.2 × retry_period)`, so followers spread out.
+    /// A random follower poll interval in `[retry_period, 1.2 × retry_period)`, so followers
+    /// spread out.
     pub fn jittered_retry(&self) -> Duration {
         let factor = 1.0 + rand::random::<f64>() * (JITTER_FACTOR - 1.0);
         self.retry_period.mul_f64(factor)

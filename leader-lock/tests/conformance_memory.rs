@@ -39,10 +39,16 @@ impl Harness for Memory {
                 r#"{"holder":"intruder_1","term":1,"lease_ms":-5,"acquired_ms":0,"renewed_ms":0}"#
             }
             Tamper::HugeDuration => {
-                r#"{"holder":"intruder_1","term":1,"lease_ms":18446744073709551615,"acquired_ms":0,"renewed_ms":0}"#
+                concat!(
+                    r#"{"holder":"intruder_1","term":1,"lease_ms":18446744073709551615,"#,
+                    r#""acquired_ms":0,"renewed_ms":0}"#
+                )
             }
             Tamper::RenewInFuture => {
-                r#"{"holder":"intruder_1","term":1,"lease_ms":1000,"acquired_ms":0,"renewed_ms":99999999999999}"#
+                concat!(
+                    r#"{"holder":"intruder_1","term":1,"lease_ms":1000,"#,
+                    r#""acquired_ms":0,"renewed_ms":99999999999999}"#
+                )
             }
             Tamper::EmptyHolder => {
                 r#"{"holder":"","term":1,"lease_ms":1000,"acquired_ms":0,"renewed_ms":0}"#

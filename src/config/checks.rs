@@ -93,7 +93,8 @@ pub fn validate_dns_subdomain(s: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "{s:?} is not a DNS-1123 subdomain; accepted: at most 253 characters of lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
+            "{s:?} is not a DNS-1123 subdomain; accepted: at most 253 characters of lowercase \
+             letters, digits, '-' and '.', starting and ending with a letter or digit"
         ))
     }
 }
@@ -104,7 +105,8 @@ pub fn validate_dns_label(s: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "{s:?} is not a DNS-1123 label; accepted: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
+            "{s:?} is not a DNS-1123 label; accepted: at most 63 lowercase letters, digits and \
+             '-', starting and ending with a letter or digit"
         ))
     }
 }
@@ -117,7 +119,10 @@ pub fn check_identity(s: &str) -> Result<(), String> {
 /// Checks a Gateway API controllerName: `domain/path`.
 pub fn validate_controller_name(s: &str) -> Result<(), String> {
     let bad = || {
-        format!("{s:?} is not a controller name; accepted: at most 253 bytes, a domain-prefixed path such as example.net/gateway-controller")
+        format!(
+            "{s:?} is not a controller name; accepted: at most 253 bytes, a domain-prefixed path \
+             such as example.net/gateway-controller"
+        )
     };
     let (domain, path) = s.split_once('/').ok_or_else(bad)?;
     if s.len() > 253 || validate_dns_subdomain(domain).is_err() || path.is_empty() {

@@ -53,7 +53,8 @@ pub(super) fn read_file(
         return Err(ConfigError::invalid(
             key,
             format!(
-                "{shown}: unknown setting(s) {}; see `gateway-leader run --help` for the accepted keys",
+                "{shown}: unknown setting(s) {}; \
+                 see `gateway-leader run --help` for the accepted keys",
                 unknown.join(", ")
             ),
         ));
@@ -62,7 +63,8 @@ pub(super) fn read_file(
 }
 
 /// How deep a settings file may nest: settings are flat (a list of endpoints is the deepest), so
-/// this is generous, and it keeps the recursive conversion inside `config` far from the stack's end.
+/// this is generous, and it keeps the recursive conversion inside `config` far from the stack's
+/// end.
 const MAX_YAML_DEPTH: usize = 16;
 
 /// Checks a YAML settings file with the YAML event parser that `config` itself uses, before
@@ -98,7 +100,8 @@ fn check_yaml(text: &str) -> Result<(), String> {
         };
         if refused {
             return Err(format!(
-                "YAML anchors and aliases are not accepted (at line {} column {}); write the value out",
+                "YAML anchors and aliases are not accepted (at line {} column {}); \
+                 write the value out",
                 mark.line(),
                 mark.col() + 1
             ));
@@ -143,7 +146,9 @@ mod tests {
 
     #[test]
     fn parser_excerpts_are_dropped() {
-        let toml = "TOML parse error at line 1, column 17\n  |\n1 | redis_password = \"secret\n  |                 ^\ninvalid basic string\n";
+        let toml = "TOML parse error at line 1, column 17\n  |\n\
+                    1 | redis_password = \"secret\n  |                 ^\n\
+                    invalid basic string\n";
         assert_eq!(
             without_excerpt(toml),
             "TOML parse error at line 1, column 17: invalid basic string"

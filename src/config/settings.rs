@@ -129,7 +129,8 @@ macro_rules! run_args {
             $($fields)*
         }
     };
-    ([$($fields:tt)*] $key:ident flag($value:literal) [$($default:expr)?] $help:literal; $($rest:tt)*) => {
+    ([$($fields:tt)*] $key:ident flag($value:literal) [$($default:expr)?] $help:literal;
+     $($rest:tt)*) => {
         run_args!([$($fields)*
             #[doc = $help]
             #[arg(long, value_name = $value, help = flag_help($help, default!($($default)?)))]
@@ -304,7 +305,8 @@ settings! {
         flag("ADDR"),
         default: DEFAULT_HEALTH_ADDR,
         check: parse_socket_addr,
-        help: "address of the HTTP server for /healthz, /readyz and /metrics (port 0: any free port)",
+        help: "address of the HTTP server for /healthz, /readyz and /metrics \
+               (port 0: any free port)",
     },
     log_format: LogFormat {
         flag("FORMAT"),
@@ -316,7 +318,8 @@ settings! {
         flag("FILTER"),
         default: "info",
         check: checked(validate_filter),
-        help: "log filter: a level or target=level directives, e.g. info or gateway_leader=debug (a valid RUST_LOG wins)",
+        help: "log filter: a level or target=level directives, e.g. info or gateway_leader=debug \
+               (a valid RUST_LOG wins)",
     },
     kubeconfig: PathBuf {
         flag("FILE"),
@@ -408,13 +411,15 @@ settings! {
         flag("N"),
         default: "0",
         check: replica_count,
-        help: "WAIT until this many replicas have each acquire and renew before it counts (0: do not wait)",
+        help: "WAIT until this many replicas have each acquire and renew before it counts \
+               (0: do not wait)",
     },
     redis_sentinel: Vec<String> {
         flag("URLS"),
         form: UrlList,
         check: comma_list,
-        help: "comma-separated Redis Sentinels (redis://host:port or rediss://); the lock uses the primary they name instead of redis-url",
+        help: "comma-separated Redis Sentinels (redis://host:port or rediss://); \
+               the lock uses the primary they name instead of redis-url",
     },
     redis_sentinel_master: String {
         flag("NAME"),

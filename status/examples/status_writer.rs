@@ -7,8 +7,8 @@
 //!
 //! ```sh
 //! cargo run -p gateway-leader-bench -- local-apiserver --dir .local &
-//! export KUBECONFIG=$PWD/.local/kubeconfig     # once it exists
-//! kubectl apply -f deploy/examples/hello.yaml  # a GatewayClass, a Gateway, a Service, an HTTPRoute
+//! export KUBECONFIG=$PWD/.local/kubeconfig    # once it exists
+//! kubectl apply -f deploy/examples/hello.yaml # a GatewayClass, a Gateway, a Service, an HTTPRoute
 //! cargo run -p gateway-leader-status --example status_writer &
 //! kubectl -n demo get httproute hello \
 //!   -o jsonpath='{range .status.parents[0].conditions[*]}{.type}={.status} {end}{"\n"}'

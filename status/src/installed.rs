@@ -42,7 +42,8 @@ pub(crate) const MAX_RECHECK: Duration = Duration::from_secs(10);
 /// The first repeat of discovery while some kind is missing.
 const FIRST_RECHECK: Duration = Duration::from_secs(1);
 /// How the missing CRDs are installed: the standard channel of the release the types follow.
-pub(crate) const INSTALL_HINT: &str = "kubectl apply --server-side -f https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.5.1/standard-install.yaml";
+pub(crate) const INSTALL_HINT: &str = "kubectl apply --server-side -f \
+    https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.5.1/standard-install.yaml";
 
 /// Whether the status writer can do its job: the `/readyz` answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,7 +168,11 @@ pub(crate) async fn supervise(
                             let handle = stores.start(crd, &client, &mut tasks);
                             running.push((crd, handle));
                             if warned.remove(&crd) {
-                                info!(kind = %crd, crd = %crd.crd_name(), "CRD installed; watching it now");
+                                info!(
+                                    kind = %crd,
+                                    crd = %crd.crd_name(),
+                                    "CRD installed; watching it now"
+                                );
                             } else {
                                 debug!(kind = %crd, "watching");
                             }

@@ -315,8 +315,8 @@ where
 ///
 /// kube-runtime's default (client-go's reflector: up to 30 s) is kind to a struggling apiserver,
 /// but after an apiserver restart of a few seconds it leaves a new leader blind to changes for up
-/// to 15 s more (measured with `gateway-leader-bench run --scenario backend-restart`). Twelve watches
-/// per replica retrying every 2 s at worst is still a light load.
+/// to 15 s more (measured with `gateway-leader-bench run --scenario backend-restart`). Twelve
+/// watches per replica retrying every 2 s at worst is still a light load.
 fn watch_backoff() -> watcher::ExponentialBackoff {
     backon::ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(250))
@@ -434,7 +434,11 @@ where
                 // body): discovery is asked first, and stops this watch if so, rather than
                 // logging a failure every retry.
                 Err(e) if !state.failed.swap(true, Ordering::AcqRel) => {
-                    debug!(%kind, error = %e, "watch failed; checking that its kind is still served");
+                    debug!(
+                        %kind,
+                        error = %e,
+                        "watch failed; checking that its kind is still served"
+                    );
                     state.look_again.store(true, Ordering::Release);
                     wake.progress.notify_one();
                 }
@@ -475,8 +479,10 @@ mod tests {
                      "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
                                 "backendRefs": [{"name": "web", "port": 80}],
                                 "filters": [{"type": "RequestMirror",
-                                             "requestMirror": {"backendRef": {"name": "m", "port": 80}}}]}]},
-            "status": {"parents": [{"controllerName": "x", "parentRef": {"name": "gw"}, "conditions": []}]}
+                                             "requestMirror": {"backendRef": {"name": "m",
+                                                                              "port": 80}}}]}]},
+            "status": {"parents": [{"controllerName": "x", "parentRef": {"name": "gw"},
+                                    "conditions": []}]}
         }))
         .expect("route");
         let before = serde_json::to_value(&route).expect("json");

@@ -371,7 +371,11 @@ impl StatusWriter {
             }
             Ok(Written::Gone) => debug!(object = %key, "object gone; nothing to write"),
             Err(e) if e.is_leadership() => {
-                debug!(object = %key, error = %e, "write not made: leadership ended; left to the next leader");
+                debug!(
+                    object = %key,
+                    error = %e,
+                    "write not made: leadership ended; left to the next leader"
+                );
                 self.cache.requeue(key);
             }
             Err(e) => {

@@ -3,9 +3,9 @@
 //!
 //! The binary comes from `GATEWAY_LEADER_KUBE_APISERVER`, else the cache that
 //! `scripts/build-kube-apiserver.sh` fills (the newest pinned release, or the one
-//! `GATEWAY_LEADER_KUBE_VERSION` names: [`crate::built::kube_apiserver`]). When `GATEWAY_LEADER_TEST_KUBECONFIG` names a
-//! kubeconfig, that existing cluster (kind, k3s, ...) is used instead and nothing is started;
-//! restart and pause are then unavailable.
+//! `GATEWAY_LEADER_KUBE_VERSION` names: [`crate::built::kube_apiserver`]). When
+//! `GATEWAY_LEADER_TEST_KUBECONFIG` names a kubeconfig, that existing cluster (kind, k3s, ...) is
+//! used instead and nothing is started; restart and pause are then unavailable.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -45,7 +45,8 @@ fn watchdog(child: Option<u32>, cleanup: &[&Path]) {
     let me = std::process::id();
     let mut script = format!(
         "while kill -0 {me} 2>/dev/null && kill -0 {child} 2>/dev/null; do sleep 1; done; \
-         kill -0 {me} 2>/dev/null && exit 0; kill -CONT {child} 2>/dev/null; kill -9 {child} 2>/dev/null"
+         kill -0 {me} 2>/dev/null && exit 0; kill -CONT {child} 2>/dev/null; \
+         kill -9 {child} 2>/dev/null"
     );
     if !cleanup.is_empty() {
         script.push_str("; sleep 1; rm -rf --");
@@ -408,9 +409,9 @@ impl KubeApiServer {
         &self.kubeconfig
     }
 
-    /// Writes a kubeconfig at `path` for the same cluster as [`kubeconfig_path`](Self::kubeconfig_path)
-    /// whose user authenticates with the bearer `token` only, for subprocesses that must run
-    /// with exactly a service account's rights.
+    /// Writes a kubeconfig at `path` for the same cluster as
+    /// [`kubeconfig_path`](Self::kubeconfig_path) whose user authenticates with the bearer `token`
+    /// only, for subprocesses that must run with exactly a service account's rights.
     pub fn write_token_kubeconfig(&self, token: &str, path: &Path) -> Result<()> {
         let mut kc = Kubeconfig::read_from(&self.kubeconfig)
             .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
@@ -614,7 +615,8 @@ impl KubeApiServer {
             };
             if tokio::time::Instant::now() >= deadline {
                 bail!(
-                    "kube-apiserver at {} was not ready within {READY_LIMIT:?} (last: {last}); log tail:\n{}",
+                    "kube-apiserver at {} was not ready within {READY_LIMIT:?} (last: {last}); \
+                     log tail:\n{}",
                     self.config.cluster_url,
                     tail(&self.log(), 40)
                 );
@@ -634,7 +636,8 @@ fn write_kubeconfig(path: &Path, port: u16, ca: &Path, token: &str) -> Result<()
             "certificate-authority": ca,
         }}],
         "users": [{"name": "admin", "user": {"token": token}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin", "namespace": "default"}}],
+        "contexts": [{"name": "test",
+                      "context": {"cluster": "test", "user": "admin", "namespace": "default"}}],
         "current-context": "test",
     });
     std::fs::write(path, serde_json::to_vec_pretty(&kc)?)

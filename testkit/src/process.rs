@@ -186,7 +186,8 @@ pub fn tail(s: &str, n: usize) -> String {
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         if let Some(c) = self.child.as_ref() {
-            // A paused process ignores SIGKILL until thawed on some kernels' job control; thaw first.
+            // A paused process ignores SIGKILL until thawed on some kernels' job control; thaw
+            // first.
             if let Ok(pid) = i32::try_from(c.id()) {
                 let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
             }

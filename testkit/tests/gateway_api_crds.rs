@@ -66,7 +66,8 @@ fn status(message: Value) -> Value {
             "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"
         }],
         "listeners": [{
-            "name": "http", "attachedRoutes": 0, "supportedKinds": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}],
+            "name": "http", "attachedRoutes": 0,
+            "supportedKinds": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}],
             "conditions": [{
                 "type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
                 "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"
@@ -215,7 +216,8 @@ async fn a_reference_grant_to_core_services_is_created() {
         "kind": "ReferenceGrant",
         "metadata": {"name": "to-services", "namespace": "crd-grants"},
         "spec": {
-            "from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "other"}],
+            "from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                      "namespace": "other"}],
             "to": [{"group": "", "kind": "Service"}]
         }
     }));

@@ -157,7 +157,8 @@ pub fn grant_services(ns: &str, name: &str, from_ns: &str) -> ReferenceGrant {
     from_json(json!({
         "apiVersion": "gateway.networking.k8s.io/v1beta1", "kind": "ReferenceGrant",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": from_ns}],
+        "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                           "namespace": from_ns}],
                  "to": [{"group": "", "kind": "Service"}]}
     }))
 }

@@ -89,7 +89,8 @@ impl PodFiles {
 
     /// The service account's token, the cluster's CA (PEM) and the pod's namespace, where the
     /// kubelet puts them and laid out as its projected volume is: each name a symlink into
-    /// `..data`, itself a symlink to a timestamped folder (see [`rotate_token`](Self::rotate_token)).
+    /// `..data`, itself a symlink to a timestamped folder (see
+    /// [`rotate_token`](Self::rotate_token)).
     pub fn service_account(&self, token: &str, ca_pem: &str, namespace: &str) {
         *self.lock_account() = Some(Account {
             ca_pem: ca_pem.to_string(),

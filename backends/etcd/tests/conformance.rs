@@ -32,19 +32,17 @@ impl Harness for Etcd {
 
     async fn tamper(&self, name: &str, case: Tamper) -> Result<Protect, HarnessError> {
         let raw: &[u8] = match case {
-            Tamper::WrongTypes => {
-                br#"{"holder":7,"leaseDurationSeconds":"long","acquireTime":[]}"#
-            }
+            Tamper::WrongTypes => br#"{"holder":7,"leaseDurationSeconds":"long","acquireTime":[]}"#,
             Tamper::MissingFields => br#"{"holder":"intruder_1"}"#,
-            Tamper::NegativeDuration => {
-                br#"{"holder":"intruder_1","leaseDurationSeconds":-5}"#
-            }
+            Tamper::NegativeDuration => br#"{"holder":"intruder_1","leaseDurationSeconds":-5}"#,
             Tamper::HugeDuration => {
                 br#"{"holder":"intruder_1","leaseDurationSeconds":18446744073709551615}"#
             }
-            Tamper::RenewInFuture => {
-                br#"{"holder":"intruder_1","leaseDurationSeconds":1,"acquireTime":"2999-01-01T00:00:00Z"}"#
-            }
+            Tamper::RenewInFuture => concat!(
+                r#"{"holder":"intruder_1","leaseDurationSeconds":1,"#,
+                r#""acquireTime":"2999-01-01T00:00:00Z"}"#
+            )
+            .as_bytes(),
             Tamper::EmptyHolder => br#"{"holder":"","leaseDurationSeconds":3}"#,
             Tamper::Garbage => b"\x00\x01\xffnot json at all",
         };

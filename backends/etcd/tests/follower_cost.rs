@@ -8,8 +8,8 @@
 //! `Range` (and a `LeaseTimeToLive` for the holder's lease). A follower's one write is its
 //! candidacy (a `Put` attached to its spare lease, so that a release can hand it the key): once
 //! per spare lease, not per renew it sees nor per keep-alive. The leader's own reads are its
-//! choice of a successor, made after its attempts at most once a sixth of the TTL: one `Range` of the
-//! candidates and one `LeaseTimeToLive` of the follower's spare each, in pairs.
+//! choice of a successor, made after its attempts at most once a sixth of the TTL: one `Range` of
+//! the candidates and one `LeaseTimeToLive` of the follower's spare each, in pairs.
 
 mod common;
 

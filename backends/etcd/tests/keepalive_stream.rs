@@ -56,7 +56,8 @@ async fn renewals_share_one_keep_alive_stream() {
     let streams = keep_after.started - keep_before.started;
     let failed = not_ok(&keep_after) - not_ok(&keep_before);
     eprintln!(
-        "{renews} KV requests; LeaseKeepAlive streams started {streams}, ended not OK {failed}; before {keep_before:?}, after {keep_after:?}"
+        "{renews} KV requests; LeaseKeepAlive streams started {streams}, ended not OK {failed}; \
+         before {keep_before:?}, after {keep_after:?}"
     );
     assert!(renews >= 10.0, "the leader renewed ({renews} KV requests)");
     assert_eq!(streams, 0.0, "no keep-alive stream opened per renew");

@@ -34,7 +34,8 @@ fn main() {
             println!("test paused_leader_steps_down ... ok\n");
             // The summary line libtest prints, so runners that read it count this test too.
             println!(
-                "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in {:.2}s\n",
+                "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; \
+                 finished in {:.2}s\n",
                 started.elapsed().as_secs_f64()
             );
         }

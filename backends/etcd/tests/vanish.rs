@@ -201,7 +201,8 @@ async fn leader_sees_its_record_vanish(how: Vanish) {
         .expect("a led before the vanish");
     assert!(
         recreated >= a_valid_until,
-        "{how:?}: the key was recreated {gap:?} after it vanished, {:?} before its holder's validity ended",
+        "{how:?}: the key was recreated {gap:?} after it vanished, {:?} before its holder's \
+         validity ended",
         a_valid_until - recreated
     );
     // After the wait anyone may take it, the old leader included, under a new term.
@@ -213,7 +214,8 @@ async fn leader_sees_its_record_vanish(how: Vanish) {
     .await;
     assert!(t2 > t1, "the term increases ({t1} -> {t2})");
     eprintln!(
-        "{how:?}: a stepped down {stepped_down:?} after the vanish; the key came back {gap:?} after it, {:?} after a's validity ended",
+        "{how:?}: a stepped down {stepped_down:?} after the vanish; the key came back {gap:?} \
+         after it, {:?} after a's validity ended",
         recreated - a_valid_until
     );
     a.abort().await;

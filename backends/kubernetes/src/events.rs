@@ -1,4 +1,5 @@
-//! Kubernetes Events on the Lease when this replica becomes or stops being leader, as client-go posts.
+//! Kubernetes Events on the Lease when this replica becomes or stops being leader, as client-go
+//! posts.
 
 use std::time::Duration;
 

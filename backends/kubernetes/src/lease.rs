@@ -49,7 +49,8 @@ const WATCH_TIMEOUT_SECS: u32 = 290;
 ///
 /// Each API request is bounded by a timeout well inside the renew deadline (see
 /// [`with_request_timeout`](Self::with_request_timeout)); the Lease's `managedFields` name the
-/// field manager ([`DEFAULT_FIELD_MANAGER`] unless [`with_field_manager`](Self::with_field_manager)).
+/// field manager ([`DEFAULT_FIELD_MANAGER`] unless
+/// [`with_field_manager`](Self::with_field_manager)).
 ///
 /// # Examples
 ///
@@ -61,8 +62,12 @@ const WATCH_TIMEOUT_SECS: u32 = 290;
 ///
 /// // A kubeconfig (`KUBECONFIG`, `~/.kube/config`) or the pod's service account.
 /// let config = kube::Config::infer().await?;
-/// let lock = LeaseLock::new(client(config.clone())?, &config.default_namespace, "my-controller-lock")
-///     .with_field_manager("my-controller");
+/// let lock = LeaseLock::new(
+///     client(config.clone())?,
+///     &config.default_namespace,
+///     "my-controller-lock",
+/// )
+/// .with_field_manager("my-controller");
 /// let elector = Elector::spawn(
 ///     Arc::new(lock),
 ///     ElectorConfig {
@@ -308,9 +313,14 @@ impl Inner {
             Some(h) if transitions < h => {
                 // Only a deleted and recreated Lease goes back; warn once per reset.
                 if s.observed.record().is_none_or(|r| r.term > rec.term) {
-                    warn!(lease = %format!("{}/{}", self.namespace, self.name),
-                        term = %rec.term, highest_term = %term_of(h), holder = %rec.holder,
-                        "Lease term reset: leaseTransitions went back (the Lease was deleted and recreated); a new holder we write continues above the highest term seen");
+                    warn!(
+                        lease = %format!("{}/{}", self.namespace, self.name),
+                        term = %rec.term,
+                        highest_term = %term_of(h),
+                        holder = %rec.holder,
+                        "Lease term reset: leaseTransitions went back (the Lease was deleted and \
+                         recreated); a new holder we write continues above the highest term seen"
+                    );
                 }
             }
             _ => s.highest = Some(transitions),
@@ -349,9 +359,14 @@ impl Inner {
         s.observed.gone(last.as_ref(), now, fallback);
         if let Some((rec, until)) = s.observed.hold_off(now) {
             if before != Some(until) {
-                warn!(lease = %format!("{}/{}", self.namespace, self.name), holder = %rec.holder,
-                    term = %rec.term, hold_off = ?(until - now),
-                    "Lease deleted under a live holder, without a release; nobody takes it before that holder's lease duration has passed");
+                warn!(
+                    lease = %format!("{}/{}", self.namespace, self.name),
+                    holder = %rec.holder,
+                    term = %rec.term,
+                    hold_off = ?(until - now),
+                    "Lease deleted under a live holder, without a release; nobody takes it before \
+                     that holder's lease duration has passed"
+                );
             }
         }
     }
@@ -436,7 +451,11 @@ impl Inner {
                     }));
                 }
                 Some(_) => {
-                    debug!(%holder, lease = %self.name, "lease unchanged for its duration; taking it over")
+                    debug!(
+                        %holder,
+                        lease = %self.name,
+                        "lease unchanged for its duration; taking it over"
+                    )
                 }
                 // Unreachable after read() observed it; never steal on a missing observation.
                 None => {

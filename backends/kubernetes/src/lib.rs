@@ -40,7 +40,10 @@
 //! # use std::time::Duration;
 //! # use k8s_openapi::api::core::v1::ConfigMap;
 //! # use kube::runtime::controller::Action;
-//! # async fn reconcile(_: Arc<ConfigMap>, _: Arc<kube::Api<ConfigMap>>) -> Result<Action, kube::Error> {
+//! # async fn reconcile(
+//! #     _: Arc<ConfigMap>,
+//! #     _: Arc<kube::Api<ConfigMap>>,
+//! # ) -> Result<Action, kube::Error> {
 //! #     Ok(Action::await_change())
 //! # }
 //! # fn error_policy(_: Arc<ConfigMap>, _: &kube::Error, _: Arc<kube::Api<ConfigMap>>) -> Action {
@@ -66,7 +69,8 @@
 //!     },
 //! )?;
 //! let leadership = elector.leadership();
-//! let configmaps: Api<ConfigMap> = Api::namespaced(gated_client(config, leadership.clone())?, &namespace);
+//! let configmaps: Api<ConfigMap> =
+//!     Api::namespaced(gated_client(config, leadership.clone())?, &namespace);
 //! let new_terms = leadership.changes().filter_map(|change| {
 //!     future::ready(matches!(change, LeadershipChange::StartedLeading { .. }).then_some(()))
 //! });

@@ -21,7 +21,8 @@ impl Clamp {
     pub fn duration(&self, seconds: Option<i32>) -> Duration {
         match seconds {
             Some(s) if s > 0 => Duration::from_secs(u64::from(s.unsigned_abs())).min(self.max),
-            // client-go would treat these as "already expired"; we wait a full lease of our own instead.
+            // client-go would treat these as "already expired"; we wait a full lease of our own
+            // instead.
             _ => self.fallback,
         }
     }
@@ -68,7 +69,8 @@ pub(crate) fn now() -> MicroTime {
     MicroTime(jiff::Timestamp::now())
 }
 
-/// The spec client-go's `LeaderElectionRecordToLeaseSpec` writes: every field set, nothing else kept.
+/// The spec client-go's `LeaderElectionRecordToLeaseSpec` writes: every field set, nothing else
+/// kept.
 pub(crate) fn spec(
     holder: &str,
     lease_seconds: i32,

@@ -41,7 +41,11 @@ impl Harness for Kube {
                     s,
                     ns,
                     name,
-                    spec(json!({"holderIdentity": 7, "leaseDurationSeconds": "long", "leaseTransitions": []})),
+                    spec(json!({
+                        "holderIdentity": 7,
+                        "leaseDurationSeconds": "long",
+                        "leaseTransitions": []
+                    })),
                 )
                 .await;
                 assert!(refused.is_err(), "the API accepted wrong types");
@@ -49,7 +53,10 @@ impl Harness for Kube {
                     s,
                     ns,
                     name,
-                    spec(json!({"holderIdentity": "intr\u{1}der ☃ \"_\n", "leaseDurationSeconds": 2})),
+                    spec(json!({
+                        "holderIdentity": "intr\u{1}der ☃ \"_\n",
+                        "leaseDurationSeconds": 2
+                    })),
                 )
                 .await?;
                 Protect::For(Duration::from_secs(2))

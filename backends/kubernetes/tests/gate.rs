@@ -543,7 +543,10 @@ async fn a_write_queued_past_its_permit_s_deadline_is_not_sent() {
         .expect("the sending task");
     let e = r.expect_err("a write queued past its permit's deadline is not sent");
     assert!(
-        matches!(deadline_in_chain(&e), Some(GateError::Deadline { term: t, method, .. }) if *t == term && method == "PATCH"),
+        matches!(
+            deadline_in_chain(&e),
+            Some(GateError::Deadline { term: t, method, .. }) if *t == term && method == "PATCH"
+        ),
         "not refused by its body's deadline: {e:?}"
     );
     // What the server holds: the ConfigMap as it was, once a late request would have landed.

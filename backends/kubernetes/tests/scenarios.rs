@@ -158,7 +158,9 @@ async fn client_go_holder_is_respected_then_taken_and_fields_match_client_go() {
         &e.leadership(),
         patience(&timing),
         "following client-go",
-        |st| matches!(st, LeaderState::Follower { holder: Some(h), .. } if h == "client-go-replica"),
+        |st| {
+            matches!(st, LeaderState::Follower { holder: Some(h), .. } if h == "client-go-replica")
+        },
     )
     .await;
     // Well past our own and its lease duration: a renewing client-go holder is never stolen from.
@@ -221,14 +223,21 @@ async fn client_go_holder_is_respected_then_taken_and_fields_match_client_go() {
         &e2.leadership(),
         patience(&timing),
         "following client-go again",
-        |st| matches!(st, LeaderState::Follower { holder: Some(h), term: Some(t) } if h == "client-go-replica-2" && t.0 == 7),
+        |st| {
+            matches!(
+                st,
+                LeaderState::Follower { holder: Some(h), term: Some(t) }
+                    if h == "client-go-replica-2" && t.0 == 7
+            )
+        },
     )
     .await;
     assert!(!e2.leadership().is_leader());
     e2.abort().await;
 }
 
-/// The Role and RoleBinding that ship in `deploy/base`, bound to `sa` in `ns`: the tests prove they suffice.
+/// The Role and RoleBinding that ship in `deploy/base`, bound to `sa` in `ns`: the tests prove
+/// they suffice.
 async fn grant_role(s: &testkit::kube::KubeApiServer, ns: &str, sa: &str) {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -331,7 +340,8 @@ async fn documented_role_is_enough_and_no_rbac_is_refused_clearly() {
         .expect("the released Lease");
     assert!(
         rv(&stopped.metadata) > rv(&released.metadata),
-        "the \"stopped leading\" Event (resourceVersion {:?}) was stored before the release (Lease at {:?})",
+        "the \"stopped leading\" Event (resourceVersion {:?}) was stored before the release \
+         (Lease at {:?})",
         stopped.metadata.resource_version,
         released.metadata.resource_version
     );
@@ -604,7 +614,8 @@ async fn became_leader_is_posted_after_the_first_renewal() {
     let became = wait_event(s, &ns, &format!("{} became leader", identity.holder())).await;
     assert!(
         rv(&became.metadata) > rv(&renewed.metadata),
-        "the \"became leader\" Event (resourceVersion {:?}) was stored before the leadership's first renewal (Lease at {:?})",
+        "the \"became leader\" Event (resourceVersion {:?}) was stored before the leadership's \
+         first renewal (Lease at {:?})",
         became.metadata.resource_version,
         renewed.metadata.resource_version
     );

@@ -143,23 +143,52 @@ mod tests {
             br#"{"v":2,"holder":"a_1","term":7,"lease_ms":15000,"acquired_ms":1,"renewed_ms":2}"#,
             br#"{"v":1,"holder":"","term":7,"lease_ms":15000,"acquired_ms":1,"renewed_ms":2}"#,
             br#"{"v":1,"holder":"a","term":7,"lease_ms":-5,"acquired_ms":1,"renewed_ms":2}"#,
-            br#"{"v":1,"holder":"a","term":7,"lease_ms":18446744073709551615,"acquired_ms":1,"renewed_ms":2}"#,
+            concat!(
+                r#"{"v":1,"holder":"a","term":7,"lease_ms":18446744073709551615,"#,
+                r#""acquired_ms":1,"renewed_ms":2}"#
+            )
+            .as_bytes(),
             b"\x00\x01garbage",
         ] {
             assert!(parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
         // Terms are exact over Redis' integer range, and foreign beyond it.
-        let big = parse(br#"{"v":1,"holder":"a","term":9007199254740993,"lease_ms":1000,"acquired_ms":0,"renewed_ms":0}"#);
+        let big = parse(
+            concat!(
+                r#"{"v":1,"holder":"a","term":9007199254740993,"lease_ms":1000,"#,
+                r#""acquired_ms":0,"renewed_ms":0}"#
+            )
+            .as_bytes(),
+        );
         assert_eq!(big.expect("ours").term, Term(9_007_199_254_740_993));
-        let max = parse(br#"{"v":1,"holder":"a","term":9223372036854775807,"lease_ms":1000,"acquired_ms":0,"renewed_ms":0}"#);
+        let max = parse(
+            concat!(
+                r#"{"v":1,"holder":"a","term":9223372036854775807,"lease_ms":1000,"#,
+                r#""acquired_ms":0,"renewed_ms":0}"#
+            )
+            .as_bytes(),
+        );
         assert_eq!(max.expect("ours").term, Term(i64::MAX as u64));
-        assert!(parse(br#"{"v":1,"holder":"a","term":9223372036854775808,"lease_ms":1000,"acquired_ms":0,"renewed_ms":0}"#).is_err());
+        assert!(parse(
+            concat!(
+                r#"{"v":1,"holder":"a","term":9223372036854775808,"lease_ms":1000,"#,
+                r#""acquired_ms":0,"renewed_ms":0}"#
+            )
+            .as_bytes()
+        )
+        .is_err());
         assert!(parse(
             br#"{"v":1,"holder":"a","term":0,"lease_ms":1000,"acquired_ms":0,"renewed_ms":0}"#
         )
         .is_err());
         // A renew time far in the future is informational; it must not panic.
-        let r = parse(br#"{"v":1,"holder":"a","term":1,"lease_ms":1000,"acquired_ms":0,"renewed_ms":18446744073709551615}"#);
+        let r = parse(
+            concat!(
+                r#"{"v":1,"holder":"a","term":1,"lease_ms":1000,"acquired_ms":0,"#,
+                r#""renewed_ms":18446744073709551615}"#
+            )
+            .as_bytes(),
+        );
         assert!(r.is_ok());
     }
 
@@ -173,7 +202,9 @@ mod tests {
             }
         );
         assert!(matches!(
-            message(br#"{"v":1,"holder":"a_1","term":3,"lease_ms":1000,"acquired_ms":1,"renewed_ms":1}"#),
+            message(
+                br#"{"v":1,"holder":"a_1","term":3,"lease_ms":1000,"acquired_ms":1,"renewed_ms":1}"#
+            ),
             Message::Record(_)
         ));
         assert_eq!(message(b"hello"), Message::Unknown);

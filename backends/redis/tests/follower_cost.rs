@@ -79,7 +79,8 @@ async fn follower_cost(timing: Timing) {
     let (by_a, by_b) = (count(&seen, &a_addrs), count(&seen, &b_addrs));
     let per_s = |n: usize| n as f64 / window.as_secs_f64();
     eprintln!(
-        "over {window:?} (lease {:?}, retry {:?}): leader sent {} commands ({:.2}/s), follower {} ({:.2}/s): {by_b:?}",
+        "over {window:?} (lease {:?}, retry {:?}): leader sent {} commands ({:.2}/s), \
+         follower {} ({:.2}/s): {by_b:?}",
         timing.lease_duration,
         timing.retry_period,
         by_a.len(),
@@ -123,8 +124,9 @@ async fn follower_sends_almost_nothing_at_a_5s_lease() {
 
 /// Through Sentinel each replica still holds two connections to the primary: asking the
 /// Sentinels, and checking that the server they name answers as the primary, leave none open
-/// there. (The primary's `CLIENT LIST` also shows two connections per Sentinel, `name=sentinel-…`,
-/// and the replica's replication link: seven more with three Sentinels and one replica.)
+/// there. (The primary's `CLIENT LIST` also shows two connections per Sentinel,
+/// `name=sentinel-…`, and the replica's replication link: seven more with three Sentinels and
+/// one replica.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_sentinel_each_replica_holds_two_connections_to_the_primary() {
     common::init_tracing();

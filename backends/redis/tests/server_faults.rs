@@ -95,7 +95,8 @@ async fn server_restarted_empty_no_split_brain() {
         "the term increases across a restart ({t1} -> {t2})"
     );
     eprintln!(
-        "after the restart c{next} leads with term {t2} (was c{leader} with {t1}), {:?} after the kill",
+        "after the restart c{next} leads with term {t2} (was c{leader} with {t1}), \
+         {:?} after the kill",
         led - before_restart
     );
     for e in pool {

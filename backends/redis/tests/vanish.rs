@@ -151,7 +151,8 @@ async fn hung_leader_loses_its_record(how: Vanish, keyspace_events: bool) {
     let t2 = wait_leader(&b.leadership(), limit, "b after a's record vanished").await;
     let led = Instant::now();
     eprintln!(
-        "{how:?} (keyspace events: {keyspace_events}): b led {:?} after the vanish, {:?} after a's validity ended",
+        "{how:?} (keyspace events: {keyspace_events}): b led {:?} after the vanish, \
+         {:?} after a's validity ended",
         led - vanished,
         led.saturating_duration_since(valid_until)
     );

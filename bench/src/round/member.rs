@@ -107,7 +107,10 @@ pub async fn run(
     let wrote = lane
         .wait(WRITE_PATIENCE + plan.leader_patience(), |e| {
             e.mono_ms >= at
-                && matches!(&e.what, Event::Written { name, term, .. } if name == ROUTE && *term >= old.term)
+                && matches!(
+                    &e.what,
+                    Event::Written { name, term, .. } if name == ROUTE && *term >= old.term
+                )
         })
         .await;
     match wrote {

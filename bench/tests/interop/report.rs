@@ -47,7 +47,8 @@ pub(crate) fn report(o: &Outcome) -> String {
         ));
     }
     out.push_str(&format!(
-        "split-brain checker: {} leaderships, {} logged writes, {} violations, {} findings about the peers\n",
+        "split-brain checker: {} leaderships, {} logged writes, {} violations, \
+         {} findings about the peers\n",
         o.verdict.leaderships,
         o.verdict.writes,
         o.verdict.violations.len(),
@@ -92,7 +93,8 @@ pub(crate) fn report(o: &Outcome) -> String {
     ));
     for (side, n, last) in &o.after_thaw {
         out.push_str(&format!(
-            "  a thawed leader ({side}) wrote {n} times after SIGCONT, the last {last:.0} ms after\n"
+            "  a thawed leader ({side}) wrote {n} times after SIGCONT, \
+             the last {last:.0} ms after\n"
         ));
     }
     for ((peer, writer, holder), rvs) in &stale {

@@ -80,8 +80,12 @@ impl WatchTask {
         let delay = self.backoff.next().unwrap_or(self.timing.retry_period);
         match outcome {
             Err(e) => {
-                error!(error = %describe_join_error(e), lock = %self.lock.describe(), restart_in = ?delay,
-                "the lock watch task failed; polling until it is restarted")
+                error!(
+                    error = %describe_join_error(e),
+                    lock = %self.lock.describe(),
+                    restart_in = ?delay,
+                    "the lock watch task failed; polling until it is restarted"
+                )
             }
             Ok(()) => warn!(lock = %self.lock.describe(), restart_in = ?delay,
                 "the lock watch task ended; polling until it is restarted"),

@@ -165,7 +165,10 @@ mod tests {
             other => panic!("read after the deadline: {other:?}"),
         };
         assert!(
-            matches!(e.downcast_ref::<GateError>(), Some(GateError::Deadline { term: Term(5), method, .. }) if method == Method::PUT),
+            matches!(
+                e.downcast_ref::<GateError>(),
+                Some(GateError::Deadline { term: Term(5), method, .. }) if method == Method::PUT
+            ),
             "{e}"
         );
     }

@@ -163,7 +163,10 @@ async fn a_write_still_running_at_the_permit_s_deadline_is_cancelled_then() {
     let started = Instant::now();
     let e = gate.oneshot(request(Method::PATCH)).await.unwrap_err();
     assert!(
-        matches!(gate_error(&e), GateError::Deadline { term: Term(5), method, .. } if method == Method::PATCH),
+        matches!(
+            gate_error(&e),
+            GateError::Deadline { term: Term(5), method, .. } if method == Method::PATCH
+        ),
         "{e}"
     );
     assert_eq!(Instant::now() - started, Duration::from_secs(10));

@@ -37,7 +37,10 @@ async fn a_late_reply_counts_validity_from_the_send_instant() {
     let s = sends();
     assert_eq!(s[2], s[1] + t.retry_period);
     wait_state(&a.leadership(), PATIENCE, "the third renew", |st| {
-        matches!(st, LeaderState::Leader { valid_until, .. } if *valid_until == s[2] + t.renew_deadline)
+        matches!(
+            st,
+            LeaderState::Leader { valid_until, .. } if *valid_until == s[2] + t.renew_deadline
+        )
     })
     .await;
     assert_eq!(Instant::now(), s[2] + late);

@@ -180,7 +180,8 @@ async fn terms_seen_on_the_watch_count_for_the_term_order() {
     assert!(sends[2] - seen >= Duration::from_secs(1), "{sends:?}");
     a.abort().await;
     let regression = logs.with_message(
-        "the lock's term went backwards: its backend lost or rewrote the lock's state, so terms no longer order leaderships",
+        "the lock's term went backwards: its backend lost or rewrote the lock's state, \
+         so terms no longer order leaderships",
     );
     assert_eq!(regression.len(), 1, "{:#?}", logs.lines());
     assert_eq!(regression[0]["fields"]["previous_term"], "7");

@@ -96,7 +96,8 @@ pub(crate) fn analyse<'w>(
             Verdict::no(
                 reason::INVALID_PARAMETERS,
                 format!(
-                    "infrastructure.parametersRef {} {} is not supported: this controller takes no parameters",
+                    "infrastructure.parametersRef {} {} is not supported: \
+                     this controller takes no parameters",
                     super::refs::group_kind(&p.group, &p.kind),
                     p.name
                 ),
@@ -314,7 +315,8 @@ mod tests {
             "infra",
             "gw",
             json!({"gatewayClassName": CLASS, "listeners": [http("web", 80)],
-                   "infrastructure": {"parametersRef": {"group": "", "kind": "ConfigMap", "name": "p"}}}),
+                   "infrastructure": {"parametersRef": {"group": "", "kind": "ConfigMap",
+                                                        "name": "p"}}}),
         )];
         let out = compute(&w, CONTROLLER);
         assert_eq!(
@@ -400,7 +402,8 @@ mod tests {
                 "infra",
                 "twice",
                 route_spec(
-                    json!([{"name": "gw", "sectionName": "a"}, {"name": "gw", "sectionName": "a", "port": 80}]),
+                    json!([{"name": "gw", "sectionName": "a"},
+                           {"name": "gw", "sectionName": "a", "port": 80}]),
                     json!([]),
                 ),
             ),

@@ -96,7 +96,8 @@ fn supported_version(bundle_version: Option<&str>) -> Verdict {
         None => Verdict::yes(
             reason::SUPPORTED_VERSION,
             format!(
-                "the CRDs' bundle version could not be read; assuming a supported one ({SUPPORTED_VERSIONS})"
+                "the CRDs' bundle version could not be read; \
+                 assuming a supported one ({SUPPORTED_VERSIONS})"
             ),
         ),
         Some(v) if is_supported(v) => Verdict::yes(

@@ -6,10 +6,10 @@
 //! combinations, upstream `apis/v1/gateway_types.go`, `Listener`: "TLSRoute, Port: 443,
 //! Protocol: TLS, TLS Mode: Passthrough"). A terminating listener's certificateRefs must each
 //! resolve to a usable Secret (see [`refs::check_certificate`]); a Passthrough listener's are
-//! ignored, as v1.5.1 `apis/v1/gateway_types.go` (`ListenerTLSConfig.Mode`) says. A listener with a protocol this
-//! controller does not serve (or an unsupported TLS mode) is never accepted and takes no part
-//! in conflict detection: the spec's rule for unsupported TCP listeners ("the previous rule does
-//! not apply, and the TCP Listeners SHOULD NOT be accepted") keeps it from knocking out the
+//! ignored, as v1.5.1 `apis/v1/gateway_types.go` (`ListenerTLSConfig.Mode`) says. A listener with a
+//! protocol this controller does not serve (or an unsupported TLS mode) is never accepted and takes
+//! no part in conflict detection: the spec's rule for unsupported TCP listeners ("the previous rule
+//! does not apply, and the TCP Listeners SHOULD NOT be accepted") keeps it from knocking out the
 //! HTTP listeners that share its port.
 
 use gateway_api::gateways::{
@@ -448,7 +448,8 @@ mod tests {
     fn unsupported_route_kinds_are_left_out_of_supported_kinds_and_fail_resolved_refs() {
         let out = out_for(json!([
             {"name": "mixed", "port": 80, "protocol": "HTTP", "allowedRoutes": {"kinds": [
-                {"kind": "HTTPRoute"}, {"group": "gateway.networking.k8s.io", "kind": "TCPRoute"}]}},
+                {"kind": "HTTPRoute"},
+                {"group": "gateway.networking.k8s.io", "kind": "TCPRoute"}]}},
             {"name": "only-bad", "port": 81, "protocol": "HTTP", "allowedRoutes": {"kinds": [
                 {"group": "example.com", "kind": "HTTPRoute"}]}},
         ]));
@@ -582,7 +583,8 @@ mod tests {
         w.reference_grants = vec![grant(
             "certs",
             "to-services",
-            json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "infra"}],
+            json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                             "namespace": "infra"}],
                    "to": [{"group": "", "kind": "Service"}]}),
         )];
         let out = compute(&w, CONTROLLER);
@@ -595,7 +597,8 @@ mod tests {
         w.reference_grants.push(grant(
             "certs",
             "to-secrets",
-            json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "infra"}],
+            json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                             "namespace": "infra"}],
                    "to": [{"group": "", "kind": "Secret", "name": "cert"}]}),
         ));
         let out = compute(&w, CONTROLLER);

@@ -133,7 +133,8 @@ pub(crate) fn analyse<'a>(
             Verdict::no(
                 reason::NOT_ALLOWED,
                 format!(
-                    "Gateway {}/{} does not allow ListenerSets from namespace {} (spec.allowedListeners)",
+                    "Gateway {}/{} does not allow ListenerSets from namespace {} \
+                     (spec.allowedListeners)",
                     gateway.namespace, gateway.name, p.namespace
                 ),
             )

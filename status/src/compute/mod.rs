@@ -20,10 +20,10 @@
 //!
 //! Deliberately not covered: the listener `Conflicted` reason `ListenerConflict` (upstream
 //! v1.5.1 `apis/v1/listenerset_types.go` gives it no rule of its own; ProtocolConflict and
-//! HostnameConflict are used, as the conformance tests expect), the Gateway-level `tls` block and its
-//! `ResolvedRefs` condition, certificate checks beyond parsing (expiry, SANs against the
-//! listener's hostname, `OverlappingCertificates`), `OverlappingTLSConfig` on TLS listeners,
-//! the validation of route matches and filters (`UnsupportedValue`, `IncompatibleFilters`,
+//! HostnameConflict are used, as the conformance tests expect), the Gateway-level `tls` block and
+//! its `ResolvedRefs` condition, certificate checks beyond parsing (expiry, SANs against the
+//! listener's hostname, `OverlappingCertificates`), `OverlappingTLSConfig` on TLS listeners, the
+//! validation of route matches and filters (`UnsupportedValue`, `IncompatibleFilters`,
 //! `PartiallyInvalid`), and hostname conflicts between a GRPCRoute and an HTTPRoute on one
 //! listener.
 

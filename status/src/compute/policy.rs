@@ -255,7 +255,10 @@ fn accept(
         let section = section.map(|s| format!(" section {s}")).unwrap_or_default();
         return Verdict::no(
             reason::CONFLICTED,
-            format!("BackendTLSPolicy {ns}/{name} targets Service {service}{section} too and takes precedence"),
+            format!(
+                "BackendTLSPolicy {ns}/{name} targets Service {service}{section} too and takes \
+                 precedence"
+            ),
         );
     }
     if resolved.refs == 0 {
@@ -266,7 +269,10 @@ fn accept(
         if !well_known.is_empty() && well_known != WELL_KNOWN_SYSTEM {
             return Verdict::no(
                 reason::INVALID,
-                format!("wellKnownCACertificates {well_known:?} is not supported, only {WELL_KNOWN_SYSTEM}"),
+                format!(
+                    "wellKnownCACertificates {well_known:?} is not supported, \
+                     only {WELL_KNOWN_SYSTEM}"
+                ),
             );
         }
     } else if resolved.invalid == resolved.refs {

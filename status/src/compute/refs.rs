@@ -285,8 +285,10 @@ mod tests {
             reference_grants: vec![grant(
                 "apps",
                 "g",
-                json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "infra"},
-                                {"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "other"}],
+                json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                                 "namespace": "infra"},
+                                {"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                 "namespace": "other"}],
                        "to": [{"group": "", "kind": "Service", "name": "api"},
                               {"group": "", "kind": "Secret", "name": ""}]}),
             )],

@@ -31,7 +31,8 @@ fn busy_world() -> World {
     w.reference_grants = vec![grant(
         "apps",
         "allow",
-        json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "infra"}],
+        json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                         "namespace": "infra"}],
                "to": [{"group": "", "kind": "Service"}]}),
     )];
     w.http_routes = vec![
@@ -40,7 +41,8 @@ fn busy_world() -> World {
             "a",
             route_spec(
                 json!([{"name": "gw"}, {"name": "gw2", "namespace": "apps"}]),
-                json!([{"name": "web", "port": 8080}, {"name": "api", "namespace": "apps", "port": 80}]),
+                json!([{"name": "web", "port": 8080},
+                       {"name": "api", "namespace": "apps", "port": 80}]),
             ),
         ),
         route(
@@ -464,13 +466,18 @@ fn objects_lacking_names_namespaces_or_generations_do_not_panic() {
         Arc::new(c)
     };
     w.gateway_classes.push(nameless_class);
-    let mut no_generation = (*gateway("infra", "gw", json!([
-        http("web", 0),
-        {"name": "", "port": -1, "protocol": ""},
-        {"name": "odd", "port": 70000, "protocol": "HTTP", "hostname": "*",
-         "allowedRoutes": {"namespaces": {"from": "Selector"}, "kinds": []}},
-        {"name": "tls", "port": 443, "protocol": "HTTPS", "tls": {"certificateRefs": [{"name": ""}]}},
-    ])))
+    let mut no_generation = (*gateway(
+        "infra",
+        "gw",
+        json!([
+            http("web", 0),
+            {"name": "", "port": -1, "protocol": ""},
+            {"name": "odd", "port": 70000, "protocol": "HTTP", "hostname": "*",
+             "allowedRoutes": {"namespaces": {"from": "Selector"}, "kinds": []}},
+            {"name": "tls", "port": 443, "protocol": "HTTPS",
+             "tls": {"certificateRefs": [{"name": ""}]}},
+        ]),
+    ))
     .clone();
     no_generation.metadata.generation = None;
     let mut no_namespace = (*gateway("infra", "lost", json!([]))).clone();
@@ -482,7 +489,8 @@ fn objects_lacking_names_namespaces_or_generations_do_not_panic() {
     let mut route_without_generation = (*route(
         "infra",
         "r",
-        json!({"parentRefs": [{"name": "gw", "sectionName": ""}, {"name": ""}, {"name": "gw", "namespace": ""}],
+        json!({"parentRefs": [{"name": "gw", "sectionName": ""}, {"name": ""},
+                              {"name": "gw", "namespace": ""}],
                "hostnames": ["", "*"],
                "rules": [{"backendRefs": [{"name": "", "port": 0}]}, {}]}),
     ))

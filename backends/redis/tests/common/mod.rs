@@ -109,15 +109,21 @@ pub fn tampered(case: Tamper) -> &'static [u8] {
             br#"{"v":1,"holder":7,"term":"x","lease_ms":"long","acquired_ms":[],"renewed_ms":{}}"#
         }
         Tamper::MissingFields => br#"{"v":1,"holder":"intruder_1"}"#,
-        Tamper::NegativeDuration => {
-            br#"{"v":1,"holder":"intruder_1","term":1,"lease_ms":-5,"acquired_ms":0,"renewed_ms":0}"#
-        }
-        Tamper::HugeDuration => {
-            br#"{"v":1,"holder":"intruder_1","term":1,"lease_ms":18446744073709551615,"acquired_ms":0,"renewed_ms":0}"#
-        }
-        Tamper::RenewInFuture => {
-            br#"{"v":1,"holder":"intruder_1","term":1,"lease_ms":1000,"acquired_ms":0,"renewed_ms":99999999999999}"#
-        }
+        Tamper::NegativeDuration => concat!(
+            r#"{"v":1,"holder":"intruder_1","term":1,"lease_ms":-5,"#,
+            r#""acquired_ms":0,"renewed_ms":0}"#
+        )
+        .as_bytes(),
+        Tamper::HugeDuration => concat!(
+            r#"{"v":1,"holder":"intruder_1","term":1,"lease_ms":18446744073709551615,"#,
+            r#""acquired_ms":0,"renewed_ms":0}"#
+        )
+        .as_bytes(),
+        Tamper::RenewInFuture => concat!(
+            r#"{"v":1,"holder":"intruder_1","term":1,"lease_ms":1000,"#,
+            r#""acquired_ms":0,"renewed_ms":99999999999999}"#
+        )
+        .as_bytes(),
         Tamper::EmptyHolder => {
             br#"{"v":1,"holder":"","term":1,"lease_ms":1000,"acquired_ms":0,"renewed_ms":0}"#
         }

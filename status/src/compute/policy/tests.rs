@@ -156,8 +156,9 @@ fn a_policy_on_a_reached_service_has_each_reaching_gateway_as_an_ancestor() {
 #[test]
 fn a_policy_no_gateway_of_ours_reaches_gets_no_status_unless_it_has_our_entries() {
     let mut w = base();
-    let theirs = json!({"ancestors": [{"ancestorRef": {"name": "x"}, "controllerName": "example.com/other",
-                                      "conditions": []}]});
+    let theirs = json!({"ancestors": [{"ancestorRef": {"name": "x"},
+                                       "controllerName": "example.com/other",
+                                       "conditions": []}]});
     let ours = json!({"ancestors": [{"ancestorRef": {"name": "gw"}, "controllerName": CONTROLLER,
                                     "conditions": []}]});
     w.backend_tls_policies = vec![
@@ -169,7 +170,7 @@ fn a_policy_no_gateway_of_ours_reaches_gets_no_status_unless_it_has_our_entries(
             "not-a-service",
             1,
             json!({"targetRefs": [{"group": "example.com", "kind": "Backend", "name": "web"}],
-                                           "validation": {"wellKnownCACertificates": "System", "hostname": "a"}}),
+                   "validation": {"wellKnownCACertificates": "System", "hostname": "a"}}),
         ),
     ];
     let out = compute(&w, CONTROLLER);
@@ -333,7 +334,8 @@ fn a_reference_from_another_namespace_reaches_the_service_only_with_a_grant() {
     w.reference_grants = vec![grant(
         "apps",
         "allow",
-        json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "infra"}],
+        json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                         "namespace": "infra"}],
                "to": [{"group": "", "kind": "Service"}]}),
     )];
     assert_eq!(names(&w), ["gw", "gw3"]);

@@ -141,7 +141,8 @@ fn a_reference_grant_admits_only_the_route_kind_it_names() {
     w.reference_grants = vec![grant(
         "apps",
         "http-only",
-        json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "infra"}],
+        json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                         "namespace": "infra"}],
                "to": [{"group": "", "kind": "Service"}]}),
     )];
     let cross = json!([{"name": "api", "namespace": "apps", "port": 443}]);
@@ -162,8 +163,10 @@ fn a_reference_grant_admits_only_the_route_kind_it_names() {
     w.reference_grants.push(grant(
         "apps",
         "grpc-and-tls",
-        json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "GRPCRoute", "namespace": "infra"},
-                        {"group": "gateway.networking.k8s.io", "kind": "TLSRoute", "namespace": "infra"}],
+        json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "GRPCRoute",
+                         "namespace": "infra"},
+                        {"group": "gateway.networking.k8s.io", "kind": "TLSRoute",
+                         "namespace": "infra"}],
                "to": [{"group": "", "kind": "Service"}]}),
     ));
     let out = compute(&w, CONTROLLER);

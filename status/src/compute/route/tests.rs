@@ -290,7 +290,8 @@ fn a_cross_namespace_backend_needs_a_reference_grant_to_services() {
             "apps",
             "other-kind",
             json!({
-            "from": [{"group": "gateway.networking.k8s.io", "kind": "GRPCRoute", "namespace": "infra"}],
+            "from": [{"group": "gateway.networking.k8s.io", "kind": "GRPCRoute",
+                      "namespace": "infra"}],
             "to": [{"group": "", "kind": "Service"}]}),
         ),
         // The right grant in the wrong namespace.
@@ -322,7 +323,8 @@ fn a_cross_namespace_backend_needs_a_reference_grant_to_services() {
 #[test]
 fn a_backend_of_another_kind_or_group_is_invalid_kind() {
     for backend in [
-        json!({"kind": "ServiceImport", "group": "multicluster.x-k8s.io", "name": "web", "port": 8080}),
+        json!({"kind": "ServiceImport", "group": "multicluster.x-k8s.io", "name": "web",
+               "port": 8080}),
         json!({"kind": "Pod", "name": "web", "port": 8080}),
         json!({"group": "core", "name": "web", "port": 8080}),
     ] {
