@@ -128,10 +128,8 @@ pub async fn remove_sample(client: &Client, wait: bool) -> Result<()> {
         while namespaces.get_opt(ns).await?.is_some() {
             if Instant::now() >= deadline {
                 bail!(
-                    "namespace {ns}, left by an earlier demo, is still being deleted \
-                     after                      \
-                     {PATIENCE:?}; a cluster's namespace controller \
-                     (kube-controller-manager)                      \
+                    "namespace {ns}, left by an earlier demo, is still being deleted after \
+                     {PATIENCE:?}; a cluster's namespace controller (kube-controller-manager) \
                      finishes that, so check `kubectl get namespace {ns} -o yaml`"
                 );
             }
