@@ -5,6 +5,14 @@
 /// component of the leader-election Events, the prefix of the status writes' field manager.
 pub const PROGRAM: &str = "gateway-leader";
 
+// A replica without any lock cannot be elected: say so, rather than fail on the code that picks
+// the lock.
+#[cfg(not(any(feature = "kubernetes", feature = "etcd", feature = "redis")))]
+compile_error!(
+    "gateway-leader needs at least one lock backend feature: kubernetes, etcd or redis \
+     (`--features kubernetes` with `--no-default-features`)"
+);
+
 pub mod backend;
 pub mod cli;
 pub mod config;
