@@ -9,8 +9,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, Config};
-use leader_lock::{Elector, ElectorConfig, Identity, Leadership, Timing};
 use leader_lock::leadership::GuardedError;
+use leader_lock::{Elector, ElectorConfig, Identity, Leadership, Timing};
 use leader_lock_kubernetes::{client, gated_client, permit_client, LeaseLock};
 use serde_json::json;
 

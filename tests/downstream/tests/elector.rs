@@ -7,8 +7,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use kube::ResourceExt;
-use leader_lock::{LeaderState, LeadershipChange};
 use leader_lock::leadership::GuardedError;
+use leader_lock::{LeaderState, LeadershipChange};
 use testkit::kube::KubeApiServer;
 
 use downstream::{built_for_latest, status_writer_config, Replica, TERM};
