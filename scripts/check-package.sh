@@ -4,7 +4,7 @@
 # crates are packaged together, so a crate's dependency on another resolves to that package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-crates=(leader-lock leader-lock-kubernetes leader-lock-etcd leader-lock-redis gateway-leader-status)
+crates=(leader-lock leader-lock-kubernetes leader-lock-etcd leader-lock-redis gateway-leader-log gateway-leader-status)
 # Cargo unpacks the packages of its local overlay registry under $CARGO_HOME/registry/src/-<hash>/
 # and, as for any registry, never unpacks the same name and version again: a second run would
 # verify against the first run's sources. Those dirs (named `-<hash>`, never crates.io's) are
