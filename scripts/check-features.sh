@@ -34,6 +34,17 @@ for backend in kubernetes etcd redis; do
   fi
   say "$backend alone: builds, and refuses --lock-backend $other: $out"
 done
+# With no backend at all the build must stop on the one message that names the features.
+say "cargo build -p gateway-leader --no-default-features (must fail, naming the features)"
+set +e
+out=$(cargo build -p gateway-leader --no-default-features 2>&1)
+code=$?
+set -e
+if [ "$code" -eq 0 ] || ! grep -q "needs at least one lock backend feature" <<<"$out"; then
+  say "a build with no backend must stop naming the features; got $code:"
+  printf '%s\n' "$out" | tail -n 20 >&2
+  exit 1
+fi
 # Leave the default build in place for whoever runs the binary next.
 cargo build -p gateway-leader
 say "every backend builds alone"
