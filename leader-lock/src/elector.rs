@@ -474,6 +474,7 @@ impl Run {
                     return true;
                 }
                 self.see(rec.term);
+                self.publisher.sighted(Instant::now());
                 self.publisher.publish(LeaderState::Follower {
                     holder: Some(rec.holder.clone()),
                     term: Some(rec.term),
@@ -515,6 +516,9 @@ impl Run {
             Err(_) => Err(LockError::Timeout(limit)),
         };
         let now = Instant::now();
+        if result.is_ok() {
+            self.publisher.sighted(sent);
+        }
         let context = Context {
             timing: self.timing,
             held: self.held,

@@ -291,21 +291,37 @@ fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct Publisher {
     tx: watch::Sender<LeaderState>,
     taps: Taps,
+    sighted: Sighted,
 }
+
+/// When the lock last showed this replica its record: shared by a publisher and its handles.
+type Sighted = Arc<Mutex<Option<Instant>>>;
 
 impl Publisher {
     /// A publisher starting at `initial`, and the leadership handle it feeds.
     pub(crate) fn channel(initial: LeaderState) -> (Arc<Publisher>, Leadership) {
         let (tx, rx) = watch::channel(initial);
         let taps = Taps::default();
+        let sighted = Sighted::default();
         let leadership = Leadership {
             rx,
             closing: Arc::new(AtomicBool::new(false)),
             in_flight: TaskTracker::new(),
             taps: taps.clone(),
+            sighted: sighted.clone(),
             _publisher: None,
         };
-        (Arc::new(Publisher { tx, taps }), leadership)
+        (Arc::new(Publisher { tx, taps, sighted }), leadership)
+    }
+
+    /// Notes that the lock answered with its record (an attempt's answer, a watch event) as of
+    /// `at`: how fresh the holder in the published state is.
+    pub(crate) fn sighted(&self, at: Instant) {
+        let mut last = guard(&self.sighted);
+        // Two sources (the loop's attempts, its watch) may report out of order: keep the newest.
+        if last.is_none_or(|l| l < at) {
+            *last = Some(at);
+        }
     }
 
     /// Publishes `state` unless it is the current one; returns whether it changed.
@@ -340,6 +356,11 @@ impl Scripted {
     pub fn publish(&self, state: LeaderState) {
         self.0.publish(state);
     }
+
+    /// Notes a sighting of the lock's record at `at`, as the elector does on each answer.
+    pub fn sighted(&self, at: Instant) {
+        self.0.sighted(at);
+    }
 }
 
 /// A cheap, cloneable view of this replica's leadership, for any task.
@@ -350,6 +371,8 @@ pub struct Leadership {
     in_flight: TaskTracker,
     /// Read by [`record`](Self::record).
     taps: Taps,
+    /// Read by [`last_sighting`](Self::last_sighting).
+    sighted: Sighted,
     /// The sender of an [`always_leader`](Self::always_leader) handle, kept alive so that a wait
     /// for the next change waits instead of failing at once.
     _publisher: Option<Arc<Publisher>>,
@@ -502,6 +525,15 @@ impl Leadership {
     /// The state as last published by the elector (validity is not re-checked here).
     pub fn state(&self) -> LeaderState {
         self.rx.borrow().clone()
+    }
+
+    /// When the lock last showed this replica its record (an answer to an attempt, or a change
+    /// on its watch), so how old the holder in [`state`](Self::state) may be: a follower that
+    /// lost its backend keeps naming the last holder it saw, and this says since when. For an
+    /// answer it is the instant the request was sent, never later. `None` before the first
+    /// sighting, and for a leadership with no elector ([`always_leader`](Self::always_leader)).
+    pub fn last_sighting(&self) -> Option<Instant> {
+        *guard(&self.sighted)
     }
 
     /// A receiver that wakes on every change of state, each renewal included (it moves the
