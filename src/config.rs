@@ -25,10 +25,11 @@ mod settings;
 
 pub use checks::{
     check_identity, parse_duration, validate_controller_name, validate_dns_label,
-    validate_dns_subdomain, validate_filter, IDENTITY_CHARS, MAX_IDENTITY_BYTES,
+    validate_dns_subdomain, validate_filter, IDENTITY_CHARS, MAX_EXEC_GRACE, MAX_IDENTITY_BYTES,
 };
 pub use effective::{
-    Backend, EtcdSettings, KubeSettings, LogFormat, RedisSettings, Settings, Wakeup,
+    Backend, EtcdSettings, ExecRestart, ExecSettings, KubeSettings, LogFormat, ProxyListen,
+    RedisSettings, Settings, Wakeup,
 };
 pub use env::{Env, POD_NAME, POD_NAMESPACE};
 pub use error::ConfigError;

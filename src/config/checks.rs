@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use leader_lock::input::{check_name, read_bounded};
 
@@ -49,7 +50,23 @@ pub(super) fn parse_socket_addr(v: &str) -> Result<SocketAddr, String> {
     })
 }
 
-/// A comma-separated list, blanks around and between the commas dropped.
+/// How long a child gets between SIGTERM and SIGKILL: at most 15 s, so that the child's stop,
+/// the release and the last Event fit in Kubernetes' default grace period of 30 s.
+pub(super) fn exec_grace(v: &str) -> Result<Duration, String> {
+    let d = parse_duration(v)?;
+    if d > MAX_EXEC_GRACE {
+        return Err(format!(
+            "{v:?} is longer than {}s; accepted: a duration from 0s to {}s",
+            MAX_EXEC_GRACE.as_secs(),
+            MAX_EXEC_GRACE.as_secs()
+        ));
+    }
+    Ok(d)
+}
+
+/// The longest `exec_grace`.
+pub const MAX_EXEC_GRACE: Duration = Duration::from_secs(15);
+
 /// A number of Redis replicas to wait for: a whole number from 0 to 16.
 pub(super) fn replica_count(v: &str) -> Result<u32, String> {
     match v.trim().parse::<u32>() {
@@ -58,6 +75,7 @@ pub(super) fn replica_count(v: &str) -> Result<u32, String> {
     }
 }
 
+/// A comma-separated list, blanks around and between the commas dropped.
 pub(super) fn comma_list(v: &str) -> Result<Vec<String>, String> {
     Ok(v.split(',')
         .map(|s| s.trim().to_string())

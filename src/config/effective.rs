@@ -105,6 +105,94 @@ impl fmt::Display for Wakeup {
     }
 }
 
+/// Where `gateway-leader proxy` (and `exec` with a proxy) listens. The proxy sends requests with
+/// this replica's own credentials, so only this host may reach it: a loopback address, or a Unix
+/// socket that only its owner may open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxyListen {
+    /// A loopback `IP:PORT` (`127.0.0.0/8` or `[::1]`; `localhost:PORT` is `127.0.0.1:PORT`).
+    Tcp(std::net::SocketAddr),
+    /// `unix:PATH`: a Unix socket, created with mode 0600.
+    Unix(PathBuf),
+}
+
+impl ProxyListen {
+    /// The default of `gateway-leader proxy`, where `kubectl proxy` listens too.
+    pub const DEFAULT: &'static str = "127.0.0.1:8001";
+
+    /// The longest socket path: `sun_path` holds 108 bytes, the terminating NUL included.
+    const MAX_UNIX_PATH: usize = 107;
+
+    /// The check of `proxy_listen`.
+    pub(super) fn parse(s: &str) -> Result<Self, String> {
+        const ACCEPTED: &str = "accepted: a loopback IP:PORT (127.0.0.1:8001, [::1]:8001, \
+                                localhost:8001) or unix:PATH";
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() || path.len() > Self::MAX_UNIX_PATH || path.contains('\0') {
+                return Err(format!(
+                    "{s:?}: a socket path of 1 to {} bytes; {ACCEPTED}",
+                    Self::MAX_UNIX_PATH
+                ));
+            }
+            return Ok(ProxyListen::Unix(PathBuf::from(path)));
+        }
+        let addr: std::net::SocketAddr = match s.strip_prefix("localhost:") {
+            Some(port) => port
+                .parse::<u16>()
+                .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], p)))
+                .map_err(|_| format!("{s:?} is not an address; {ACCEPTED}"))?,
+            None => s
+                .parse()
+                .map_err(|_| format!("{s:?} is not an address; {ACCEPTED}"))?,
+        };
+        if !addr.ip().is_loopback() {
+            return Err(format!(
+                "{s:?} is not a loopback address: the proxy sends requests with this replica's \
+                 credentials, so only this host may reach it; {ACCEPTED}"
+            ));
+        }
+        Ok(ProxyListen::Tcp(addr))
+    }
+}
+
+impl fmt::Display for ProxyListen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProxyListen::Tcp(a) => write!(f, "{a}"),
+            ProxyListen::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// What `gateway-leader exec` does when its child ends or is stopped at the end of a leadership.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecRestart {
+    /// Start it again at the next leadership (and again if it exits while leading).
+    Always,
+    /// Run it once: gateway-leader exits with the child's code.
+    Never,
+}
+
+impl ExecRestart {
+    /// The check of `exec_restart`.
+    pub(super) fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "always" => Ok(ExecRestart::Always),
+            "never" => Ok(ExecRestart::Never),
+            other => Err(format!("{other:?}; accepted values: always, never")),
+        }
+    }
+}
+
+/// The settings of `gateway-leader exec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecSettings {
+    /// Between SIGTERM and SIGKILL.
+    pub grace: std::time::Duration,
+    /// Whether the child is started again.
+    pub restart: ExecRestart,
+}
+
 /// etcd connection settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdSettings {
@@ -190,8 +278,15 @@ pub struct Settings {
     pub wakeup: Wakeup,
     /// Our Gateway API controllerName.
     pub controller_name: String,
-    /// Where /healthz, /readyz and /metrics are served.
+    /// Where /healthz, /readyz, /metrics and /leader are served.
     pub health_addr: std::net::SocketAddr,
+    /// `/readyz` fails on every replica but the valid leader.
+    pub readiness_follows_leadership: bool,
+    /// Where the write-gating Kubernetes API proxy listens: `proxy` uses
+    /// [`ProxyListen::DEFAULT`] when none is given, `exec` runs no proxy then.
+    pub proxy_listen: Option<ProxyListen>,
+    /// `exec`'s child.
+    pub exec: ExecSettings,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter.
@@ -214,5 +309,42 @@ mod tests {
             assert_eq!(Backend::parse(b.name()), Ok(b));
             assert!(Backend::NAMES.contains(b.name()), "{b}");
         }
+    }
+
+    #[test]
+    fn the_proxy_listens_only_where_this_host_alone_reaches_it() {
+        for ok in [
+            "127.0.0.1:8001",
+            "127.1.2.3:0",
+            "[::1]:8001",
+            "localhost:8001",
+        ] {
+            assert!(
+                matches!(ProxyListen::parse(ok), Ok(ProxyListen::Tcp(a)) if a.ip().is_loopback()),
+                "{ok}"
+            );
+        }
+        assert_eq!(
+            ProxyListen::parse("unix:/run/gl.sock"),
+            Ok(ProxyListen::Unix(PathBuf::from("/run/gl.sock")))
+        );
+        let long = format!("unix:/{}", "a".repeat(200));
+        for bad in [
+            "0.0.0.0:8001",
+            "[::]:8001",
+            "10.0.0.1:8001",
+            "example.com:80",
+            "8001",
+            "",
+            "unix:",
+            long.as_str(),
+            "localhost:99999",
+            "unix:/a\0b",
+        ] {
+            let e = ProxyListen::parse(bad).expect_err(bad);
+            assert!(e.contains("accepted: a loopback IP:PORT"), "{bad}: {e}");
+        }
+        assert_eq!(ProxyListen::DEFAULT, "127.0.0.1:8001");
+        assert!(ProxyListen::parse(ProxyListen::DEFAULT).is_ok());
     }
 }

@@ -8,7 +8,7 @@ use leader_lock::timing::TimingError;
 use leader_lock::Timing;
 
 use super::checks::{check_identity, validate_dns_label};
-use super::effective::{EtcdSettings, KubeSettings, RedisSettings, Settings};
+use super::effective::{EtcdSettings, ExecSettings, KubeSettings, RedisSettings, Settings};
 use super::env::{Env, POD_NAME, POD_NAMESPACE};
 use super::error::ConfigError;
 use super::file::read_file;
@@ -160,6 +160,12 @@ impl Layers {
             wakeup,
             controller_name,
             health_addr,
+            readiness_follows_leadership: self.readiness_follows_leadership()?,
+            proxy_listen: self.proxy_listen()?,
+            exec: ExecSettings {
+                grace: self.exec_grace()?,
+                restart: self.exec_restart()?,
+            },
             log_format,
             log_level: self.log_level()?,
             kube,

@@ -27,11 +27,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::checks::{
-    bounded_file, check_identity, checked, comma_list, parse_bool, parse_duration,
+    bounded_file, check_identity, checked, comma_list, exec_grace, parse_bool, parse_duration,
     parse_socket_addr, replica_count, text, validate_controller_name, validate_dns_label,
     validate_dns_subdomain, validate_filter,
 };
-use super::effective::{Backend, LogFormat, Wakeup};
+use super::effective::{Backend, ExecRestart, LogFormat, ProxyListen, Wakeup};
 use super::error::ConfigError;
 use super::secret::Secret;
 
@@ -308,6 +308,31 @@ settings! {
         help: "address of the HTTP server for /healthz, /readyz and /metrics \
                (port 0: any free port)",
     },
+    readiness_follows_leadership: bool {
+        switch,
+        default: "false",
+        check: parse_bool,
+        help: "/readyz answers 200 only on the valid leader (an active-passive Service)",
+    },
+    proxy_listen: ProxyListen {
+        flag("ADDR"),
+        check: ProxyListen::parse,
+        help: "where the write-gating Kubernetes API proxy listens: a loopback IP:PORT or \
+               unix:PATH (proxy: default 127.0.0.1:8001; exec: no proxy unless given)",
+    },
+    exec_grace: Duration {
+        flag("DURATION"),
+        default: "10s",
+        check: exec_grace,
+        help: "exec: how long the child has between SIGTERM and SIGKILL (at most 15s)",
+    },
+    exec_restart: ExecRestart {
+        flag("POLICY"),
+        default: "always",
+        check: ExecRestart::parse,
+        help: "exec: start the child again at the next leadership (always), or run it once and \
+               exit with its code (never)",
+    },
     log_format: LogFormat {
         flag("FORMAT"),
         default: "text",
@@ -464,7 +489,8 @@ mod tests {
                 assert!(parse(&[&flag(s.key), "x"]).is_err(), "{} is a flag", s.key);
                 continue;
             }
-            let (given, value) = if s.key == "leader_election_disable" {
+            let switch = ["leader_election_disable", "readiness_follows_leadership"];
+            let (given, value) = if switch.contains(&s.key) {
                 (parse(&[&flag(s.key)]), "true")
             } else {
                 (parse(&[&flag(s.key), "x"]), "x")
