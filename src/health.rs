@@ -1,11 +1,16 @@
-//! One HTTP port for the kubelet and Prometheus: `/healthz`, `/readyz` and `/metrics`.
+//! One HTTP port for the kubelet, Prometheus and people: `/healthz`, `/readyz`, `/metrics` and
+//! `/leader`.
 //!
 //! - `/healthz` fails when this replica believes it leads but its leadership ran past the renew
 //!   deadline without the elector stepping down (a stuck elector, as client-go's watchdog
 //!   catches): restarting the process is the only safe way out.
 //! - `/readyz` fails while the lock backend does not answer or the watches have not synced (a
-//!   required Gateway API CRD that is not installed is named).
+//!   required Gateway API CRD that is not installed is named), and, with
+//!   `--readiness-follows-leadership`, on every replica but the valid leader (for an
+//!   active-passive Service that must send traffic to the leader alone).
 //! - `/metrics` is the Prometheus text exposition.
+//! - `/leader` is this replica's view of the leadership as JSON ([`LeaderView`]): whether it
+//!   validly leads, its term, the holder it last saw and how long ago the lock showed it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,9 +44,103 @@ pub struct Health {
     /// How long past its validity a leadership may still be published before the elector is
     /// considered stuck (the elector steps down *at* the deadline; this covers scheduling).
     pub grace: Duration,
+    /// What `/leader` says of this replica besides its leadership.
+    pub leader: LeaderInfo,
+    /// `/readyz` fails on every replica that does not validly lead.
+    pub readiness_follows_leadership: bool,
+}
+
+/// What `/leader` says of this replica besides its leadership.
+#[derive(Debug, Clone, Default)]
+pub struct LeaderInfo {
+    /// This replica's identity, with its incarnation.
+    pub identity: String,
+    /// The lock backend (`kubernetes`, `etcd`, `redis`), or `disabled`.
+    pub backend: String,
+    /// The lock's name.
+    pub lock: String,
+}
+
+/// The body of `GET /leader`.
+///
+/// Unlike the old `leader-elector` sidecar's `{"name": ...}`, which followers kept answering with
+/// a leader long gone, it says how old the sighting of the holder is.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LeaderView {
+    /// This replica's identity.
+    pub identity: String,
+    /// Whether this replica validly leads now: a write would get a permit.
+    pub leading: bool,
+    /// `starting`, `leader`, `follower` or `stopped`.
+    pub state: &'static str,
+    /// This replica's term while it leads (text: a number, or `disabled`).
+    pub term: Option<String>,
+    /// The holder this replica last saw (itself while it leads), when known.
+    pub holder: Option<String>,
+    /// The holder's term, when known.
+    pub holder_term: Option<String>,
+    /// Milliseconds since the lock last showed this replica its record; `null` before the first
+    /// sighting and with leader election off.
+    pub holder_seen_ms_ago: Option<u64>,
+    /// Milliseconds of validity this replica's leadership has left; 0 unless it validly leads.
+    pub valid_for_ms: u64,
+    /// The lock backend, or `disabled`.
+    pub backend: String,
+    /// The lock's name.
+    pub lock: String,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl Health {
+    /// `/leader`'s answer now.
+    pub fn leader_view(&self) -> LeaderView {
+        let info = &self.leader;
+        let mut view = LeaderView {
+            identity: info.identity.clone(),
+            leading: false,
+            state: "starting",
+            term: None,
+            holder: None,
+            holder_term: None,
+            holder_seen_ms_ago: None,
+            valid_for_ms: 0,
+            backend: info.backend.clone(),
+            lock: info.lock.clone(),
+        };
+        let Some(leadership) = self.leadership.borrow().clone() else {
+            return view;
+        };
+        let now = Instant::now();
+        view.holder_seen_ms_ago = leadership
+            .last_sighting()
+            .map(|at| millis(now.saturating_duration_since(at)));
+        match leadership.state() {
+            LeaderState::Starting => {}
+            LeaderState::Stopped => view.state = "stopped",
+            LeaderState::Follower { holder, term } => {
+                view.state = "follower";
+                view.holder = holder;
+                view.holder_term = term.map(|t| t.to_string());
+            }
+            LeaderState::Leader { term, valid_until } => {
+                view.state = "leader";
+                view.term = Some(term.to_string());
+                view.holder = Some(info.identity.clone());
+                view.holder_term = Some(term.to_string());
+                // The permit's own check: a leadership past its deadline, or draining, is not
+                // valid whatever the published state says.
+                view.leading = leadership.is_leader();
+                if view.leading {
+                    view.valid_for_ms = millis(valid_until.saturating_duration_since(now));
+                }
+            }
+        }
+        view
+    }
+
     /// Why the process is unhealthy, if it is.
     pub fn unhealthy(&self) -> Option<String> {
         let state = self.leadership.borrow().as_ref()?.state();
@@ -70,6 +169,20 @@ impl Health {
         if !self.metrics.lock_reachable() {
             return Some("the lock backend does not answer".into());
         }
+        if self.readiness_follows_leadership {
+            let leads = self
+                .leadership
+                .borrow()
+                .as_ref()
+                .is_some_and(Leadership::is_leader);
+            if !leads {
+                return Some(
+                    "not the valid leader (--readiness-follows-leadership: only the leader is \
+                     ready)"
+                        .into(),
+                );
+            }
+        }
         None
     }
 }
@@ -80,6 +193,10 @@ async fn healthz(State(h): State<Health>) -> impl IntoResponse {
 
 async fn readyz(State(h): State<Health>) -> impl IntoResponse {
     verdict(h.not_ready())
+}
+
+async fn leader(State(h): State<Health>) -> impl IntoResponse {
+    axum::Json(h.leader_view())
 }
 
 async fn metrics(State(h): State<Health>) -> impl IntoResponse {
@@ -114,6 +231,7 @@ pub async fn serve(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/leader", get(leader))
         .with_state(health);
     // The address machines read (gateway-leader-log): a test's replica asks for port 0.
     info!({ field::ADDR } = %bound, "{}", message::SERVING);
@@ -150,6 +268,12 @@ mod tests {
                 metrics,
                 synced: srx,
                 grace: Duration::from_secs(2),
+                leader: LeaderInfo {
+                    identity: "pod-a_1".into(),
+                    backend: "etcd".into(),
+                    lock: "l".into(),
+                },
+                readiness_follows_leadership: false,
             },
             tx,
         )
@@ -185,5 +309,71 @@ mod tests {
             .0
             .not_ready()
             .is_some_and(|w| w.contains("lock")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leader_says_who_leads_and_how_much_validity_is_left() {
+        let state = LeaderState::Leader {
+            term: Term(7),
+            valid_until: Instant::now() + Duration::from_secs(10),
+        };
+        let (h, _tx) = health(state, true, true);
+        tokio::time::advance(Duration::from_secs(4)).await;
+        let v = h.leader_view();
+        assert!(v.leading);
+        assert_eq!(v.state, "leader");
+        assert_eq!(v.term.as_deref(), Some("7"));
+        assert_eq!(v.holder.as_deref(), Some("pod-a_1"));
+        assert_eq!(v.valid_for_ms, 6_000);
+        assert_eq!((v.backend.as_str(), v.lock.as_str()), ("etcd", "l"));
+        // Past the deadline the published state still says leader; the answer does not.
+        tokio::time::advance(Duration::from_secs(7)).await;
+        let v = h.leader_view();
+        assert!(!v.leading);
+        assert_eq!(v.valid_for_ms, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leader_on_a_follower_names_the_holder_and_the_age_of_the_sighting() {
+        let state = LeaderState::Follower {
+            holder: Some("pod-b_2".into()),
+            term: Some(Term(3)),
+        };
+        let (h, tx) = health(state, true, true);
+        assert_eq!(h.leader_view().holder_seen_ms_ago, None, "never sighted");
+        tx.sighted(Instant::now());
+        tokio::time::advance(Duration::from_millis(2_500)).await;
+        let v = h.leader_view();
+        assert!(!v.leading);
+        assert_eq!(v.state, "follower");
+        assert_eq!(v.term, None);
+        assert_eq!(v.holder.as_deref(), Some("pod-b_2"));
+        assert_eq!(v.holder_term.as_deref(), Some("3"));
+        assert_eq!(v.holder_seen_ms_ago, Some(2_500));
+        let json = serde_json::to_value(&v).expect("serializes");
+        assert_eq!(json["holder"], "pod-b_2");
+        assert_eq!(json["holder_seen_ms_ago"], 2_500);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readiness_can_follow_leadership() {
+        let follower = LeaderState::Follower {
+            holder: None,
+            term: None,
+        };
+        let (mut h, tx) = health(follower, true, true);
+        assert_eq!(h.not_ready(), None, "off by default");
+        h.readiness_follows_leadership = true;
+        assert!(h.not_ready().is_some_and(|w| w.contains("leader")));
+        tx.publish(LeaderState::Leader {
+            term: Term(1),
+            valid_until: Instant::now() + Duration::from_secs(10),
+        });
+        assert_eq!(h.not_ready(), None);
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(
+            h.not_ready().is_some(),
+            "an expired leadership is no leadership"
+        );
     }
 }

@@ -18,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod health;
 pub mod metrics;
+pub mod replica;
 pub mod run;
 pub mod telemetry;
 
@@ -54,6 +55,42 @@ pub fn load_settings(
     Ok((layers, settings))
 }
 
+/// Loads the settings for a subcommand, prints them and stops for `--print-config`, and starts
+/// the logs and the runtime: `Err` is the exit code of a stop before anything was touched.
+fn prepare(args: &RunArgs) -> Result<(Settings, tokio::runtime::Runtime), ExitCode> {
+    let (layers, settings) = match load_settings(args, std::env::vars_os()) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("gateway-leader: {e}");
+            return Err(ExitCode::from(EXIT_USAGE));
+        }
+    };
+    if args.print_config {
+        print!("{}", layers.render());
+        return Err(ExitCode::SUCCESS);
+    }
+    telemetry::init(settings.log_format, &settings.log_level);
+    match tokio::runtime::Runtime::new() {
+        Ok(rt) => Ok((settings, rt)),
+        Err(e) => {
+            eprintln!("gateway-leader: cannot start the runtime: {e}");
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// The exit code of a subcommand that ran: 0 for a clean stop, 1 (logged) for a failure.
+fn outcome(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "gateway-leader failed");
+            eprintln!("gateway-leader: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// The whole program: parse, validate, run. Returns the process exit code.
 pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     let cli = match Cli::try_parse_from(args) {
@@ -64,34 +101,9 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
         }
     };
     match cli.command {
-        Command::Run(args) => {
-            let (layers, settings) = match load_settings(&args, std::env::vars_os()) {
-                Ok(x) => x,
-                Err(e) => {
-                    eprintln!("gateway-leader: {e}");
-                    return ExitCode::from(EXIT_USAGE);
-                }
-            };
-            if args.print_config {
-                print!("{}", layers.render());
-                return ExitCode::SUCCESS;
-            }
-            telemetry::init(settings.log_format, &settings.log_level);
-            let rt = match tokio::runtime::Runtime::new() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("gateway-leader: cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match rt.block_on(run::run(settings)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!(error = format!("{e:#}"), "gateway-leader failed");
-                    eprintln!("gateway-leader: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Run(args) => match prepare(&args) {
+            Ok((settings, rt)) => outcome(rt.block_on(run::run(settings))),
+            Err(code) => code,
+        },
     }
 }
