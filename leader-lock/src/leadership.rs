@@ -530,8 +530,13 @@ impl Leadership {
     /// When the lock last showed this replica its record (an answer to an attempt, or a change
     /// on its watch), so how old the holder in [`state`](Self::state) may be: a follower that
     /// lost its backend keeps naming the last holder it saw, and this says since when. For an
-    /// answer it is the instant the request was sent, never later. `None` before the first
-    /// sighting, and for a leadership with no elector ([`always_leader`](Self::always_leader)).
+    /// answer it is the instant the request was sent, never later.
+    ///
+    /// While the holder renews and the backend answers, a sighting is at most about a lease
+    /// old: a Lease's renewal shows on a follower's watch, and where a renewal changes nothing a
+    /// follower sees (etcd's keep-alive, Redis's expiry), the follower looks when the lease
+    /// would otherwise have run out. `None` before the first sighting, and for a leadership with
+    /// no elector ([`always_leader`](Self::always_leader)).
     pub fn last_sighting(&self) -> Option<Instant> {
         *guard(&self.sighted)
     }

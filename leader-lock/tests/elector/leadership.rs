@@ -190,3 +190,40 @@ async fn a_scripted_leadership_follows_what_is_published() {
     script.publish(LeaderState::Stopped);
     assert!(leadership.check().is_err(), "stopped once published");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_followers_sighting_of_a_live_holder_is_never_older_than_a_lease() {
+    let _serial = serial();
+    let store = MemoryStore::new();
+    let a = spawn(Arc::new(store.lock("s")), "a", true);
+    wait_leader(&a.leadership(), PATIENCE, "a").await;
+    assert!(
+        a.leadership().last_sighting().is_some(),
+        "a leader sees its own record"
+    );
+    let b = spawn(Arc::new(store.lock("s")), "b", true);
+    wait_state(&b.leadership(), PATIENCE, "b follows", |s| {
+        matches!(
+            s,
+            LeaderState::Follower {
+                holder: Some(_),
+                ..
+            }
+        )
+    })
+    .await;
+    let first = b.leadership().last_sighting().expect("b saw the record");
+    // Renewals that change nothing a follower sees (this lock's, etcd's, Redis's) are confirmed
+    // by the follower's look when the lease would otherwise have run out.
+    let lease = timing().lease_duration;
+    for _ in 0..4 {
+        tokio::time::sleep(lease / 2).await;
+        assert!(a.leadership().is_leader(), "a renews all along");
+        let seen = b.leadership().last_sighting().expect("still sighted");
+        let age = Instant::now() - seen;
+        assert!(age <= lease + timing().retry_period, "sighted {age:?} ago");
+    }
+    assert!(b.leadership().last_sighting() > Some(first));
+    a.abort().await;
+    b.abort().await;
+}
