@@ -55,8 +55,9 @@ impl<O: LockObserver + ?Sized> LockObserver for Arc<O> {
 }
 
 /// A lock that times every request of another (acquire-or-renew, release, withdraw, get) and
-/// reports it to a [`LockObserver`]. The change stream is passed through untimed: it is one
-/// long request.
+/// reports it to a [`LockObserver`]. A request dropped before it answered (the elector gives up
+/// on a call at its deadline) is reported as a [`LockError::Timeout`] after the time it ran. The
+/// change stream is passed through untimed: it is one long request.
 ///
 /// # Examples
 ///
@@ -101,9 +102,46 @@ impl<O: LockObserver> InstrumentedLock<O> {
         InstrumentedLock { inner, observer }
     }
 
-    fn record<T>(&self, request: LockRequest, started: Instant, r: &Result<T, LockError>) {
+    /// Starts timing `request`: the guard reports it when it completes, or, dropped before
+    /// that (the elector gave up on it at its deadline, or a shutdown cut it), as a
+    /// [`LockError::Timeout`] after the time it ran.
+    fn time(&self, request: LockRequest) -> Timed<'_, O> {
+        Timed {
+            observer: &self.observer,
+            request,
+            started: Instant::now(),
+            done: false,
+        }
+    }
+}
+
+/// One request being timed; see [`InstrumentedLock::time`].
+struct Timed<'a, O: LockObserver> {
+    observer: &'a O,
+    request: LockRequest,
+    started: Instant,
+    done: bool,
+}
+
+impl<O: LockObserver> Timed<'_, O> {
+    fn record<T>(mut self, r: Result<T, LockError>) -> Result<T, LockError> {
+        self.done = true;
         let outcome = r.as_ref().map(|_| ());
-        self.observer.observe(request, started.elapsed(), outcome);
+        self.observer
+            .observe(self.request, self.started.elapsed(), outcome);
+        r
+    }
+}
+
+impl<O: LockObserver> Drop for Timed<'_, O> {
+    fn drop(&mut self) {
+        if !self.done {
+            // A request that never answered is the sign of a hung backend: unreported, it would
+            // leave the replica looking reachable.
+            let took = self.started.elapsed();
+            self.observer
+                .observe(self.request, took, Err(&LockError::Timeout(took)));
+        }
     }
 }
 
@@ -118,31 +156,23 @@ impl<O: LockObserver> LeaderLock for InstrumentedLock<O> {
     }
 
     async fn try_acquire_or_renew(&self, candidate: &Candidate) -> Result<Attempt, LockError> {
-        let started = Instant::now();
-        let r = self.inner.try_acquire_or_renew(candidate).await;
-        self.record(LockRequest::AcquireOrRenew, started, &r);
-        r
+        let timed = self.time(LockRequest::AcquireOrRenew);
+        timed.record(self.inner.try_acquire_or_renew(candidate).await)
     }
 
     async fn release(&self, candidate: &Candidate, term: Term) -> Result<bool, LockError> {
-        let started = Instant::now();
-        let r = self.inner.release(candidate, term).await;
-        self.record(LockRequest::Release, started, &r);
-        r
+        let timed = self.time(LockRequest::Release);
+        timed.record(self.inner.release(candidate, term).await)
     }
 
     async fn withdraw(&self, candidate: &Candidate) -> Result<(), LockError> {
-        let started = Instant::now();
-        let r = self.inner.withdraw(candidate).await;
-        self.record(LockRequest::Withdraw, started, &r);
-        r
+        let timed = self.time(LockRequest::Withdraw);
+        timed.record(self.inner.withdraw(candidate).await)
     }
 
     async fn get(&self) -> Result<Option<LockRecord>, LockError> {
-        let started = Instant::now();
-        let r = self.inner.get().await;
-        self.record(LockRequest::Get, started, &r);
-        r
+        let timed = self.time(LockRequest::Get);
+        timed.record(self.inner.get().await)
     }
 
     async fn watch(&self) -> Result<LockEventStream, LockError> {
@@ -198,5 +228,19 @@ mod tests {
                 (LockRequest::Release, true),
             ]
         );
+    }
+
+    /// A request the elector gives up on (its future dropped at the deadline) is reported as a
+    /// timeout, so a hung backend does not look reachable.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_dropped_unanswered_is_reported_as_a_timeout() {
+        let reports = Arc::new(Reports::default());
+        let faulty = Faulty::new(Arc::new(MemoryStore::new().lock("x")));
+        let lock = InstrumentedLock::new(faulty.clone(), reports.clone());
+        faulty.set(Some(Fault::Hang));
+        let gave_up = tokio::time::timeout(Duration::from_secs(1), lock.get()).await;
+        assert!(gave_up.is_err(), "the call hangs");
+        let seen = reports.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        assert_eq!(seen, [(LockRequest::Get, false)]);
     }
 }
