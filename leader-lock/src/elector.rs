@@ -302,10 +302,23 @@ impl Elector {
     /// Its first poll stops the loop and aborts its task; dropped after that, only
     /// [`LeaderState::Stopped`] may be left unpublished, and a permit can then be taken until the
     /// validity deadline already published, as from a leader that crashed.
-    pub async fn abort(self) {
+    pub async fn abort(mut self) {
         self.cancel.cancel();
         self.task.abort();
-        let _ = self.task.await;
+        let _ = (&mut self.task).await;
+        self.publisher.publish(LeaderState::Stopped);
+    }
+}
+
+/// Dropped without [`shutdown`](Elector::shutdown) or [`abort`](Elector::abort) (an embedder's
+/// task that ended early, a panic unwinding), the elector stops as `abort` does: the loop is
+/// cancelled, nothing is released (the lease expires on its own) and [`LeaderState::Stopped`] is
+/// published, so no write of this replica starts afterwards. Left running, its loop would keep
+/// renewing a leadership whose owner is gone, and block every other replica for good.
+impl Drop for Elector {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+        self.task.abort();
         self.publisher.publish(LeaderState::Stopped);
     }
 }

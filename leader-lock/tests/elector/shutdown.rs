@@ -171,6 +171,25 @@ async fn abort_stops_at_once_and_releases_nothing() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_dropped_elector_stops_as_abort_does() {
+    let _serial = serial();
+    let store = MemoryStore::new();
+    let lock = store.lock("dropped");
+    let a = spawn(Arc::new(lock.clone()), "a", true);
+    let l = a.leadership();
+    wait_leader(&l, PATIENCE, "a").await;
+    drop(a);
+    assert_eq!(l.state(), LeaderState::Stopped);
+    assert!(l.check().is_err(), "no write starts after the drop");
+    // Its loop renews no more: the record expires, and another replica takes the lock.
+    tokio::time::sleep(timing().lease_duration).await;
+    assert!(lock.get().await.expect("read").is_none(), "left to expire");
+    let b = spawn(Arc::new(lock.clone()), "b", true);
+    wait_leader(&b.leadership(), PATIENCE, "b").await;
+    b.abort().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn shutdown_waits_for_writes_in_flight_before_releasing() {
     let _serial = serial();
     let store = MemoryStore::new();
