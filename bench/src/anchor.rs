@@ -31,10 +31,10 @@ pub const TOOL: &str = "etcdctl elect";
 const ELECTION: &str = "gateway-leader-bench/anchor/etcdctl-elect";
 
 /// How long a new waiter is left, once it watches, before the leader is signalled, as
-/// `benches/etcd_release_latency.rs` leaves its own: signalled as soon as its watch
-/// was open, the waiter took about 60 ms (10 rounds, twice, debug-built bench on a busy
-/// machine) instead of about 3 ms; where that time goes inside the fresh etcdctl process was
-/// not found. Our own rounds likewise start with every follower following (`Lane::settle`).
+/// `benches/etcd_release_latency.rs` leaves its own: a fresh etcdctl signalled as soon as its
+/// watch is open is slower to take over for reasons inside that process, not the release
+/// (docs/benchmarks.md has the figures). Our own rounds likewise start with every follower
+/// following (`Lane::settle`), so both measure a settled waiter.
 const SETTLE: Duration = Duration::from_millis(150);
 
 /// How long a campaigner may take to be elected, or to start campaigning, on a busy machine.

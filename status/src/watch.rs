@@ -314,9 +314,10 @@ where
 /// How a failed watch retries: from 250 ms, doubling, jittered, at most 2 s apart.
 ///
 /// kube-runtime's default (client-go's reflector: up to 30 s) is kind to a struggling apiserver,
-/// but after an apiserver restart of a few seconds it leaves a new leader blind to changes for up
-/// to 15 s more (measured with `gateway-leader-bench run --scenario backend-restart`). Twelve
-/// watches per replica retrying every 2 s at worst is still a light load.
+/// but after an apiserver restart of a few seconds it leaves a new leader blind to changes long
+/// after the apiserver is back (`gateway-leader-bench run --scenario backend-restart` shows it;
+/// docs/benchmarks.md). Twelve watches per replica retrying every 2 s at worst is still a light
+/// load.
 fn watch_backoff() -> watcher::ExponentialBackoff {
     backon::ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(250))
