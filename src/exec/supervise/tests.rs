@@ -248,14 +248,34 @@ async fn the_signal_reaches_what_the_command_started() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     r.shut_down().await;
-    // Gone, or at most a zombie on its way to be reaped by whoever adopted it.
+    assert_gone(grandchild).await;
+}
+
+#[tokio::test]
+async fn what_a_command_leaves_behind_when_it_exits_is_stopped_too() {
+    let r = start(
+        r#"sleep 600 & echo "$!" >> "$F"; exit 4"#,
+        settings(Duration::from_secs(5), ExecRestart::Never),
+        leader(1, Duration::from_secs(600)),
+    );
+    let (outcome, lines) = r.outcome().await;
+    assert_eq!(exited(&outcome), Some(4), "{outcome:?}");
+    let pid: i32 = lines
+        .first()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or_else(|| panic!("no pid written: {lines:?}"));
+    assert_gone(nix::unistd::Pid::from_raw(pid)).await;
+}
+
+/// Waits until `pid` is gone, or at most a zombie on its way to be reaped by whoever adopted it.
+async fn assert_gone(pid: nix::unistd::Pid) {
     let deadline = Instant::now() + PATIENCE;
-    while nix::sys::signal::kill(grandchild, None).is_ok() {
-        let state = std::fs::read_to_string(format!("/proc/{grandchild}/stat")).unwrap_or_default();
-        if state.split(") ").nth(1).is_some_and(|s| s.starts_with('Z')) {
-            break;
+    while nix::sys::signal::kill(pid, None).is_ok() {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z')) {
+            return;
         }
-        assert!(Instant::now() < deadline, "the background sleep survived");
+        assert!(Instant::now() < deadline, "process {pid} survived");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
