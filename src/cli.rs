@@ -22,8 +22,12 @@ pub struct Cli {
 pub enum Command {
     /// Run the elector (and, as leader, the status writer) until SIGTERM or Ctrl-C.
     Run(Box<RunArgs>),
-    /// Run COMMAND only while this replica validly leads: started when a leadership begins,
-    /// sent SIGTERM when it ends (SIGKILL after --exec-grace), started again at the next one.
+    /// Run COMMAND only while this replica validly leads.
+    ///
+    /// COMMAND is started when a leadership begins, sent SIGTERM when it ends (SIGKILL after
+    /// --exec-grace) and started again at the next one (--exec-restart). SIGTERM or Ctrl-C stops
+    /// it before the lock is released.
+    #[command(override_usage = "gateway-leader exec [OPTIONS] -- <COMMAND>...")]
     Exec(Box<ExecArgs>),
 }
 
@@ -38,7 +42,7 @@ pub struct ExecArgs {
     #[arg(
         value_name = "COMMAND",
         last = true,
-        required = true,
+        required_unless_present = "print_config",
         num_args = 1..,
         allow_hyphen_values = true
     )]
@@ -84,5 +88,7 @@ mod tests {
         }
         // Without `--`, a word is no command: the separator keeps the child's flags apart.
         assert!(parse(&["exec", "sh"]).is_err());
+        // Printing the settings runs nothing, so it needs no command.
+        assert!(parse(&["exec", "--print-config"]).is_ok());
     }
 }
