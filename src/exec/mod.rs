@@ -37,10 +37,10 @@ const EXIT_NOT_FOUND: u8 = 127;
 /// usage error.
 pub fn check(settings: &Settings, command: &[OsString]) -> Result<Spec, String> {
     // HOOK(proxy): `gateway-leader proxy`'s server is not in this build yet. Once it is, `exec`
-    // serves it on `settings.proxy_listen` beside the command (see `run`'s merge note in
-    // docs/exec.md) and gives the command a KUBECONFIG pointing at it; until then the setting
-    // is refused here rather than silently ignored, since the command's writes would go
-    // unfenced.
+    // serves it on `settings.proxy_listen` beside the command (started in `exec` after
+    // `Replica::start`, on the replica's client and leadership) and adds a KUBECONFIG pointing
+    // at it to `Spec::env`; until then the setting is refused here rather than silently
+    // ignored, since the command's writes would go unfenced.
     if let Some(listen) = &settings.proxy_listen {
         return Err(format!(
             "invalid --proxy-listen (GATEWAY_LEADER_PROXY_LISTEN): {listen}: this build of \
