@@ -1,4 +1,6 @@
-//! The command line: `gateway-leader run` and its flags.
+//! The command line: `gateway-leader run`, `gateway-leader exec` and their flags.
+
+use std::ffi::OsString;
 
 use clap::{Parser, Subcommand};
 
@@ -20,4 +22,73 @@ pub struct Cli {
 pub enum Command {
     /// Run the elector (and, as leader, the status writer) until SIGTERM or Ctrl-C.
     Run(Box<RunArgs>),
+    /// Run COMMAND only while this replica validly leads.
+    ///
+    /// COMMAND is started when a leadership begins, sent SIGTERM when it ends (SIGKILL after
+    /// --exec-grace) and started again at the next one (--exec-restart). SIGTERM or Ctrl-C stops
+    /// it before the lock is released.
+    #[command(override_usage = "gateway-leader exec [OPTIONS] -- <COMMAND>...")]
+    Exec(Box<ExecArgs>),
+}
+
+/// The arguments of `gateway-leader exec`: `run`'s settings, then the command after `--`.
+#[derive(Debug, clap::Args)]
+pub struct ExecArgs {
+    /// The settings, as for `run`.
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// The command to run while leading, and its arguments, after `--`. It gets
+    /// GATEWAY_LEADER_TERM and GATEWAY_LEADER_IDENTITY in its environment.
+    #[arg(
+        value_name = "COMMAND",
+        last = true,
+        required_unless_present = "print_config",
+        num_args = 1..,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<OsString>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from([&["gateway-leader"], args].concat())
+    }
+
+    #[test]
+    fn exec_takes_the_settings_then_the_command_after_the_separator() {
+        let cli = parse(&[
+            "exec",
+            "--exec-restart",
+            "never",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
+        .expect("parses");
+        let Command::Exec(args) = cli.command else {
+            panic!("not exec")
+        };
+        assert_eq!(args.run.exec_restart.as_deref(), Some("never"));
+        assert_eq!(args.command, ["sh", "-c", "exit 3"].map(OsString::from));
+    }
+
+    #[test]
+    fn exec_without_a_command_is_a_usage_error() {
+        for args in [
+            &["exec"][..],
+            &["exec", "--exec-grace", "1s"],
+            &["exec", "--"],
+        ] {
+            let e = parse(args).expect_err("no command");
+            assert_eq!(e.exit_code(), 2, "{args:?}: {e}");
+        }
+        // Without `--`, a word is no command: the separator keeps the child's flags apart.
+        assert!(parse(&["exec", "sh"]).is_err());
+        // Printing the settings runs nothing, so it needs no command.
+        assert!(parse(&["exec", "--print-config"]).is_ok());
+    }
 }

@@ -34,7 +34,7 @@ pub use effective::{
 pub use env::{Env, POD_NAME, POD_NAMESPACE};
 pub use error::ConfigError;
 pub use layers::Layers;
-pub use names::{env_var, flag, ENV_PREFIX};
+pub use names::{env_var, flag, ENV_PREFIX, EXEC_IDENTITY_ENV, EXEC_TERM_ENV, NOT_SETTINGS};
 pub use secret::Secret;
 pub use settings::{
     Form, RunArgs, SettingSpec, CONFIG_KEY, DEFAULT_CONTROLLER_NAME, DEFAULT_HEALTH_ADDR,

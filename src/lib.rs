@@ -16,6 +16,7 @@ compile_error!(
 pub mod backend;
 pub mod cli;
 pub mod config;
+pub mod exec;
 pub mod health;
 pub mod metrics;
 pub mod replica;
@@ -103,6 +104,20 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
     match cli.command {
         Command::Run(args) => match prepare(&args) {
             Ok((settings, rt)) => outcome(rt.block_on(run::run(settings))),
+            Err(code) => code,
+        },
+        Command::Exec(args) => match prepare(&args.run) {
+            Ok((settings, rt)) => match exec::check(&settings, &args.command) {
+                // With `--exec-restart never` the code is the command's own.
+                Ok(spec) => match rt.block_on(exec::exec(settings, spec)) {
+                    Ok(code) => ExitCode::from(code),
+                    Err(e) => outcome(Err(e)),
+                },
+                Err(message) => {
+                    eprintln!("gateway-leader: {message}");
+                    ExitCode::from(EXIT_USAGE)
+                }
+            },
             Err(code) => code,
         },
     }

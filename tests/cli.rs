@@ -261,6 +261,32 @@ fn non_utf8_environment_variables() {
 }
 
 #[test]
+fn a_misspelt_environment_variable_is_refused_with_the_setting_it_resembles() {
+    let o = run(
+        &["run", "--print-config"],
+        &[("GATEWAY_LEADER_LEASE_DURATON", "30s")],
+    );
+    assert_usage_error(
+        &o,
+        &[
+            "GATEWAY_LEADER_LEASE_DURATON",
+            "did you mean GATEWAY_LEADER_LEASE_DURATION?",
+        ],
+    );
+    // What `gateway-leader exec` gives its command, and the repository's tooling: no typos.
+    let o = run(
+        &["run", "--print-config"],
+        &[
+            ("GATEWAY_LEADER_TERM", "4"),
+            ("GATEWAY_LEADER_IDENTITY", "pod-a_1"),
+            ("GATEWAY_LEADER_KUBE_VERSION", "oldest"),
+            ("GATEWAY_LEADER_METRICS_SERVICE_HOST", "10.0.0.1"),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
 fn credentials_in_urls_are_refused_and_never_echoed() {
     let refused = |args: &[&str], env: &[(&str, &str)], needles: &[&str]| {
         let o = run(args, env);

@@ -41,6 +41,7 @@ impl Layers {
         if let Some(path) = file {
             b = b.add_source(read_file(path)?);
         }
+        env.check_names()?;
         let vars: config::Map<String, String> = env
             .vars
             .iter()
@@ -296,7 +297,8 @@ mod tests {
             &[
                 ("GATEWAY_LEADER_LOCK_BACKEND", "redis"),
                 ("GATEWAY_LEADER_REDIS_PASSWORD", "pw"),
-                ("GATEWAY_LEADER_UNRELATED", "ignored"),
+                // Not a setting, and listed as such: accepted, and not read.
+                ("GATEWAY_LEADER_KUBE_VERSION", "oldest"),
             ],
             &[("leader_election_disable", "true")],
         )

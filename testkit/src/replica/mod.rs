@@ -84,8 +84,19 @@ impl Replica {
     /// caller's settings in its environment. The log level is the caller's to set
     /// (`RUST_LOG`, `--log-level`).
     pub fn run_command<S: AsRef<OsStr>>(exe: &Path, name: &str, args: &[S]) -> Command {
+        Self::command(exe, "run", name, args)
+    }
+
+    /// `exe <subcommand> <args>` as replica `name`, set up as [`run_command`](Self::run_command)
+    /// sets up `run`; what goes after the flags (`exec`'s `-- COMMAND`) is the caller's to add.
+    pub fn command<S: AsRef<OsStr>>(
+        exe: &Path,
+        subcommand: &str,
+        name: &str,
+        args: &[S],
+    ) -> Command {
         let mut cmd = Command::new(exe);
-        cmd.arg("run").args(args);
+        cmd.arg(subcommand).args(args);
         if !args.iter().any(|a| a.as_ref() == "--health-addr") {
             cmd.args(["--health-addr", "127.0.0.1:0"]);
         }

@@ -1,0 +1,177 @@
+//! `gateway-leader exec -- COMMAND [ARGS...]`: COMMAND runs only while this replica validly
+//! leads, as `consul lock` and `etcdctl lock NAME COMMAND` run theirs.
+//!
+//! It is started when a leadership begins, with `GATEWAY_LEADER_TERM` and
+//! `GATEWAY_LEADER_IDENTITY` in its environment, in a process group of its own; it is sent
+//! SIGTERM the moment that leadership ends (or its validity deadline passes unrenewed), then
+//! SIGKILL after `--exec-grace`, and started again at the next leadership with `--exec-restart
+//! always`. With `never` it runs once and gateway-leader exits with its code. SIGTERM or SIGINT to
+//! gateway-leader stops the command first, then releases the lock. docs/exec.md says what this
+//! does and does not promise.
+//!
+//! [`supervise`](supervise::supervise) is the loop, [`child`] one run of the command.
+
+pub mod child;
+pub mod supervise;
+
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use gateway_leader_status::Readiness;
+use tokio::sync::watch;
+use tracing::{error, info};
+
+use crate::config::{ExecRestart, Settings};
+use crate::replica::{Replica, Started};
+use child::{exit_code, Spec, Stopped};
+use supervise::{supervise, Outcome};
+
+/// The exit code of a command that was found but could not be run, as shells give it.
+const EXIT_CANNOT_RUN: u8 = 126;
+/// The exit code of a command that was not found, as shells give it.
+const EXIT_NOT_FOUND: u8 = 127;
+
+/// Checks what `exec` can check before it touches anything: the command can be found and run,
+/// and no setting asks for what this build of `exec` cannot do. `Err` is the message of a
+/// usage error.
+pub fn check(settings: &Settings, command: &[OsString]) -> Result<Spec, String> {
+    // HOOK(proxy): `gateway-leader proxy`'s server is not in this build yet. Once it is, `exec`
+    // serves it on `settings.proxy_listen` beside the command (started in `exec` after
+    // `Replica::start`, on the replica's client and leadership) and adds a KUBECONFIG pointing
+    // at it to `Spec::env`; until then the setting is refused here rather than silently
+    // ignored, since the command's writes would go unfenced.
+    if let Some(listen) = &settings.proxy_listen {
+        return Err(format!(
+            "invalid --proxy-listen (GATEWAY_LEADER_PROXY_LISTEN): {listen}: this build of \
+             `gateway-leader exec` cannot run the write-gating proxy yet; leave the setting out"
+        ));
+    }
+    let Some((program, args)) = command.split_first() else {
+        return Err(
+            "exec: no command given; usage: gateway-leader exec [OPTIONS] -- COMMAND \
+                    [ARGS...]"
+                .to_string(),
+        );
+    };
+    find_program(Path::new(program), std::env::var_os("PATH").as_deref())?;
+    Ok(Spec {
+        program: program.clone(),
+        args: args.to_vec(),
+        env: Vec::new(),
+    })
+}
+
+/// Where `program` is: itself when it names a path, else the first executable file of that
+/// name on `path`, as `execvp` looks.
+fn find_program(program: &Path, path: Option<&std::ffi::OsStr>) -> Result<PathBuf, String> {
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let shown = program.display();
+    if program.as_os_str().is_empty() {
+        return Err("exec: the command is empty".to_string());
+    }
+    if program.components().count() > 1 || program.to_string_lossy().contains('/') {
+        return if executable(program) {
+            Ok(program.to_path_buf())
+        } else {
+            Err(format!("exec: {shown} is not an executable file"))
+        };
+    }
+    std::env::split_paths(path.unwrap_or_default())
+        .map(|dir| dir.join(program))
+        .find(|p| executable(p))
+        .ok_or_else(|| format!("exec: {shown}: command not found on PATH"))
+}
+
+/// Runs `spec` while this replica validly leads, until SIGTERM or SIGINT (or, with
+/// `--exec-restart never`, until it ended once). Returns the exit code: 0 after a signal,
+/// the command's own with `never` (128 + its signal's number if a signal killed it).
+///
+/// # Errors
+/// When Kubernetes or the lock refuses, as for `run`.
+pub async fn exec(settings: Settings, spec: Spec) -> anyhow::Result<u8> {
+    info!(
+        identity = %settings.identity,
+        command = %spec.program.to_string_lossy(),
+        restart = ?settings.exec.restart,
+        grace = ?settings.exec.grace,
+        leader_election = !settings.disabled,
+        version = env!("CARGO_PKG_VERSION"),
+        "starting gateway-leader exec"
+    );
+    // Nothing to sync: ready as soon as the lock answers.
+    let (_ready, ready) = watch::channel(Readiness::Ready);
+    let mut replica = match Replica::start(&settings, ready).await? {
+        Started::Replica(r) => r,
+        Started::Stopped => return Ok(0),
+    };
+    let identity = replica.identity.to_string();
+    let leadership = replica.leadership.clone();
+    let outcome = supervise(
+        &spec,
+        &identity,
+        settings.exec,
+        &leadership,
+        replica.signals.recv(),
+    )
+    .await;
+    // No command runs any more: only now may the lock go.
+    let deadline = replica.release(async {}).await;
+    replica.finish(deadline).await;
+    let code = match outcome {
+        Ok(Outcome::Signal(stopped)) => match (settings.exec.restart, stopped) {
+            (ExecRestart::Never, Some(stopped)) => stopped_code(stopped),
+            _ => 0,
+        },
+        Ok(Outcome::Ended(stopped)) => stopped_code(stopped),
+        Ok(Outcome::ElectorStopped) => anyhow::bail!("the elector stopped by itself"),
+        Err(e) => {
+            error!(error = %e, "the command could not be started");
+            eprintln!("gateway-leader: {e}");
+            match e.source.kind() {
+                std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+                _ => EXIT_CANNOT_RUN,
+            }
+        }
+    };
+    Ok(code)
+}
+
+/// The exit code for a command's end.
+fn stopped_code(stopped: Stopped) -> u8 {
+    match stopped {
+        Stopped::Exited(status) => exit_code(status),
+        // It was sent SIGKILL and never reaped.
+        Stopped::Lost => 128 + 9,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_are_found_as_execvp_finds_them() {
+        let path = std::ffi::OsStr::new("/nonexistent:/bin:/usr/bin");
+        assert!(find_program(Path::new("sh"), Some(path)).is_ok());
+        let e = find_program(Path::new("no-such-command-here"), Some(path)).unwrap_err();
+        assert!(
+            e.contains("no-such-command-here") && e.contains("not found"),
+            "{e}"
+        );
+        assert!(find_program(Path::new("/bin/sh"), None).is_ok());
+        // A path is taken as it is, never searched.
+        let e = find_program(Path::new("./sh"), Some(path)).unwrap_err();
+        assert!(e.contains("not an executable file"), "{e}");
+        // A directory, or a file without an execute bit, is no command.
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(find_program(dir.path(), None).is_err());
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        assert!(find_program(&plain, None).is_err());
+        assert!(find_program(Path::new(""), Some(path)).is_err());
+    }
+}
