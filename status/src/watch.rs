@@ -26,10 +26,11 @@ use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinSet};
 use tracing::{debug, warn};
 
-use crate::compute::World;
+use crate::compute::{Served, World};
 use crate::configmap::CaBundle;
 use crate::key::Crd;
 use crate::secret::TlsSecret;
+use crate::v1_6::{TcpRoute, UdpRoute};
 
 /// The annotation on Gateway API CRDs that names their bundle version.
 pub(crate) const BUNDLE_VERSION_ANNOTATION: &str = "gateway.networking.k8s.io/bundle-version";
@@ -117,6 +118,11 @@ where
         self.lock().as_ref().and_then(|(store, _)| store.get(key))
     }
 
+    /// Whether the kind is watched (its CRD is served).
+    fn is_watched(&self) -> bool {
+        self.lock().is_some()
+    }
+
     /// The watch's state, if it runs.
     fn state(&self) -> Option<Arc<WatchState>> {
         self.lock().as_ref().map(|(_, s)| s.clone())
@@ -131,6 +137,8 @@ pub(crate) struct Stores {
     pub(crate) http_routes: Slot<HttpRoute>,
     pub(crate) grpc_routes: Slot<GrpcRoute>,
     pub(crate) tls_routes: Slot<TlsRoute>,
+    pub(crate) tcp_routes: Slot<TcpRoute>,
+    pub(crate) udp_routes: Slot<UdpRoute>,
     reference_grants: Slot<ReferenceGrant>,
     pub(crate) listener_sets: Slot<ListenerSet>,
     pub(crate) backend_tls_policies: Slot<BackendTlsPolicy>,
@@ -150,6 +158,12 @@ impl Stores {
             http_routes: self.http_routes.snapshot(),
             grpc_routes: self.grpc_routes.snapshot(),
             tls_routes: self.tls_routes.snapshot(),
+            tcp_routes: self.tcp_routes.snapshot(),
+            udp_routes: self.udp_routes.snapshot(),
+            served: Served {
+                tcp_route: self.tcp_routes.is_watched(),
+                udp_route: self.udp_routes.is_watched(),
+            },
             services: self.services.0.state(),
             reference_grants: self.reference_grants.snapshot(),
             listener_sets: self.listener_sets.snapshot(),
@@ -171,6 +185,8 @@ impl Stores {
             Crd::HttpRoute => self.http_routes.start(Api::all(c()), w, tasks),
             Crd::GrpcRoute => self.grpc_routes.start(Api::all(c()), w, tasks),
             Crd::TlsRoute => self.tls_routes.start(Api::all(c()), w, tasks),
+            Crd::TcpRoute => self.tcp_routes.start(Api::all(c()), w, tasks),
+            Crd::UdpRoute => self.udp_routes.start(Api::all(c()), w, tasks),
             Crd::ReferenceGrant => self.reference_grants.start(Api::all(c()), w, tasks),
             Crd::ListenerSet => self.listener_sets.start(Api::all(c()), w, tasks),
             Crd::BackendTlsPolicy => self.backend_tls_policies.start(Api::all(c()), w, tasks),
@@ -185,6 +201,8 @@ impl Stores {
             Crd::HttpRoute => self.http_routes.stop(),
             Crd::GrpcRoute => self.grpc_routes.stop(),
             Crd::TlsRoute => self.tls_routes.stop(),
+            Crd::TcpRoute => self.tcp_routes.stop(),
+            Crd::UdpRoute => self.udp_routes.stop(),
             Crd::ReferenceGrant => self.reference_grants.stop(),
             Crd::ListenerSet => self.listener_sets.stop(),
             Crd::BackendTlsPolicy => self.backend_tls_policies.stop(),
@@ -199,6 +217,8 @@ impl Stores {
             Crd::HttpRoute => self.http_routes.state(),
             Crd::GrpcRoute => self.grpc_routes.state(),
             Crd::TlsRoute => self.tls_routes.state(),
+            Crd::TcpRoute => self.tcp_routes.state(),
+            Crd::UdpRoute => self.udp_routes.state(),
             Crd::ReferenceGrant => self.reference_grants.state(),
             Crd::ListenerSet => self.listener_sets.state(),
             Crd::BackendTlsPolicy => self.backend_tls_policies.state(),
@@ -256,6 +276,8 @@ pub(crate) fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<(
         http_routes: Slot::new(),
         grpc_routes: Slot::new(),
         tls_routes: Slot::new(),
+        tcp_routes: Slot::new(),
+        udp_routes: Slot::new(),
         reference_grants: Slot::new(),
         listener_sets: Slot::new(),
         backend_tls_policies: Slot::new(),
@@ -344,6 +366,8 @@ keep_whole!(
     GatewayClass,
     Gateway,
     TlsRoute,
+    TcpRoute,
+    UdpRoute,
     ReferenceGrant,
     ListenerSet,
     BackendTlsPolicy,

@@ -10,6 +10,8 @@ use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParents};
 use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
+
+use crate::v1_6::{TcpRoute, UdpRoute};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::de::DeserializeOwned;
@@ -127,6 +129,26 @@ pub(crate) fn tls_route(namespace: &str, name: &str, spec: Value) -> Arc<TlsRout
     from(json!({
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "TLSRoute",
+        "metadata": {"namespace": namespace, "name": name, "generation": ROUTE_GENERATION},
+        "spec": spec,
+    }))
+}
+
+/// A TCPRoute with this spec.
+pub(crate) fn tcp_route(namespace: &str, name: &str, spec: Value) -> Arc<TcpRoute> {
+    from(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "TCPRoute",
+        "metadata": {"namespace": namespace, "name": name, "generation": ROUTE_GENERATION},
+        "spec": spec,
+    }))
+}
+
+/// A UDPRoute with this spec.
+pub(crate) fn udp_route(namespace: &str, name: &str, spec: Value) -> Arc<UdpRoute> {
+    from(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "UDPRoute",
         "metadata": {"namespace": namespace, "name": name, "generation": ROUTE_GENERATION},
         "spec": spec,
     }))

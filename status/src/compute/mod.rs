@@ -10,7 +10,7 @@
 //! name (or a namespace, where one is due) are skipped; a missing `metadata.generation` counts
 //! as 0. Nothing here panics on any input.
 //!
-//! HTTPRoutes, GRPCRoutes and TLSRoutes go through one route engine (`route.rs`); each kind
+//! HTTPRoutes, GRPCRoutes, TLSRoutes, TCPRoutes and UDPRoutes go through one route engine (`route.rs`); each kind
 //! only describes what the engine reads of it. The engine also tells which of our Gateways
 //! reach which Services, and BackendTLSPolicies take their ancestors from that (`policy.rs`).
 //!
@@ -42,6 +42,7 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 
 use crate::desired::Desired;
 use crate::key::ObjectKey;
+use crate::v1_6::{TcpRoute, UdpRoute};
 
 // What `World` holds of Secrets and ConfigMaps: reduced before they enter a watch's store, and
 // reduced the same way by whoever builds a `World` of their own.
@@ -77,6 +78,13 @@ pub struct World {
     pub grpc_routes: Vec<Arc<GrpcRoute>>,
     /// All TLSRoutes (none while their CRD is not installed).
     pub tls_routes: Vec<Arc<TlsRoute>>,
+    /// All TCPRoutes (none while their CRD is not installed: Gateway API v1.6 and later).
+    pub tcp_routes: Vec<Arc<TcpRoute>>,
+    /// All UDPRoutes (none while their CRD is not installed: Gateway API v1.6 and later).
+    pub udp_routes: Vec<Arc<UdpRoute>>,
+    /// Which of the kinds that only some Gateway API releases have the cluster serves: a TCP or
+    /// UDP listener is served only where its route kind exists.
+    pub served: Served,
     /// All Services (backendRefs resolve against them).
     pub services: Vec<Arc<Service>>,
     /// All ListenerSets (none while their CRD is not installed).
@@ -94,6 +102,18 @@ pub struct World {
     /// The `gateway.networking.k8s.io/bundle-version` annotation of the installed GatewayClass
     /// CRD, when it could be read.
     pub bundle_version: Option<String>,
+}
+
+/// The route kinds that decide whether a listener protocol can be served, as discovery found
+/// them: without the TCPRoute CRD (Gateway API v1.5 and older) nothing can attach to a TCP
+/// listener, so it is not accepted (`UnsupportedProtocol`), as the spec says of an
+/// implementation without TCP support.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Served {
+    /// The TCPRoute CRD (`gateway.networking.k8s.io/v1`) is served.
+    pub tcp_route: bool,
+    /// The UDPRoute CRD (`gateway.networking.k8s.io/v1`) is served.
+    pub udp_route: bool,
 }
 
 /// Every status this controller wants, keyed by object: one whole computation.
@@ -142,6 +162,8 @@ pub struct Computation {
     http_routes: Memos<HttpRoute>,
     grpc_routes: Memos<GrpcRoute>,
     tls_routes: Memos<TlsRoute>,
+    tcp_routes: Memos<TcpRoute>,
+    udp_routes: Memos<UdpRoute>,
     /// Routes per listener, added up from the remembered contributions.
     counts: Counts,
     /// Runs so far.
@@ -169,6 +191,8 @@ pub struct Update {
 struct Context {
     /// The addresses of each kind's objects, sorted.
     addresses: Vec<Vec<usize>>,
+    /// Which protocols' route kinds exist (it decides which listeners are accepted).
+    served: Served,
     /// The objects themselves, held so that their addresses stay theirs.
     _held: World,
 }
@@ -182,6 +206,9 @@ impl Context {
             http_routes: _,
             grpc_routes: _,
             tls_routes: _,
+            tcp_routes: _,
+            udp_routes: _,
+            served,
             services,
             listener_sets,
             reference_grants,
@@ -214,11 +241,15 @@ impl Context {
             backend_tls_policies: backend_tls_policies.clone(),
             ..World::default()
         };
-        Context { addresses, _held }
+        Context {
+            addresses,
+            served: *served,
+            _held,
+        }
     }
 
     fn same(&self, other: &Context) -> bool {
-        self.addresses == other.addresses
+        self.addresses == other.addresses && self.served == other.served
     }
 }
 
@@ -357,6 +388,8 @@ impl Computation {
             http_routes: Memos::default(),
             grpc_routes: Memos::default(),
             tls_routes: Memos::default(),
+            tcp_routes: Memos::default(),
+            udp_routes: Memos::default(),
             counts: Counts::default(),
             runs: 0,
             others: BTreeSet::new(),
@@ -402,13 +435,23 @@ impl Computation {
             self.tls_routes
                 .refresh(&world.tls_routes, run, &env, counts, u),
         );
+        gone.extend(
+            self.tcp_routes
+                .refresh(&world.tcp_routes, run, &env, counts, u),
+        );
+        gone.extend(
+            self.udp_routes
+                .refresh(&world.udp_routes, run, &env, counts, u),
+        );
         // Only BackendTLSPolicies need to know which Gateways reach which Services.
         let reached = if reach {
             let contributions = self
                 .http_routes
                 .contributions()
                 .chain(self.grpc_routes.contributions())
-                .chain(self.tls_routes.contributions());
+                .chain(self.tls_routes.contributions())
+                .chain(self.tcp_routes.contributions())
+                .chain(self.udp_routes.contributions());
             parents.reach(contributions)
         } else {
             route::Reach::new()

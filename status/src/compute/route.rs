@@ -1,4 +1,4 @@
-//! The route engine HTTPRoute, GRPCRoute and TLSRoute share: one `status.parents` entry per
+//! The route engine HTTPRoute, GRPCRoute, TLSRoute, TCPRoute and UDPRoute share: one `status.parents` entry per
 //! parentRef to one of our Gateways, with `Accepted` and `ResolvedRefs`, and the attachments
 //! the Gateways' listeners count.
 //!
@@ -14,7 +14,8 @@
 //! 2. no listener matches `sectionName`/`port` → False/NoMatchingParent;
 //! 3. no matching listener allows the route's kind and namespace → False/NotAllowedByListeners
 //!    (a listener allows a kind through its `supportedKinds`: HTTPRoute and GRPCRoute on HTTP
-//!    and HTTPS, TLSRoute on TLS Passthrough; conformance `tlsroute-*` attach only there);
+//!    and HTTPS, TLSRoute on TLS, TCPRoute on TCP, UDPRoute on UDP; conformance `tlsroute-*`,
+//!    v1.6.1 `tcproute-invalid-non-tcp-listener`, `udproute-not-allowed-by-listeners`);
 //! 4. no allowing listener's hostname intersects the route's → False/NoMatchingListenerHostname
 //!    (`tlsroute-hostname-intersection`, `grpcroute-listener-hostname-matching`);
 //! 5. True/Accepted, attached to every listener that passed 4.
@@ -43,6 +44,7 @@ use super::refs::{self, non_empty, BackendRef, Problem, GATEWAY_GROUP};
 use super::verdict::Verdict;
 use crate::desired::{Desired, RouteParentStatus};
 use crate::key::{Kind, ObjectKey};
+use crate::v1_6::{TcpRoute, UdpRoute};
 
 /// `status.parents` holds at most this many entries.
 const MAX_PARENTS: usize = 32;
@@ -85,6 +87,10 @@ pub(crate) struct RouteView<'w> {
 pub(crate) trait Route {
     /// The kind, as in the object key and a ReferenceGrant's `from`.
     const KIND: Kind;
+    /// Whether a BackendTLSPolicy applies to the connections this kind's backends get (upstream
+    /// v1.6.1 `apis/v1/backendtlspolicy_types.go`, `TargetRefs`: "HTTPRoute, GRPCRoute, TLSRoute
+    /// with termination"); a TCPRoute or UDPRoute makes no Gateway a policy's ancestor.
+    const BACKEND_TLS: bool = true;
     /// The object's metadata.
     fn meta(&self) -> &ObjectMeta;
     /// What the engine reads of it.
@@ -268,7 +274,7 @@ pub(crate) fn contribute<R: Route>(
         .iter()
         .filter_map(|(target, listener)| Some((*parents.ids.get(target)?, *listener)))
         .collect();
-    let services = if reach && !attachments.is_empty() {
+    let services = if reach && R::BACKEND_TLS && !attachments.is_empty() {
         reached_services::<R>(&view, namespace, index)
     } else {
         vec![]
@@ -597,8 +603,51 @@ impl Route for TlsRoute {
     }
 }
 
+// === impl Route for TcpRoute, UdpRoute ===
+
+/// TCPRoute and UDPRoute (Gateway API v1.6, our own types): parentRefs and the rules'
+/// backendRefs; no hostnames (every listener's hostname admits them, and TCP and UDP listeners
+/// have none) and no filters.
+macro_rules! impl_l4_route {
+    ($route:ty, $kind:expr) => {
+        impl Route for $route {
+            const KIND: Kind = $kind;
+            const BACKEND_TLS: bool = false;
+
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+
+            fn view(&self) -> RouteView<'_> {
+                let rules = self.spec.rules.iter().flatten();
+                RouteView {
+                    parent_refs: self
+                        .spec
+                        .parent_refs
+                        .iter()
+                        .flatten()
+                        .map(|p| parent_ref!(p))
+                        .collect(),
+                    hostnames: &[],
+                    backend_refs: rules
+                        .flat_map(|r| r.backend_refs.iter().flatten())
+                        .map(|b| backend_ref!(b))
+                        .collect(),
+                    status_controllers: status_controllers!(self),
+                }
+            }
+        }
+    };
+}
+
+impl_l4_route!(TcpRoute, Kind::TcpRoute);
+impl_l4_route!(UdpRoute, Kind::UdpRoute);
+
 #[cfg(test)]
 mod tests;
 
 #[cfg(test)]
 mod kinds_tests;
+
+#[cfg(test)]
+mod l4_tests;
