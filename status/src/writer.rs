@@ -658,3 +658,6 @@ mod tests {
         assert!(!api(409).is_leadership());
     }
 }
+
+#[cfg(test)]
+mod apiserver_tests;
