@@ -176,6 +176,20 @@ pub(crate) fn service(namespace: &str, name: &str, ports: &[i32]) -> Arc<Service
     }))
 }
 
+/// A Service with these named ports.
+pub(crate) fn named_service(namespace: &str, name: &str, ports: &[(&str, i32)]) -> Arc<Service> {
+    let ports: Vec<Value> = ports
+        .iter()
+        .map(|(n, p)| json!({"name": n, "port": p}))
+        .collect();
+    from(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"namespace": namespace, "name": name},
+        "spec": {"ports": ports},
+    }))
+}
+
 /// A Namespace with these labels.
 pub(crate) fn namespace(name: &str, labels: Value) -> Arc<Namespace> {
     from(json!({

@@ -204,11 +204,14 @@ impl Listener<'_> {
         }
     }
 
-    /// The `Programmed` condition: a valid listener of an accepted Gateway is in effect at once,
-    /// as there is no data plane to wait for.
-    pub(crate) fn programmed(&self, gateway_accepted: bool) -> Verdict {
-        if !gateway_accepted {
-            Verdict::no(reason::INVALID, "the Gateway is not accepted")
+    /// The `Programmed` condition: a valid listener of an accepted Gateway (or ListenerSet:
+    /// `parent_kind` names which) is in effect at once, as there is no data plane to wait for.
+    pub(crate) fn programmed(&self, parent_kind: &str, parent_accepted: bool) -> Verdict {
+        if !parent_accepted {
+            Verdict::no(
+                reason::INVALID,
+                format!("the {parent_kind} is not accepted"),
+            )
         } else if !self.accepted.ok {
             Verdict::no(reason::INVALID, "the listener is not accepted")
         } else if !self.resolved_refs.ok {
@@ -221,6 +224,7 @@ impl Listener<'_> {
     /// This listener's `status.listeners` entry.
     pub(crate) fn status(
         &self,
+        parent_kind: &str,
         gateway_accepted: bool,
         attached_routes: i32,
         generation: i64,
@@ -231,7 +235,7 @@ impl Listener<'_> {
         };
         let mut conditions = vec![
             self.accepted.condition(reason::ACCEPTED, generation),
-            self.programmed(gateway_accepted)
+            self.programmed(parent_kind, gateway_accepted)
                 .condition(reason::PROGRAMMED, generation),
             self.resolved_refs
                 .condition(reason::RESOLVED_REFS, generation),

@@ -24,10 +24,9 @@
 //! its `ResolvedRefs` condition, certificate checks beyond parsing (expiry, SANs against the
 //! listener's hostname, `OverlappingCertificates`), `OverlappingTLSConfig` on TLS listeners, the
 //! validation of route matches and filters (`UnsupportedValue`, `IncompatibleFilters`,
-//! `PartiallyInvalid`), and hostname conflicts between a GRPCRoute and an HTTPRoute on one
-//! listener.
+//! `PartiallyInvalid`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use gateway_api::backendtlspolicies::BackendTlsPolicy;
@@ -49,6 +48,7 @@ use crate::v1_6::{TcpRoute, UdpRoute};
 pub use crate::configmap::CaBundle;
 pub use crate::secret::{Content, TlsSecret};
 
+mod contest;
 mod gateway;
 mod gatewayclass;
 mod hostname;
@@ -273,7 +273,7 @@ impl<R> Default for Memos<R> {
 #[derive(Debug)]
 struct Memo<R> {
     /// Held so that the address stays this route's.
-    _route: Arc<R>,
+    route: Arc<R>,
     contribution: route::Contribution,
     /// The last run that saw the route.
     seen: u64,
@@ -312,14 +312,14 @@ impl<R: route::Route> Memos<R> {
                 continue;
             }
             let (contribution, desired) =
-                route::contribute(&**r, env.name, env.parents, env.index, env.reach);
+                route::contribute(&**r, env.name, env.parents, env.index, env.reach, &[]);
             update.routes_computed += 1;
             if let (Some(key), Some(desired)) = (&contribution.key, desired) {
                 update.desired.insert(key.clone(), desired);
             }
             counts.add(&contribution, 1);
             let memo = Memo {
-                _route: r.clone(),
+                route: r.clone(),
                 contribution,
                 seen: run.stamp,
             };
@@ -340,6 +340,59 @@ impl<R: route::Route> Memos<R> {
 
     fn contributions(&self) -> impl Iterator<Item = &route::Contribution> {
         self.0.values().map(|m| &m.contribution)
+    }
+
+    /// The routes that would attach to a `contested` listener, with those listeners.
+    fn entrants<'a>(
+        &'a self,
+        contested: &HashSet<contest::ListenerId>,
+        out: &mut Vec<(contest::Entrant<'a>, Vec<contest::ListenerId>)>,
+    ) {
+        for (address, m) in &self.0 {
+            let at: Vec<contest::ListenerId> = m
+                .contribution
+                .candidates()
+                .filter(|l| contested.contains(l))
+                .copied()
+                .collect();
+            if at.is_empty() {
+                continue;
+            }
+            if let Some(e) = contest::Entrant::of(&*m.route, *address) {
+                out.push((e, at));
+            }
+        }
+    }
+
+    /// Computes again the routes whose blocked listeners are not what `blocked` now says, into
+    /// `update`, keeping `counts` in step. Costs nothing while no route is or was blocked.
+    fn settle(
+        &mut self,
+        blocked: &contest::Blocked,
+        env: &Env<'_, '_, '_>,
+        counts: &mut Counts,
+        update: &mut Update,
+    ) {
+        let any_now = blocked.keys().any(|(k, _)| *k == R::KIND);
+        if !any_now && self.0.values().all(|m| m.contribution.blocked().is_empty()) {
+            return;
+        }
+        for (address, m) in &mut self.0 {
+            let want: &[contest::ListenerId] =
+                blocked.get(&(R::KIND, *address)).map_or(&[], Vec::as_slice);
+            if m.contribution.blocked() == want {
+                continue;
+            }
+            let (contribution, desired) =
+                route::contribute(&*m.route, env.name, env.parents, env.index, env.reach, want);
+            update.routes_computed += 1;
+            if let (Some(key), Some(desired)) = (&contribution.key, desired) {
+                update.desired.insert(key.clone(), desired);
+            }
+            counts.add(&m.contribution, -1);
+            counts.add(&contribution, 1);
+            m.contribution = contribution;
+        }
     }
 }
 
@@ -435,6 +488,18 @@ impl Computation {
             self.tls_routes
                 .refresh(&world.tls_routes, run, &env, counts, u),
         );
+        // HTTPRoutes and GRPCRoutes with hostnames in common on a listener: one of each pair.
+        let contested = contest::contested(self.grpc_routes.contributions());
+        let blocked = if contested.is_empty() {
+            contest::Blocked::new()
+        } else {
+            let mut entrants = vec![];
+            self.http_routes.entrants(&contested, &mut entrants);
+            self.grpc_routes.entrants(&contested, &mut entrants);
+            contest::blocked(&entrants)
+        };
+        self.http_routes.settle(&blocked, &env, counts, u);
+        self.grpc_routes.settle(&blocked, &env, counts, u);
         gone.extend(
             self.tcp_routes
                 .refresh(&world.tcp_routes, run, &env, counts, u),
