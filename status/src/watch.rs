@@ -37,9 +37,6 @@ pub(crate) const BUNDLE_VERSION_ANNOTATION: &str = "gateway.networking.k8s.io/bu
 /// The CRD whose bundle version decides `SupportedVersion`.
 pub(crate) const GATEWAY_CLASS_CRD: &str = "gatewayclasses.gateway.networking.k8s.io";
 
-/// The annotation in which `kubectl apply` keeps the whole object it applied.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
 /// One watch's progress, as the reflector task reports it to the supervisor
 /// (the `installed` module).
 #[derive(Debug, Default)]
@@ -357,7 +354,7 @@ pub(crate) trait Trim {
     fn trim(&mut self) {}
 }
 
-/// Kinds whose objects are kept whole (but for `managedFields` and kubectl's last-applied copy).
+/// Kinds whose objects are kept whole (but for `managedFields` and the annotations).
 macro_rules! keep_whole {
     ($($kind:ty),+ $(,)?) => {$( impl Trim for $kind {} )+};
 }
@@ -406,16 +403,15 @@ where
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     let (reader, writer) = reflector::store();
     // The stores keep what the computation and the writer read: `managedFields` (often the
-    // largest part of an object that many managers write), kubectl's copy of the last applied
-    // object and routes' matches (`Trim`) are dropped before an object is stored
-    // (docs/architecture.md, "Memory").
+    // largest part of an object that many managers write), the annotations (nothing here reads
+    // one; kubectl's copy of the last applied object is the big one) and routes' matches
+    // (`Trim`) are dropped before an object is stored (docs/architecture.md, "Memory"). The
+    // writer sends its copy to the status subresource, which takes only the status from it.
     let stream = watcher(api, watcher::Config::default())
         .modify(|obj| {
             let meta = obj.meta_mut();
             meta.managed_fields = None;
-            if let Some(a) = meta.annotations.as_mut() {
-                a.remove(LAST_APPLIED);
-            }
+            meta.annotations = None;
             obj.trim();
         })
         .backoff(watch_backoff());
