@@ -82,53 +82,50 @@ pub struct RouteStatus {
     pub parents: Vec<HttpRouteStatusParents>,
 }
 
-/// The spec of a TCPRoute (`gateway.networking.k8s.io/v1`).
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[kube(
-    group = "gateway.networking.k8s.io",
-    version = "v1",
-    kind = "TCPRoute",
-    root = "TcpRoute",
-    plural = "tcproutes",
-    namespaced,
-    status = "RouteStatus",
-    schema = "disabled",
-    derive = "Default",
-    derive = "PartialEq"
-)]
-#[serde(rename_all = "camelCase")]
-pub struct TcpRouteSpec {
-    /// The Gateways (or ListenerSets) the route attaches to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent_refs: Option<Vec<ParentReference>>,
-    /// The rules.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rules: Option<Vec<L4RouteRule>>,
+/// A spec of TCPRoute or UDPRoute (upstream `TCPRouteSpec`, `UDPRouteSpec`: the same fields),
+/// with the kind's root type.
+macro_rules! l4_route {
+    ($spec:ident, $root:literal, $kind:literal, $plural:literal, $what:literal) => {
+        #[doc = concat!("The spec of a ", $kind, " (`gateway.networking.k8s.io/v1`).")]
+        #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+        #[kube(
+                            group = "gateway.networking.k8s.io",
+                            version = "v1",
+                            kind = $kind,
+                            root = $root,
+                            plural = $plural,
+                            namespaced,
+                            status = "RouteStatus",
+                            schema = "disabled",
+                            derive = "Default",
+                            derive = "PartialEq"
+                        )]
+        #[serde(rename_all = "camelCase")]
+        pub struct $spec {
+            /// The Gateways (or ListenerSets) the route attaches to.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub parent_refs: Option<Vec<ParentReference>>,
+            #[doc = concat!("The rules: where the ", $what, " goes.")]
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub rules: Option<Vec<L4RouteRule>>,
+        }
+    };
 }
 
-/// The spec of a UDPRoute (`gateway.networking.k8s.io/v1`).
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[kube(
-    group = "gateway.networking.k8s.io",
-    version = "v1",
-    kind = "UDPRoute",
-    root = "UdpRoute",
-    plural = "udproutes",
-    namespaced,
-    status = "RouteStatus",
-    schema = "disabled",
-    derive = "Default",
-    derive = "PartialEq"
-)]
-#[serde(rename_all = "camelCase")]
-pub struct UdpRouteSpec {
-    /// The Gateways (or ListenerSets) the route attaches to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent_refs: Option<Vec<ParentReference>>,
-    /// The rules.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rules: Option<Vec<L4RouteRule>>,
-}
+l4_route!(
+    TcpRouteSpec,
+    "TcpRoute",
+    "TCPRoute",
+    "tcproutes",
+    "TCP traffic"
+);
+l4_route!(
+    UdpRouteSpec,
+    "UdpRoute",
+    "UDPRoute",
+    "udproutes",
+    "UDP traffic"
+);
 
 #[cfg(test)]
 mod tests {

@@ -284,8 +284,7 @@ pub(crate) fn contribute<R: Route>(
     };
     let generation = meta.generation.unwrap_or(0);
     let view = route.view();
-    let mut attached: Vec<(Target<'_>, usize)> = vec![];
-    let statuses = parents_of::<R>(
+    let (statuses, mut attached) = parents_of::<R>(
         &view,
         namespace,
         controller_name,
@@ -293,7 +292,6 @@ pub(crate) fn contribute<R: Route>(
         parents,
         index,
         blocked,
-        &mut attached,
     );
     // A route attached to one listener through two parentRefs counts once there.
     attached.sort_unstable();
@@ -354,7 +352,7 @@ fn reached_services<R: Route>(
     out
 }
 
-/// Our `status.parents` entries for one route, recording its attachments.
+/// Our `status.parents` entries for one route, and the listeners it attaches to.
 fn parents_of<'w, R: Route>(
     view: &RouteView<'w>,
     namespace: &'w str,
@@ -363,8 +361,8 @@ fn parents_of<'w, R: Route>(
     gateways: &Parents<'_, 'w>,
     index: &Index<'_>,
     blocked: &[(ParentId, usize)],
-    attachments: &mut Vec<(Target<'w>, usize)>,
-) -> Vec<RouteParentStatus> {
+) -> (Vec<RouteParentStatus>, Vec<(Target<'w>, usize)>) {
+    let mut attachments = vec![];
     let mut seen = HashSet::new();
     let mut resolved_refs: Option<Verdict> = None;
     let mut parents = vec![];
@@ -425,7 +423,7 @@ fn parents_of<'w, R: Route>(
             },
         });
     }
-    parents
+    (parents, attachments)
 }
 
 /// The Gateway or ListenerSet a parentRef names; `None` for other kinds of parent.
