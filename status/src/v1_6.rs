@@ -88,18 +88,9 @@ macro_rules! l4_route {
     ($spec:ident, $root:literal, $kind:literal, $plural:literal, $what:literal) => {
         #[doc = concat!("The spec of a ", $kind, " (`gateway.networking.k8s.io/v1`).")]
         #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-        #[kube(
-                            group = "gateway.networking.k8s.io",
-                            version = "v1",
-                            kind = $kind,
-                            root = $root,
-                            plural = $plural,
-                            namespaced,
-                            status = "RouteStatus",
-                            schema = "disabled",
-                            derive = "Default",
-                            derive = "PartialEq"
-                        )]
+        #[kube(group = "gateway.networking.k8s.io", version = "v1", kind = $kind, root = $root)]
+        #[kube(plural = $plural, namespaced, status = "RouteStatus", schema = "disabled")]
+        #[kube(derive = "Default", derive = "PartialEq")]
         #[serde(rename_all = "camelCase")]
         pub struct $spec {
             /// The Gateways (or ListenerSets) the route attaches to.
