@@ -4,7 +4,9 @@
 #                                    default; not built when GATEWAY_LEADER_TEST_KUBECONFIG names a
 #                                    cluster or the variable is set already)
 #   GATEWAY_LEADER_ETCD              etcd (etcdctl beside it)
-#   GATEWAY_LEADER_GATEWAY_API_CRDS  the Gateway API standard-channel CRDs (kept when set)
+#   GATEWAY_LEADER_GATEWAY_API_CRDS  the Gateway API standard-channel CRDs (kept when set): the
+#                                    newest release (GATEWAY_API_VERSION), or the oldest supported
+#                                    one (GATEWAY_API_OLDEST) with GATEWAY_LEADER_KUBE_VERSION=oldest
 # SERVERS_WITHOUT_APISERVER=1, SERVERS_WITHOUT_ETCD=1 and SERVERS_WITHOUT_CRDS=1 skip one (the
 # demo on an existing cluster).
 
@@ -21,6 +23,8 @@ ensure_servers() {
     export GATEWAY_LEADER_ETCD
   fi
   if [ -z "${GATEWAY_LEADER_GATEWAY_API_CRDS:-}" ] && [ "${SERVERS_WITHOUT_CRDS:-0}" != 1 ]; then
+    # newest, or oldest beside the oldest apiserver (the script follows
+    # GATEWAY_LEADER_KUBE_VERSION).
     GATEWAY_LEADER_GATEWAY_API_CRDS=$(scripts/gateway-api-crds.sh | tail -n 1)
     export GATEWAY_LEADER_GATEWAY_API_CRDS
   fi

@@ -13,8 +13,11 @@ KUBE_OLDEST=v1.32.13
 ETCD_VERSION=v3.6.16
 
 # The Gateway API standard-channel CRDs the status writer targets, from sigs.k8s.io/gateway-api's
-# config/crd/standard/ (scripts/gateway-api-crds.sh).
-GATEWAY_API_VERSION=v1.5.1
+# config/crd/standard/ (scripts/gateway-api-crds.sh). Both releases are served: the tests install
+# the newest beside the newest apiserver and the oldest beside the oldest apiserver
+# (scripts/servers.sh), so every status suite runs on both bundles.
+GATEWAY_API_VERSION=v1.6.1
+GATEWAY_API_OLDEST=v1.5.1
 
 # The Go peers in testkit/peers/ (their go.mod pins the same versions; scripts/build-peers.sh).
 CLIENT_GO_VERSION=v0.37.2

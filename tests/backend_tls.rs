@@ -1,4 +1,4 @@
-//! BackendTLSPolicy on a real kube-apiserver with the upstream v1.5.1 CRDs, written by real
+//! BackendTLSPolicy on a real kube-apiserver with the upstream CRDs, written by real
 //! `gateway-leader run` processes: each reason the spec defines shows on the ancestor entry of
 //! the Gateway whose route reaches the targeted Service, a ConfigMap created later is seen, and
 //! a takeover in the middle of changes to the policies loses none. The cases follow v1.5.1
@@ -14,15 +14,38 @@ use common::Replica;
 use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::httproutes::HttpRoute;
 use gateway_leader_log::message;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-/// A class, Gateway `gw`, Service `web` and an HTTPRoute on `gw` to it, and a ConfigMap `ca`
-/// with a usable `ca.crt`.
+/// The ports of Service `web` a policy's `sectionName` can name, besides `http` (443); the
+/// route reaches each, so each is a target with our Gateway as its ancestor.
+const SECTIONS: [(&str, i32); 4] = [("s1", 1001), ("s2", 1002), ("s3", 1003), ("s4", 1004)];
+
+/// A class, Gateway `gw`, Service `web` (ports `http` 443 and [`SECTIONS`]) and an HTTPRoute on
+/// `gw` to each of its ports, and a ConfigMap `ca` with a usable `ca.crt`.
 async fn scene(ns: &str, controller: &str) -> Client {
     let client = namespace_with_class(ns, controller).await;
     gateway_and_route(&client, ns, 443).await;
+    let mut web = service(ns, "web", 443);
+    if let Some(ports) = web.spec.as_mut().and_then(|s| s.ports.as_mut()) {
+        for (name, port) in SECTIONS {
+            let mut p = ports[0].clone();
+            p.name = Some(name.into());
+            p.port = port;
+            ports.push(p);
+        }
+    }
+    put(&Api::<Service>::namespaced(client.clone(), ns), &web).await;
+    let backends: Vec<(&str, &str, i32)> = std::iter::once(443)
+        .chain(SECTIONS.iter().map(|(_, p)| *p))
+        .map(|p| (ns, "web", p))
+        .collect();
+    put(
+        &Api::<HttpRoute>::namespaced(client.clone(), ns),
+        &route(ns, "route", "gw", &backends),
+    )
+    .await;
     put(
         &Api::<ConfigMap>::namespaced(client.clone(), ns),
         &ca_config_map(ns, "ca", &ca_pem()),
@@ -77,6 +100,12 @@ async fn backend_tls_policies_get_the_spec_reasons() {
     for (name, section, r) in cases {
         put(&policies, &backend_tls_policy(ns, name, "web", section, r)).await;
     }
+    // A port the Service does not have: the target does not exist.
+    put(
+        &policies,
+        &backend_tls_policy(ns, "no-port", "web", Some("s9"), refs("ConfigMap", "ca")),
+    )
+    .await;
     // A set of well-known CAs this controller does not know.
     let mut custom = backend_tls_policy(ns, "custom-cas", "web", Some("s4"), json!([]));
     custom.spec.validation.ca_certificate_refs = None;
@@ -116,6 +145,7 @@ async fn backend_tls_policies_get_the_spec_reasons() {
     .await;
     expect(p, c, "invalid-kind", "ResolvedRefs", "False", "InvalidKind").await;
     expect(p, c, "custom-cas", "Accepted", "False", "Invalid").await;
+    expect(p, c, "no-port", "Accepted", "False", "TargetNotFound").await;
 
     // The missing ConfigMap appears: the ConfigMap watch sees it.
     put(&config_maps, &ca_config_map(ns, "later", &ca_pem())).await;

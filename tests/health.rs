@@ -273,7 +273,9 @@ async fn missing_crds_are_named_once_hold_readiness_back_and_are_picked_up_when_
             "HTTPRoute",
             "ListenerSet",
             "ReferenceGrant",
-            "TLSRoute"
+            "TCPRoute",
+            "TLSRoute",
+            "UDPRoute"
         ],
         "each missing kind named once (GRPCRoute twice: it went away again)"
     );

@@ -1,4 +1,4 @@
-//! ListenerSets on a real kube-apiserver with the upstream v1.5.1 CRDs: each ListenerSet reason
+//! ListenerSets on a real kube-apiserver with the upstream CRDs: each ListenerSet reason
 //! shows, a route attached through parentRef kind ListenerSet counts in that listener's
 //! `attachedRoutes`, the Gateway counts its ListenerSets, and a takeover in the middle of changes
 //! to ListenerSets loses none.

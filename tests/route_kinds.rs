@@ -326,3 +326,47 @@ async fn a_takeover_in_the_middle_of_changes_to_grpc_and_tls_routes_loses_none()
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_and_a_grpc_route_sharing_a_hostname_on_a_listener_admit_only_the_older() {
+    // Upstream `apis/v1/grpcroute_types.go`, `GRPCRouteSpec.Hostnames`: exactly one of the two
+    // is accepted, the oldest, then the first by {namespace}/{name}.
+    let ns = "rk-contest";
+    let controller = "gateway-leader.dev/rk-contest";
+    let client = scene(ns, controller).await;
+    let http: Api<gateway_api::httproutes::HttpRoute> = Api::namespaced(client.clone(), ns);
+    let grpc: Api<GrpcRoute> = Api::namespaced(client.clone(), ns);
+    let mut h = route(ns, "h", "gw", &[(ns, "web", 80)]);
+    h.spec.hostnames = Some(vec!["a.example.com".into()]);
+    put(&http, &h).await;
+    let older = http.get("h").await.expect("the HTTPRoute");
+    // Created a second later at least: the creation time decides, not the name.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let mut g = grpc_route(ns, "a-grpc", "gw", &[(ns, "web", 80)]);
+    g.spec.hostnames = Some(vec!["*.example.com".into()]);
+    put(&grpc, &g).await;
+    let newer = grpc.get("a-grpc").await.expect("the GRPCRoute");
+    assert!(
+        newer.metadata.creation_timestamp > older.metadata.creation_timestamp,
+        "the GRPCRoute is the newer"
+    );
+    let mut args = replica_args(apiserver().await.kubeconfig_path(), ns, controller);
+    args.push("--leader-election-disable".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _replica = Replica::start("rk-contest-a", &args);
+    expect(&http, controller, "h", "Accepted", "True", "Accepted").await;
+    expect(
+        &grpc,
+        controller,
+        "a-grpc",
+        "Accepted",
+        "False",
+        "NotAllowedByListeners",
+    )
+    .await;
+    // The HTTPRoute goes: the GRPCRoute, unchanged itself, is admitted.
+    http.delete("h", &Default::default())
+        .await
+        .expect("deleting the HTTPRoute");
+    expect(&grpc, controller, "a-grpc", "Accepted", "True", "Accepted").await;
+}

@@ -1,7 +1,8 @@
-//! Listener certificates on a real kube-apiserver with the upstream v1.5.1 CRDs, written by real
-//! `gateway-leader run` processes: each certificate reason the spec defines shows on the
-//! listener it belongs to, a Secret created, changed or granted later is seen, the GatewayClass
-//! lists its supported features, and a takeover in the middle of Secret changes loses none.
+//! Listener certificates on a real kube-apiserver with the upstream CRDs (v1.6.1, or v1.5.1
+//! beside the oldest apiserver), written by real `gateway-leader run` processes: each
+//! certificate reason the spec defines shows on the listener it belongs to, a Secret created,
+//! changed or granted later is seen, the GatewayClass lists its supported features, and a
+//! takeover in the middle of Secret changes loses none.
 //! The cases follow v1.5.1 `conformance/tests/gateway-invalid-tls-configuration.yaml`,
 //! `gateway-secret-missing-reference-grant.yaml` and `gateway-secret-reference-grant-*.yaml`.
 
@@ -253,16 +254,17 @@ async fn each_certificate_problem_gets_its_spec_reason_and_a_fix_is_seen() {
         .into_iter()
         .map(|f| f.name)
         .collect();
-    assert_eq!(
-        features,
-        [
-            "GRPCRoute",
-            "Gateway",
-            "HTTPRoute",
-            "ReferenceGrant",
-            "TLSRoute"
-        ]
-    );
+    // TCPRoute and UDPRoute only where their CRDs are (the v1.6 bundle).
+    let v1_6 = testkit::gateway_api::require_v1_6(&admin(apiserver().await))
+        .await
+        .is_ok();
+    let mut expected = vec!["GRPCRoute", "Gateway", "HTTPRoute", "ReferenceGrant"];
+    expected.extend(if v1_6 {
+        vec!["TCPRoute", "TLSRoute", "UDPRoute"]
+    } else {
+        vec!["TLSRoute"]
+    });
+    assert_eq!(features, expected);
 
     // Fixes, each seen through the watches: the missing Secret is created, the malformed one
     // repaired, and a ReferenceGrant lets the cross-namespace reference in.

@@ -101,11 +101,14 @@ where
     Ok(())
 }
 
+/// An HTTPRoute for host `web.demo.example`: a GRPCRoute on the same listener must not share
+/// its hostnames (the older of the two would win, the Gateway API's rule).
 pub fn route(ns: &str, name: &str, parent: Value, backend: Value) -> Value {
     json!({
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"parentRefs": [parent], "rules": [{"backendRefs": [backend]}]}
+        "spec": {"parentRefs": [parent], "hostnames": ["web.demo.example"],
+                 "rules": [{"backendRefs": [backend]}]}
     })
 }
 
@@ -175,6 +178,7 @@ pub async fn apply_sample(client: &Client) -> Result<()> {
         json!({"name": "web", "port": 80}),
     );
     grpc["kind"] = json!("GRPCRoute");
+    grpc["spec"]["hostnames"] = json!(["grpc.demo.example"]);
     create(&Api::<GrpcRoute>::namespaced(client.clone(), NS), grpc).await?;
     // Another namespace's Service without a ReferenceGrant: ResolvedRefs False, RefNotPermitted.
     create(

@@ -43,7 +43,7 @@ pub(crate) const MAX_RECHECK: Duration = Duration::from_secs(10);
 const FIRST_RECHECK: Duration = Duration::from_secs(1);
 /// How the missing CRDs are installed: the standard channel of the release the types follow.
 pub(crate) const INSTALL_HINT: &str = "kubectl apply --server-side -f \
-    https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.5.1/standard-install.yaml";
+    https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.6.1/standard-install.yaml";
 
 /// Whether the status writer can do its job: the `/readyz` answer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,6 +17,10 @@ pub enum Kind {
     GrpcRoute,
     /// `gateway.networking.k8s.io/v1` TLSRoute.
     TlsRoute,
+    /// `gateway.networking.k8s.io/v1` TCPRoute (Gateway API v1.6 and later).
+    TcpRoute,
+    /// `gateway.networking.k8s.io/v1` UDPRoute (Gateway API v1.6 and later).
+    UdpRoute,
     /// ListenerSet (optional CRD).
     ListenerSet,
     /// `gateway.networking.k8s.io/v1` BackendTLSPolicy (its `status.ancestors`).
@@ -32,14 +36,19 @@ impl Kind {
             Kind::HttpRoute => "HTTPRoute",
             Kind::GrpcRoute => "GRPCRoute",
             Kind::TlsRoute => "TLSRoute",
+            Kind::TcpRoute => "TCPRoute",
+            Kind::UdpRoute => "UDPRoute",
             Kind::ListenerSet => "ListenerSet",
             Kind::BackendTlsPolicy => "BackendTLSPolicy",
         }
     }
 
-    /// Whether this is a route kind (HTTPRoute, GRPCRoute, TLSRoute).
+    /// Whether this is a route kind (HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute).
     pub fn is_route(self) -> bool {
-        matches!(self, Kind::HttpRoute | Kind::GrpcRoute | Kind::TlsRoute)
+        matches!(
+            self,
+            Kind::HttpRoute | Kind::GrpcRoute | Kind::TlsRoute | Kind::TcpRoute | Kind::UdpRoute
+        )
     }
 }
 
@@ -111,6 +120,10 @@ pub(crate) enum Crd {
     GrpcRoute,
     /// TLSRoute.
     TlsRoute,
+    /// TCPRoute (from Gateway API v1.6).
+    TcpRoute,
+    /// UDPRoute (from Gateway API v1.6).
+    UdpRoute,
     /// ReferenceGrant (without it, every cross-namespace reference is refused).
     ReferenceGrant,
     /// ListenerSet (without it, Gateways have only their own listeners).
@@ -121,12 +134,14 @@ pub(crate) enum Crd {
 
 impl Crd {
     /// Every kind, required ones first.
-    pub(crate) const ALL: [Crd; 8] = [
+    pub(crate) const ALL: [Crd; 10] = [
         Crd::GatewayClass,
         Crd::Gateway,
         Crd::HttpRoute,
         Crd::GrpcRoute,
         Crd::TlsRoute,
+        Crd::TcpRoute,
+        Crd::UdpRoute,
         Crd::ReferenceGrant,
         Crd::ListenerSet,
         Crd::BackendTlsPolicy,
@@ -140,6 +155,8 @@ impl Crd {
             Crd::HttpRoute => "HTTPRoute",
             Crd::GrpcRoute => "GRPCRoute",
             Crd::TlsRoute => "TLSRoute",
+            Crd::TcpRoute => "TCPRoute",
+            Crd::UdpRoute => "UDPRoute",
             Crd::ReferenceGrant => "ReferenceGrant",
             Crd::ListenerSet => "ListenerSet",
             Crd::BackendTlsPolicy => "BackendTLSPolicy",
@@ -154,6 +171,8 @@ impl Crd {
             Crd::HttpRoute => "httproutes",
             Crd::GrpcRoute => "grpcroutes",
             Crd::TlsRoute => "tlsroutes",
+            Crd::TcpRoute => "tcproutes",
+            Crd::UdpRoute => "udproutes",
             Crd::ReferenceGrant => "referencegrants",
             Crd::ListenerSet => "listenersets",
             Crd::BackendTlsPolicy => "backendtlspolicies",

@@ -56,6 +56,7 @@ mod merge;
 mod metrics;
 mod observed;
 mod secret;
+pub mod v1_6;
 mod watch;
 mod writer;
 

@@ -5,8 +5,12 @@
 //! - In a route's `status.parents` (HTTPRoute, GRPCRoute, TLSRoute alike) and a
 //!   BackendTLSPolicy's `status.ancestors`, only entries whose `controllerName` is ours are
 //!   touched; ours that are no longer wanted are removed, the rest keep their place.
-//! - A desired status computed from an older generation than the one our conditions already
-//!   observed is stale and not written: `observedGeneration` never goes backwards.
+//! - A desired status computed from an older generation than a condition in the part of the
+//!   status we write already observed (ours, or one another controller added beside ours) is
+//!   stale and not written: `observedGeneration` never goes backwards, and a replica whose watch
+//!   is behind waits for it (gateway-api#4008). An `observedGeneration` above the object's own
+//!   `metadata.generation` cannot come from a newer spec and is not believed, so a faulty writer
+//!   elsewhere cannot stop ours.
 //! - When the merge changes nothing, there is nothing to send.
 
 use gateway_api::gatewayclasses::{GatewayClass, GatewayClassStatus};
@@ -19,8 +23,10 @@ use gateway_api::tlsroutes::{
     TlsRoute, TlsRouteStatus, TlsRouteStatusParents, TlsRouteStatusParentsParentRef,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::Resource;
 
 use crate::desired::{Desired, RouteParentStatus};
+use crate::v1_6::{self, TcpRoute, UdpRoute};
 
 mod listener_set;
 mod policy;
@@ -81,25 +87,31 @@ pub(crate) fn merge_conditions(
     out
 }
 
-/// The newest `observedGeneration` among `current` conditions whose type is one of `ours`.
-fn observed<'a>(current: impl IntoIterator<Item = &'a Condition>, ours: &[Condition]) -> i64 {
+/// The newest `observedGeneration` among `current` conditions: those of the part of a status
+/// we write, whoever wrote them.
+fn observed<'a>(current: impl IntoIterator<Item = &'a Condition>) -> i64 {
     current
         .into_iter()
-        .filter(|c| ours.iter().any(|o| o.type_ == c.type_))
         .filter_map(|c| c.observed_generation)
         .max()
         .unwrap_or(i64::MIN)
 }
 
-fn decide<K: Clone>(
+fn decide<K: Clone + Resource>(
     current: &K,
     generation: i64,
     observed: i64,
     update: impl FnOnce(&mut K),
     same: impl FnOnce(&K, &K) -> bool,
 ) -> Merge<K> {
-    if observed > generation {
-        return Merge::Stale { observed };
+    let believable = current
+        .meta()
+        .generation
+        .map_or(observed, |g| observed.min(g));
+    if believable > generation {
+        return Merge::Stale {
+            observed: believable,
+        };
     }
     let mut next = current.clone();
     update(&mut next);
@@ -127,7 +139,7 @@ impl StatusObject for GatewayClass {
         decide(
             self,
             *generation,
-            observed(&have, conditions),
+            observed(&have),
             |next| {
                 next.status = Some(GatewayClassStatus {
                     conditions: Some(merge_conditions(&have, conditions, now)),
@@ -158,7 +170,7 @@ impl StatusObject for Gateway {
         decide(
             self,
             *generation,
-            observed_with_listeners(&have, conditions, &have_listeners, listeners),
+            observed_with_listeners(&have, &have_listeners),
             |next| {
                 next.status = Some(GatewayStatus {
                     conditions: Some(merge_conditions(&have, conditions, now)),
@@ -174,20 +186,9 @@ impl StatusObject for Gateway {
 }
 
 /// The newest `observedGeneration` among our conditions on an object and on its listeners.
-fn observed_with_listeners(
-    have: &[Condition],
-    conditions: &[Condition],
-    have_listeners: &[GatewayStatusListeners],
-    listeners: &[GatewayStatusListeners],
-) -> i64 {
+fn observed_with_listeners(have: &[Condition], have_listeners: &[GatewayStatusListeners]) -> i64 {
     let listener_conditions = have_listeners.iter().flat_map(|l| l.conditions.iter());
-    observed(have, conditions).max(observed(
-        listener_conditions,
-        &listeners
-            .iter()
-            .flat_map(|l| l.conditions.clone())
-            .collect::<Vec<_>>(),
-    ))
+    observed(have).max(observed(listener_conditions))
 }
 
 /// The wanted listener entries, each listener's conditions merged (by name) into the ones it
@@ -216,7 +217,7 @@ fn merge_listeners(
 
 /// A route kind's `status.parents`, in the shape every route kind shares
 /// ([`RouteParentStatus`]).
-trait RouteStatus: Sized + Clone {
+trait RouteStatus: Sized + Clone + Resource {
     /// The object's `status.parents` (none without a status).
     fn parents(&self) -> Vec<RouteParentStatus>;
     /// Replaces `status.parents`.
@@ -232,6 +233,30 @@ impl RouteStatus for HttpRoute {
         self.status = Some(HttpRouteStatus { parents });
     }
 }
+
+/// TCPRoute and UDPRoute (our own types, `v1_6`) hold upstream's `RouteParentStatus` as the
+/// HTTPRoute's copy already.
+macro_rules! route_status_of_v1_6 {
+    ($($route:ty),+) => {$(
+        impl RouteStatus for $route {
+            fn parents(&self) -> Vec<RouteParentStatus> {
+                self.status.clone().unwrap_or_default().parents
+            }
+
+            fn set_parents(&mut self, parents: Vec<RouteParentStatus>) {
+                self.status = Some(v1_6::RouteStatus { parents });
+            }
+        }
+
+        impl StatusObject for $route {
+            fn merge(&self, desired: &Desired, controller_name: &str, now: &Time) -> Merge<Self> {
+                merge_route(self, desired, controller_name, now)
+            }
+        }
+    )+};
+}
+
+route_status_of_v1_6!(TcpRoute, UdpRoute);
 
 /// GRPCRoute and TLSRoute: the same fields as HTTPRoute's under other Rust names (kopium's
 /// copies of upstream's one `RouteParentStatus`), converted field by field.
@@ -345,12 +370,10 @@ fn merge_ours<R: RouteStatus>(
 ) -> Merge<R> {
     let have = route.parents();
     let ours = |p: &RouteParentStatus| p.controller_name == controller_name;
-    let wanted: Vec<Condition> = parents.iter().flat_map(|p| p.conditions.clone()).collect();
     let observed = observed(
         have.iter()
             .filter(|p| ours(p))
             .flat_map(|p| p.conditions.iter()),
-        &wanted,
     );
     decide(
         route,

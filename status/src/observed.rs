@@ -25,6 +25,7 @@ use kube::Resource;
 use crate::desired::Desired;
 use crate::key::{Kind, ObjectKey};
 use crate::merge::{Merge, StatusObject};
+use crate::v1_6::{TcpRoute, UdpRoute};
 use crate::watch::Stores;
 
 /// A kind whose watched copies the writer reads.
@@ -53,6 +54,8 @@ watched! {
     HttpRoute => http_routes,
     GrpcRoute => grpc_routes,
     TlsRoute => tls_routes,
+    TcpRoute => tcp_routes,
+    UdpRoute => udp_routes,
     ListenerSet => listener_sets,
     BackendTlsPolicy => backend_tls_policies,
 }
@@ -98,6 +101,8 @@ fn compare(
         Kind::HttpRoute => one::<HttpRoute>(stores, key, want, controller, seen),
         Kind::GrpcRoute => one::<GrpcRoute>(stores, key, want, controller, seen),
         Kind::TlsRoute => one::<TlsRoute>(stores, key, want, controller, seen),
+        Kind::TcpRoute => one::<TcpRoute>(stores, key, want, controller, seen),
+        Kind::UdpRoute => one::<UdpRoute>(stores, key, want, controller, seen),
         Kind::ListenerSet => one::<ListenerSet>(stores, key, want, controller, seen),
         Kind::BackendTlsPolicy => one::<BackendTlsPolicy>(stores, key, want, controller, seen),
     }

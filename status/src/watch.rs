@@ -26,18 +26,16 @@ use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinSet};
 use tracing::{debug, warn};
 
-use crate::compute::World;
+use crate::compute::{Served, World};
 use crate::configmap::CaBundle;
 use crate::key::Crd;
 use crate::secret::TlsSecret;
+use crate::v1_6::{TcpRoute, UdpRoute};
 
 /// The annotation on Gateway API CRDs that names their bundle version.
 pub(crate) const BUNDLE_VERSION_ANNOTATION: &str = "gateway.networking.k8s.io/bundle-version";
 /// The CRD whose bundle version decides `SupportedVersion`.
 pub(crate) const GATEWAY_CLASS_CRD: &str = "gatewayclasses.gateway.networking.k8s.io";
-
-/// The annotation in which `kubectl apply` keeps the whole object it applied.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// One watch's progress, as the reflector task reports it to the supervisor
 /// (the `installed` module).
@@ -117,6 +115,11 @@ where
         self.lock().as_ref().and_then(|(store, _)| store.get(key))
     }
 
+    /// Whether the kind is watched (its CRD is served).
+    fn is_watched(&self) -> bool {
+        self.lock().is_some()
+    }
+
     /// The watch's state, if it runs.
     fn state(&self) -> Option<Arc<WatchState>> {
         self.lock().as_ref().map(|(_, s)| s.clone())
@@ -131,6 +134,8 @@ pub(crate) struct Stores {
     pub(crate) http_routes: Slot<HttpRoute>,
     pub(crate) grpc_routes: Slot<GrpcRoute>,
     pub(crate) tls_routes: Slot<TlsRoute>,
+    pub(crate) tcp_routes: Slot<TcpRoute>,
+    pub(crate) udp_routes: Slot<UdpRoute>,
     reference_grants: Slot<ReferenceGrant>,
     pub(crate) listener_sets: Slot<ListenerSet>,
     pub(crate) backend_tls_policies: Slot<BackendTlsPolicy>,
@@ -150,6 +155,12 @@ impl Stores {
             http_routes: self.http_routes.snapshot(),
             grpc_routes: self.grpc_routes.snapshot(),
             tls_routes: self.tls_routes.snapshot(),
+            tcp_routes: self.tcp_routes.snapshot(),
+            udp_routes: self.udp_routes.snapshot(),
+            served: Served {
+                tcp_route: self.tcp_routes.is_watched(),
+                udp_route: self.udp_routes.is_watched(),
+            },
             services: self.services.0.state(),
             reference_grants: self.reference_grants.snapshot(),
             listener_sets: self.listener_sets.snapshot(),
@@ -171,6 +182,8 @@ impl Stores {
             Crd::HttpRoute => self.http_routes.start(Api::all(c()), w, tasks),
             Crd::GrpcRoute => self.grpc_routes.start(Api::all(c()), w, tasks),
             Crd::TlsRoute => self.tls_routes.start(Api::all(c()), w, tasks),
+            Crd::TcpRoute => self.tcp_routes.start(Api::all(c()), w, tasks),
+            Crd::UdpRoute => self.udp_routes.start(Api::all(c()), w, tasks),
             Crd::ReferenceGrant => self.reference_grants.start(Api::all(c()), w, tasks),
             Crd::ListenerSet => self.listener_sets.start(Api::all(c()), w, tasks),
             Crd::BackendTlsPolicy => self.backend_tls_policies.start(Api::all(c()), w, tasks),
@@ -185,6 +198,8 @@ impl Stores {
             Crd::HttpRoute => self.http_routes.stop(),
             Crd::GrpcRoute => self.grpc_routes.stop(),
             Crd::TlsRoute => self.tls_routes.stop(),
+            Crd::TcpRoute => self.tcp_routes.stop(),
+            Crd::UdpRoute => self.udp_routes.stop(),
             Crd::ReferenceGrant => self.reference_grants.stop(),
             Crd::ListenerSet => self.listener_sets.stop(),
             Crd::BackendTlsPolicy => self.backend_tls_policies.stop(),
@@ -199,6 +214,8 @@ impl Stores {
             Crd::HttpRoute => self.http_routes.state(),
             Crd::GrpcRoute => self.grpc_routes.state(),
             Crd::TlsRoute => self.tls_routes.state(),
+            Crd::TcpRoute => self.tcp_routes.state(),
+            Crd::UdpRoute => self.udp_routes.state(),
             Crd::ReferenceGrant => self.reference_grants.state(),
             Crd::ListenerSet => self.listener_sets.state(),
             Crd::BackendTlsPolicy => self.backend_tls_policies.state(),
@@ -256,6 +273,8 @@ pub(crate) fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<(
         http_routes: Slot::new(),
         grpc_routes: Slot::new(),
         tls_routes: Slot::new(),
+        tcp_routes: Slot::new(),
+        udp_routes: Slot::new(),
         reference_grants: Slot::new(),
         listener_sets: Slot::new(),
         backend_tls_policies: Slot::new(),
@@ -336,7 +355,7 @@ pub(crate) trait Trim {
     fn trim(&mut self) {}
 }
 
-/// Kinds whose objects are kept whole (but for `managedFields` and kubectl's last-applied copy).
+/// Kinds whose objects are kept whole (but for `managedFields` and the annotations).
 macro_rules! keep_whole {
     ($($kind:ty),+ $(,)?) => {$( impl Trim for $kind {} )+};
 }
@@ -345,6 +364,8 @@ keep_whole!(
     GatewayClass,
     Gateway,
     TlsRoute,
+    TcpRoute,
+    UdpRoute,
     ReferenceGrant,
     ListenerSet,
     BackendTlsPolicy,
@@ -383,16 +404,15 @@ where
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     let (reader, writer) = reflector::store();
     // The stores keep what the computation and the writer read: `managedFields` (often the
-    // largest part of an object that many managers write), kubectl's copy of the last applied
-    // object and routes' matches (`Trim`) are dropped before an object is stored
-    // (docs/architecture.md, "Memory").
+    // largest part of an object that many managers write), the annotations (nothing here reads
+    // one; kubectl's copy of the last applied object is the big one) and routes' matches
+    // (`Trim`) are dropped before an object is stored (docs/architecture.md, "Memory"). The
+    // writer sends its copy to the status subresource, which takes only the status from it.
     let stream = watcher(api, watcher::Config::default())
         .modify(|obj| {
             let meta = obj.meta_mut();
             meta.managed_fields = None;
-            if let Some(a) = meta.annotations.as_mut() {
-                a.remove(LAST_APPLIED);
-            }
+            meta.annotations = None;
             obj.trim();
         })
         .backoff(watch_backoff());

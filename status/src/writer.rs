@@ -44,6 +44,7 @@ use crate::key::{Kind, ObjectKey};
 use crate::merge::{Merge, StatusObject};
 use crate::metrics::{KindLabel, StatusMetrics};
 use crate::observed::{self, Watched};
+use crate::v1_6::{TcpRoute, UdpRoute};
 use crate::watch::Stores;
 
 /// The Gateway API `controllerName` the status writer serves unless told otherwise.
@@ -534,6 +535,14 @@ impl Job {
                 let api = Api::<TlsRoute>::namespaced(c(), ns);
                 self.guarded(api, key, desired, self.copy(key, first)).await
             }
+            Kind::TcpRoute => {
+                let api = Api::<TcpRoute>::namespaced(c(), ns);
+                self.guarded(api, key, desired, self.copy(key, first)).await
+            }
+            Kind::UdpRoute => {
+                let api = Api::<UdpRoute>::namespaced(c(), ns);
+                self.guarded(api, key, desired, self.copy(key, first)).await
+            }
             Kind::ListenerSet => {
                 let api = Api::<ListenerSet>::namespaced(c(), ns);
                 self.guarded(api, key, desired, self.copy(key, first)).await
@@ -649,3 +658,6 @@ mod tests {
         assert!(!api(409).is_leadership());
     }
 }
+
+#[cfg(test)]
+mod apiserver_tests;

@@ -19,8 +19,46 @@ const MAX_FILE: u64 = 8 << 20;
 /// How long a created CRD may take to become established on a busy machine.
 const ESTABLISH_LIMIT: Duration = Duration::from_secs(60);
 
-/// The Gateway API release whose CRDs the tests install (the status writer targets it).
-pub const BUNDLE_VERSION: &str = "v1.5.1";
+/// The Gateway API releases whose CRDs the tests install, oldest first (the status writer
+/// serves both; `scripts/versions.sh` pins them, `scripts/servers.sh` picks one per run).
+pub const BUNDLE_VERSIONS: [&str; 2] = ["v1.5.1", "v1.6.1"];
+
+/// The annotation on every upstream Gateway API CRD that names its release.
+pub const BUNDLE_VERSION_ANNOTATION: &str = "gateway.networking.k8s.io/bundle-version";
+
+/// The release of the Gateway API CRDs installed on the server `client` talks to, read from the
+/// GatewayClass CRD's [`BUNDLE_VERSION_ANNOTATION`].
+pub async fn installed_bundle_version(client: &Client) -> Result<String> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = api
+        .get_metadata("gatewayclasses.gateway.networking.k8s.io")
+        .await
+        .context("reading the GatewayClass CRD")?;
+    crd.metadata
+        .annotations
+        .and_then(|a| a.get(BUNDLE_VERSION_ANNOTATION).cloned())
+        .context("the GatewayClass CRD names no bundle version")
+}
+
+/// Fails, saying how to get them, unless the installed CRDs are of Gateway API v1.6 or later
+/// (TCPRoute and UDPRoute at `v1`): a test of those kinds must not pass by skipping on a server
+/// with older CRDs.
+pub async fn require_v1_6(client: &Client) -> Result<()> {
+    let v = installed_bundle_version(client).await?;
+    let minor = v
+        .strip_prefix("v1.")
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|m| m.parse::<u32>().ok());
+    if minor.is_some_and(|m| m >= 6) {
+        return Ok(());
+    }
+    bail!(
+        "this test needs the Gateway API v1.6 CRDs (TCPRoute, UDPRoute) and the server has {v}; \
+         run it with {CRDS_ENV}=$(scripts/gateway-api-crds.sh {} | tail -n1), as scripts/test.sh \
+         does on the newest apiserver",
+        BUNDLE_VERSIONS[1]
+    )
+}
 
 /// Where the CRDs come from: `GATEWAY_LEADER_GATEWAY_API_CRDS`, else the `sigs.k8s.io/gateway-api`
 /// module's `config/crd/standard/` ([`crate::built::gateway_api_crds`]).

@@ -12,7 +12,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
-use testkit::gateway_api::{crd_dir, read_dir, BUNDLE_VERSION};
+use testkit::gateway_api::{crd_dir, read_dir, BUNDLE_VERSIONS, BUNDLE_VERSION_ANNOTATION};
 use testkit::kube::KubeApiServer;
 
 /// The shared apiserver with the upstream CRDs: these tests are about those exact files.
@@ -109,6 +109,18 @@ async fn the_upstream_crds_are_created_unmodified() {
     let api: Api<CustomResourceDefinition> = Api::all(s.admin_client());
     let mut created = BTreeSet::new();
     let mut rules = 0;
+    let version = |c: &CustomResourceDefinition| {
+        c.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(BUNDLE_VERSION_ANNOTATION))
+            .cloned()
+    };
+    let bundle_version = bundle.crds.first().and_then(version).expect("annotated");
+    assert!(
+        BUNDLE_VERSIONS.contains(&bundle_version.as_str()),
+        "{bundle_version} is one of {BUNDLE_VERSIONS:?}"
+    );
     for want in &bundle.crds {
         let name = want.metadata.name.clone().expect("named");
         let have = api.get(&name).await.expect("created");
@@ -124,18 +136,20 @@ async fn the_upstream_crds_are_created_unmodified() {
             );
             rules += cel_rules(&have);
         }
-        assert_eq!(
-            have.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("gateway.networking.k8s.io/bundle-version"))
-                .map(String::as_str),
-            Some(BUNDLE_VERSION),
-            "{name}"
-        );
+        assert_eq!(version(&have).as_ref(), Some(&bundle_version), "{name}");
         created.insert(name);
     }
-    assert_eq!(created.len(), 8, "all eight v1.5.1 CRDs: {created:?}");
+    // v1.6 adds TCPRoute and UDPRoute to v1.5's eight.
+    let expected = if bundle_version == BUNDLE_VERSIONS[0] {
+        8
+    } else {
+        10
+    };
+    assert_eq!(
+        created.len(),
+        expected,
+        "all {bundle_version} CRDs: {created:?}"
+    );
     assert!(rules > 0, "the stored schemas keep their CEL rules");
     let defaults: usize = bundle
         .crds
@@ -154,7 +168,8 @@ async fn the_upstream_admission_policy_is_installed_beside_the_crds() {
     let bundle = read_dir(&crd_dir().expect("checked")).expect("CRD files");
     assert!(
         !bundle.policies.is_empty() && !bundle.bindings.is_empty(),
-        "config/crd/standard/ of {BUNDLE_VERSION} has the safe-upgrades policy and its binding"
+        "config/crd/standard/ of every release in {BUNDLE_VERSIONS:?} has the safe-upgrades \
+         policy and its binding"
     );
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(s.admin_client());
     for p in &bundle.policies {

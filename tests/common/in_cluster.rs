@@ -131,18 +131,16 @@ impl InCluster {
         put(&c.classes, &gateway_class(&c.ns, &c.controller)).await;
         put(&c.gateways, &gateway(&c.ns, "gw", &c.ns)).await;
         put(&Api::namespaced(client, &c.ns), &service(&c.ns, "web", 80)).await;
-        put(
-            &c.routes,
-            &route(&c.ns, "route", "gw", &[(&c.ns, "web", 80)]),
-        )
-        .await;
+        // Hosts of their own: an HTTPRoute and a GRPCRoute sharing one on a listener would
+        // admit only the older.
+        let mut http = route(&c.ns, "route", "gw", &[(&c.ns, "web", 80)]);
+        http.spec.hostnames = Some(vec!["web.example.com".into()]);
+        put(&c.routes, &http).await;
         // A route of each other kind, so that each kind's status is written (the TLSRoute is
         // not allowed by the HTTP listener, which is a status too).
-        put(
-            &Api::namespaced(admin(server), &c.ns),
-            &grpc_route(&c.ns, "grpc", "gw", &[(&c.ns, "web", 80)]),
-        )
-        .await;
+        let mut grpc = grpc_route(&c.ns, "grpc", "gw", &[(&c.ns, "web", 80)]);
+        grpc.spec.hostnames = Some(vec!["grpc.example.com".into()]);
+        put(&Api::namespaced(admin(server), &c.ns), &grpc).await;
         put(
             &Api::namespaced(admin(server), &c.ns),
             &tls_route(

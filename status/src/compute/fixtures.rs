@@ -10,6 +10,8 @@ use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParents};
 use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
+
+use crate::v1_6::{TcpRoute, UdpRoute};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::de::DeserializeOwned;
@@ -132,6 +134,26 @@ pub(crate) fn tls_route(namespace: &str, name: &str, spec: Value) -> Arc<TlsRout
     }))
 }
 
+/// A TCPRoute with this spec.
+pub(crate) fn tcp_route(namespace: &str, name: &str, spec: Value) -> Arc<TcpRoute> {
+    from(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "TCPRoute",
+        "metadata": {"namespace": namespace, "name": name, "generation": ROUTE_GENERATION},
+        "spec": spec,
+    }))
+}
+
+/// A UDPRoute with this spec.
+pub(crate) fn udp_route(namespace: &str, name: &str, spec: Value) -> Arc<UdpRoute> {
+    from(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "UDPRoute",
+        "metadata": {"namespace": namespace, "name": name, "generation": ROUTE_GENERATION},
+        "spec": spec,
+    }))
+}
+
 /// A TLS Passthrough listener (TLSRoutes from its namespace).
 pub(crate) fn tls_passthrough(name: &str, port: i32, hostname: &str) -> Value {
     json!({"name": name, "port": port, "protocol": "TLS", "hostname": hostname,
@@ -146,6 +168,20 @@ pub(crate) fn route_spec(parent_refs: Value, backend_refs: Value) -> Value {
 /// A Service with these ports.
 pub(crate) fn service(namespace: &str, name: &str, ports: &[i32]) -> Arc<Service> {
     let ports: Vec<Value> = ports.iter().map(|p| json!({"port": p})).collect();
+    from(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"namespace": namespace, "name": name},
+        "spec": {"ports": ports},
+    }))
+}
+
+/// A Service with these named ports.
+pub(crate) fn named_service(namespace: &str, name: &str, ports: &[(&str, i32)]) -> Arc<Service> {
+    let ports: Vec<Value> = ports
+        .iter()
+        .map(|(n, p)| json!({"name": n, "port": p}))
+        .collect();
     from(json!({
         "apiVersion": "v1",
         "kind": "Service",

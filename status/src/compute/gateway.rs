@@ -28,6 +28,8 @@ use crate::key::{Kind, ObjectKey};
 /// A Gateway of one of our classes, judged; also a ListenerSet of one of our Gateways, which
 /// is a parent of routes the same way (`listenerset.rs`).
 pub(crate) struct GatewayView<'w> {
+    /// The kind of parent, as messages name it: `Gateway` or `ListenerSet`.
+    pub kind: &'static str,
     /// `metadata.namespace`.
     pub namespace: &'w str,
     /// `metadata.name`.
@@ -55,7 +57,7 @@ impl GatewayView<'_> {
         self.listeners
             .iter()
             .zip(&self.attached_routes)
-            .map(|(l, attached)| l.status(self.accepted.ok, *attached, self.generation))
+            .map(|(l, attached)| l.status(self.kind, self.accepted.ok, *attached, self.generation))
             .collect()
     }
 }
@@ -116,6 +118,7 @@ pub(crate) fn analyse<'w>(
             listeners_verdict("Gateway", &listeners)
         };
         let view = GatewayView {
+            kind: "Gateway",
             namespace,
             name,
             generation: gateway.metadata.generation.unwrap_or(0),

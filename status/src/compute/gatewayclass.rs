@@ -6,17 +6,21 @@ use gateway_api::gatewayclasses::GatewayClassStatusSupportedFeatures;
 
 use super::reason;
 use super::verdict::Verdict;
-use super::World;
+use super::{Served, World};
 use crate::desired::Desired;
 use crate::key::{Kind, ObjectKey};
 
-/// The Gateway API release line this controller implements.
-const SUPPORTED_VERSIONS: &str = "v1.5.x";
+/// The Gateway API release lines this controller implements, as the message names them.
+const SUPPORTED_VERSIONS: &str = "v1.5.x, v1.6.x";
+/// The same, as `1.<minor>.` prefixes of a bundle version.
+const SUPPORTED_LINES: [&str; 2] = ["1.5.", "1.6."];
 
 /// `status.supportedFeatures`: the features whose statuses this controller computes as the
 /// conformance tests expect, named as v1.5.1 `pkg/features/` names them (`gateway.go`:
 /// `SupportGateway`; `grpcroute.go`: `SupportGRPCRoute`; `httproute.go`: `SupportHTTPRoute`;
-/// `referencegrant.go`: `SupportReferenceGrant`; `tlsroute.go`: `SupportTLSRoute`) and sorted
+/// `referencegrant.go`: `SupportReferenceGrant`; `tlsroute.go`: `SupportTLSRoute`; v1.6.1
+/// adds `tcproute.go`: `SupportTCPRoute` and `udproute.go`: `SupportUDPRoute`, listed only where
+/// the cluster serves those kinds, see [`supported_features`]) and sorted
 /// ascending by name (byte order: `GRPCRoute` before `Gateway`), as `apis/v1/gatewayclass_types.go`
 /// (`GatewayClassStatus.SupportedFeatures`: "It MUST be sorted in ascending alphabetical order
 /// by the Name key") requires. Extended features (`GatewayPort8080`, `HTTPRoute*` matches and
@@ -27,7 +31,9 @@ pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
     "Gateway",
     "HTTPRoute",
     "ReferenceGrant",
+    "TCPRoute",
     "TLSRoute",
+    "UDPRoute",
 ];
 
 /// Our GatewayClasses by name, each with its `Accepted` verdict (which its Gateways inherit).
@@ -70,7 +76,7 @@ pub(crate) fn compute<'w>(
             Desired::GatewayClass {
                 generation,
                 conditions,
-                supported_features: supported_features(),
+                supported_features: supported_features(world.served),
             },
         );
         classes.entry(name).or_insert(accepted);
@@ -78,10 +84,16 @@ pub(crate) fn compute<'w>(
     classes
 }
 
-/// [`SUPPORTED_FEATURES`] as the status field holds them.
-fn supported_features() -> Vec<GatewayClassStatusSupportedFeatures> {
+/// [`SUPPORTED_FEATURES`] as the status field holds them, without the route kinds the cluster
+/// does not serve (a conformance run would test them and find no CRD).
+fn supported_features(served: Served) -> Vec<GatewayClassStatusSupportedFeatures> {
     SUPPORTED_FEATURES
         .iter()
+        .filter(|name| match **name {
+            "TCPRoute" => served.tcp_route,
+            "UDPRoute" => served.udp_route,
+            _ => true,
+        })
         .map(|name| GatewayClassStatusSupportedFeatures {
             name: (*name).to_string(),
         })
@@ -111,10 +123,11 @@ fn supported_version(bundle_version: Option<&str>) -> Verdict {
     }
 }
 
-/// Whether `v` is `v1.5.<patch>` (the `v` optional), with an optional pre-release or build
-/// suffix.
+/// Whether `v` is `v1.5.<patch>` or `v1.6.<patch>` (the `v` optional), with an optional
+/// pre-release or build suffix.
 fn is_supported(v: &str) -> bool {
-    let Some(patch) = v.strip_prefix('v').unwrap_or(v).strip_prefix("1.5.") else {
+    let v = v.strip_prefix('v').unwrap_or(v);
+    let Some(patch) = SUPPORTED_LINES.iter().find_map(|line| v.strip_prefix(line)) else {
         return false;
     };
     let digits = patch.bytes().take_while(u8::is_ascii_digit).count();
@@ -198,7 +211,7 @@ mod tests {
         let out = compute(&w, CONTROLLER);
         let c = condition_of(&out, &key("ours"), "SupportedVersion");
         assert!(
-            c.message.contains("v1.4.0") && c.message.contains("v1.5.x"),
+            c.message.contains("v1.4.0") && c.message.contains("v1.5.x, v1.6.x"),
             "{}",
             c.message
         );
@@ -218,7 +231,7 @@ mod tests {
     }
 
     #[test]
-    fn version_parsing_accepts_only_v1_5_patches() {
+    fn version_parsing_accepts_only_v1_5_and_v1_6_patches() {
         for v in [
             "v1.5.0",
             "v1.5.1",
@@ -226,11 +239,13 @@ mod tests {
             "v1.5.12",
             "v1.5.0-rc.1",
             "v1.5.1+build",
+            "v1.6.0",
+            "v1.6.1",
         ] {
             assert!(is_supported(v), "{v}");
         }
         for v in [
-            "v1.5", "v1.5.", "v1.50.0", "v1.4.1", "v1.6.0", "v1.5.x", "", "v1.5.1a",
+            "v1.5", "v1.5.", "v1.50.0", "v1.4.1", "v1.7.0", "v1.5.x", "", "v1.5.1a", "v1.60.0",
         ] {
             assert!(!is_supported(v), "{v}");
         }
@@ -264,6 +279,43 @@ mod tests {
             "ascending by name, no duplicates (a list-map)"
         );
         assert!(names.len() <= 64, "the CRD's maxItems");
+    }
+
+    #[test]
+    fn tcp_and_udp_routes_are_supported_features_only_where_their_kinds_are_served() {
+        let names = |w: &World| match compute(w, CONTROLLER).get(&key("ours")) {
+            Some(Desired::GatewayClass {
+                supported_features, ..
+            }) => supported_features
+                .iter()
+                .map(|f| f.name.clone())
+                .collect::<Vec<_>>(),
+            other => panic!("no GatewayClass status: {other:?}"),
+        };
+        let mut w = world();
+        w.served = Served {
+            tcp_route: true,
+            udp_route: true,
+        };
+        w.bundle_version = Some("v1.6.1".into());
+        assert_eq!(
+            names(&w),
+            [
+                "GRPCRoute",
+                "Gateway",
+                "HTTPRoute",
+                "ReferenceGrant",
+                "TCPRoute",
+                "TLSRoute",
+                "UDPRoute"
+            ]
+        );
+        assert_eq!(
+            class_conditions(&w, "ours").1[1],
+            tsr("SupportedVersion", "True", "SupportedVersion")
+        );
+        w.served.udp_route = false;
+        assert!(!names(&w).contains(&"UDPRoute".to_string()));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::Service;
 
-use super::World;
+use super::{Served, World};
 use crate::configmap::CaBundle;
 use crate::secret::TlsSecret;
 
@@ -20,6 +20,8 @@ pub(crate) struct Index<'w> {
     config_maps: HashMap<(&'w str, &'w str), &'w CaBundle>,
     grants: HashMap<&'w str, Vec<&'w ReferenceGrant>>,
     namespaces: HashMap<&'w str, &'w BTreeMap<String, String>>,
+    /// Which release-dependent route kinds exist.
+    served: Served,
 }
 
 impl<'w> Index<'w> {
@@ -66,7 +68,13 @@ impl<'w> Index<'w> {
             config_maps,
             grants,
             namespaces,
+            served: world.served,
         }
+    }
+
+    /// Which release-dependent route kinds the cluster serves.
+    pub(crate) fn served(&self) -> Served {
+        self.served
     }
 
     /// The Service `namespace/name`, if it exists.

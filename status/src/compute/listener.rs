@@ -1,10 +1,14 @@
 //! One Gateway's listeners: protocol, route kinds, TLS certificateRefs, conflicts between
 //! listeners, and which routes' namespaces a listener allows.
 //!
-//! HTTP, HTTPS (TLS mode Terminate) and TLS (Terminate or Passthrough) are served. HTTP and
-//! HTTPS listeners take HTTPRoutes and GRPCRoutes; TLS listeners take TLSRoutes (the spec's core
+//! HTTP, HTTPS (TLS mode Terminate) and TLS (Terminate or Passthrough) are served, and TCP and
+//! UDP where the cluster serves TCPRoute and UDPRoute (Gateway API v1.6). HTTP and HTTPS
+//! listeners take HTTPRoutes and GRPCRoutes; TLS listeners take TLSRoutes (the spec's core
 //! combinations, upstream `apis/v1/gateway_types.go`, `Listener`: "TLSRoute, Port: 443,
-//! Protocol: TLS, TLS Mode: Passthrough"). A terminating listener's certificateRefs must each
+//! Protocol: TLS, TLS Mode: Passthrough"); TCP listeners take TCPRoutes and UDP listeners
+//! UDPRoutes. Distinct listeners (the same `Listener` text): HTTP, HTTPS and TLS differ by port or
+//! hostname, TCP and UDP by port; HTTP, HTTPS or TLS beside TCP on one port are not distinct.
+//! UDP is another transport: a UDP listener shares its port number with TCP-based ones freely. A terminating listener's certificateRefs must each
 //! resolve to a usable Secret (see [`refs::check_certificate`]); a Passthrough listener's are
 //! ignored, as v1.5.1 `apis/v1/gateway_types.go` (`ListenerTLSConfig.Mode`) says. A listener with a
 //! protocol this controller does not serve (or an unsupported TLS mode) is never accepted and takes
@@ -22,14 +26,23 @@ use super::reason;
 use super::refs::{self, Problem, GATEWAY_GROUP};
 use super::selector;
 use super::verdict::Verdict;
+use super::Served;
 
 /// The route kinds a listener of `protocol` (and TLS mode) takes, in `supportedKinds` order.
-fn protocol_kinds(spec: &GatewayListeners) -> &'static [&'static str] {
+fn protocol_kinds(spec: &GatewayListeners, served: Served) -> &'static [&'static str] {
     match spec.protocol.as_str() {
         "HTTP" | "HTTPS" => &["HTTPRoute", "GRPCRoute"],
         "TLS" => &["TLSRoute"],
+        "TCP" if served.tcp_route => &["TCPRoute"],
+        "UDP" if served.udp_route => &["UDPRoute"],
         _ => &[],
     }
+}
+
+/// Whether two listeners on one port number share a transport (UDP, or TCP under everything
+/// else), so that they can conflict at all.
+fn same_transport(a: &GatewayListeners, b: &GatewayListeners) -> bool {
+    (a.protocol == "UDP") == (b.protocol == "UDP")
 }
 
 /// Which problem a listener's ResolvedRefs reports when it has several: a reference the
@@ -80,11 +93,13 @@ pub(crate) fn analyse_after<'w>(
     index: &Index<'_>,
 ) -> Vec<Listener<'w>> {
     // 1. Each listener on its own.
-    let unsupported: Vec<Option<Verdict>> = listeners.iter().map(unsupported).collect();
+    let served = index.served();
+    let unsupported: Vec<Option<Verdict>> =
+        listeners.iter().map(|l| unsupported(l, served)).collect();
     let mut out: Vec<Listener<'w>> = listeners
         .iter()
         .map(|spec| {
-            let (supported_kinds, kind_problem) = route_kinds(spec);
+            let (supported_kinds, kind_problem) = route_kinds(spec, served);
             let mut problems: Vec<Problem> = certificate_problems(spec, gateway_namespace, index);
             problems.extend(kind_problem);
             let resolved_refs = match refs::most_important(&problems, &RESOLVED_REFS_PRECEDENCE) {
@@ -189,11 +204,14 @@ impl Listener<'_> {
         }
     }
 
-    /// The `Programmed` condition: a valid listener of an accepted Gateway is in effect at once,
-    /// as there is no data plane to wait for.
-    pub(crate) fn programmed(&self, gateway_accepted: bool) -> Verdict {
-        if !gateway_accepted {
-            Verdict::no(reason::INVALID, "the Gateway is not accepted")
+    /// The `Programmed` condition: a valid listener of an accepted Gateway (or ListenerSet:
+    /// `parent_kind` names which) is in effect at once, as there is no data plane to wait for.
+    pub(crate) fn programmed(&self, parent_kind: &str, parent_accepted: bool) -> Verdict {
+        if !parent_accepted {
+            Verdict::no(
+                reason::INVALID,
+                format!("the {parent_kind} is not accepted"),
+            )
         } else if !self.accepted.ok {
             Verdict::no(reason::INVALID, "the listener is not accepted")
         } else if !self.resolved_refs.ok {
@@ -206,6 +224,7 @@ impl Listener<'_> {
     /// This listener's `status.listeners` entry.
     pub(crate) fn status(
         &self,
+        parent_kind: &str,
         gateway_accepted: bool,
         attached_routes: i32,
         generation: i64,
@@ -216,7 +235,7 @@ impl Listener<'_> {
         };
         let mut conditions = vec![
             self.accepted.condition(reason::ACCEPTED, generation),
-            self.programmed(gateway_accepted)
+            self.programmed(parent_kind, gateway_accepted)
                 .condition(reason::PROGRAMMED, generation),
             self.resolved_refs
                 .condition(reason::RESOLVED_REFS, generation),
@@ -238,7 +257,7 @@ impl Listener<'_> {
 }
 
 /// Why a listener cannot be served at all, whatever the other listeners are.
-fn unsupported(spec: &GatewayListeners) -> Option<Verdict> {
+fn unsupported(spec: &GatewayListeners, served: Served) -> Option<Verdict> {
     match spec.protocol.as_str() {
         "HTTP" => None,
         "HTTPS" if is_passthrough(spec) => Some(Verdict::no(
@@ -246,9 +265,17 @@ fn unsupported(spec: &GatewayListeners) -> Option<Verdict> {
             "tls.mode Passthrough is not supported on an HTTPS listener",
         )),
         "HTTPS" | "TLS" => None,
+        "TCP" | "UDP" if !protocol_kinds(spec, served).is_empty() => None,
+        p @ ("TCP" | "UDP") => Some(Verdict::no(
+            reason::UNSUPPORTED_PROTOCOL,
+            format!(
+                "protocol {p} needs the {p}Route CRD (Gateway API v1.6 or later), which the \
+                 cluster does not serve"
+            ),
+        )),
         other => Some(Verdict::no(
             reason::UNSUPPORTED_PROTOCOL,
-            format!("protocol {other} is not supported (only HTTP, HTTPS and TLS)"),
+            format!("protocol {other} is not supported (only HTTP, HTTPS, TLS, TCP and UDP)"),
         )),
     }
 }
@@ -264,12 +291,13 @@ fn is_passthrough(spec: &GatewayListeners) -> bool {
 /// `kinds`, the protocol decides ([`protocol_kinds`]).
 fn route_kinds(
     spec: &GatewayListeners,
+    served: Served,
 ) -> (Vec<GatewayStatusListenersSupportedKinds>, Option<Problem>) {
     let kind = |k: &str| GatewayStatusListenersSupportedKinds {
         group: Some(GATEWAY_GROUP.to_string()),
         kind: k.to_string(),
     };
-    let served = protocol_kinds(spec);
+    let served = protocol_kinds(spec, served);
     let listed = spec
         .allowed_routes
         .as_ref()
@@ -332,12 +360,17 @@ fn certificate_problems(
 }
 
 /// A listener's conflict with `others` (eligible listeners): a different protocol on its port
-/// first (it cannot be told apart at all), then the same port, protocol and hostname.
+/// and transport first (it cannot be told apart at all), then the same port, protocol and
+/// hostname (TCP and UDP listeners have no hostname: the same port is the same listener).
 fn conflict<'a>(
     me: &GatewayListeners,
     others: impl Iterator<Item = &'a GatewayListeners> + Clone,
 ) -> Option<(&'static str, String)> {
-    let others = || others.clone().filter(|l| l.port == me.port);
+    let others = || {
+        others
+            .clone()
+            .filter(|l| l.port == me.port && same_transport(l, me))
+    };
     if let Some(other) = others().find(|l| l.protocol != me.protocol) {
         return Some((
             reason::PROTOCOL_CONFLICT,

@@ -154,6 +154,7 @@ pub(crate) fn analyse<'a>(
             taken.extend(listeners.iter().filter(|l| l.accepted.ok).map(|l| l.spec));
         }
         let view = GatewayView {
+            kind: "ListenerSet",
             namespace: p.namespace,
             name: p.name,
             generation: p.generation,

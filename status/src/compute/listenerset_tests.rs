@@ -292,3 +292,33 @@ fn same_in_a_listener_sets_allowed_routes_means_the_listener_sets_namespace() {
     );
     assert_eq!(set_status(&out, "apps", "ls").1[0].attached_routes, 1);
 }
+
+#[test]
+fn messages_about_a_listener_set_parent_name_the_listener_set() {
+    let mut w = world();
+    // Not allowed (the Gateway has no allowedListeners): the set is not accepted.
+    w.gateways = vec![gateway("infra", "gw", json!([http("web", 80)]))];
+    w.listener_sets = vec![set("infra", "ls", 0, json!([http("extra", 8080)]))];
+    w.http_routes = vec![route(
+        "infra",
+        "r",
+        route_spec(json!([{"kind": "ListenerSet", "name": "ls"}]), json!([])),
+    )];
+    let out = compute(&w, CONTROLLER);
+    let message = route_message(&out, "infra", "r", "Accepted");
+    assert!(
+        message.contains("ListenerSet infra/ls is not accepted"),
+        "{message}"
+    );
+    let programmed = set_status(&out, "infra", "ls").1[0]
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Programmed")
+        .expect("Programmed")
+        .message
+        .clone();
+    assert!(
+        programmed.contains("the ListenerSet is not accepted"),
+        "{programmed}"
+    );
+}

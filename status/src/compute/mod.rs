@@ -10,7 +10,7 @@
 //! name (or a namespace, where one is due) are skipped; a missing `metadata.generation` counts
 //! as 0. Nothing here panics on any input.
 //!
-//! HTTPRoutes, GRPCRoutes and TLSRoutes go through one route engine (`route.rs`); each kind
+//! HTTPRoutes, GRPCRoutes, TLSRoutes, TCPRoutes and UDPRoutes go through one route engine (`route.rs`); each kind
 //! only describes what the engine reads of it. The engine also tells which of our Gateways
 //! reach which Services, and BackendTLSPolicies take their ancestors from that (`policy.rs`).
 //!
@@ -24,10 +24,9 @@
 //! its `ResolvedRefs` condition, certificate checks beyond parsing (expiry, SANs against the
 //! listener's hostname, `OverlappingCertificates`), `OverlappingTLSConfig` on TLS listeners, the
 //! validation of route matches and filters (`UnsupportedValue`, `IncompatibleFilters`,
-//! `PartiallyInvalid`), and hostname conflicts between a GRPCRoute and an HTTPRoute on one
-//! listener.
+//! `PartiallyInvalid`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use gateway_api::backendtlspolicies::BackendTlsPolicy;
@@ -42,12 +41,14 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 
 use crate::desired::Desired;
 use crate::key::ObjectKey;
+use crate::v1_6::{TcpRoute, UdpRoute};
 
 // What `World` holds of Secrets and ConfigMaps: reduced before they enter a watch's store, and
 // reduced the same way by whoever builds a `World` of their own.
 pub use crate::configmap::CaBundle;
 pub use crate::secret::{Content, TlsSecret};
 
+mod contest;
 mod gateway;
 mod gatewayclass;
 mod hostname;
@@ -77,6 +78,13 @@ pub struct World {
     pub grpc_routes: Vec<Arc<GrpcRoute>>,
     /// All TLSRoutes (none while their CRD is not installed).
     pub tls_routes: Vec<Arc<TlsRoute>>,
+    /// All TCPRoutes (none while their CRD is not installed: Gateway API v1.6 and later).
+    pub tcp_routes: Vec<Arc<TcpRoute>>,
+    /// All UDPRoutes (none while their CRD is not installed: Gateway API v1.6 and later).
+    pub udp_routes: Vec<Arc<UdpRoute>>,
+    /// Which of the kinds that only some Gateway API releases have the cluster serves: a TCP or
+    /// UDP listener is served only where its route kind exists.
+    pub served: Served,
     /// All Services (backendRefs resolve against them).
     pub services: Vec<Arc<Service>>,
     /// All ListenerSets (none while their CRD is not installed).
@@ -94,6 +102,18 @@ pub struct World {
     /// The `gateway.networking.k8s.io/bundle-version` annotation of the installed GatewayClass
     /// CRD, when it could be read.
     pub bundle_version: Option<String>,
+}
+
+/// The route kinds that decide whether a listener protocol can be served, as discovery found
+/// them: without the TCPRoute CRD (Gateway API v1.5 and older) nothing can attach to a TCP
+/// listener, so it is not accepted (`UnsupportedProtocol`), as the spec says of an
+/// implementation without TCP support.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Served {
+    /// The TCPRoute CRD (`gateway.networking.k8s.io/v1`) is served.
+    pub tcp_route: bool,
+    /// The UDPRoute CRD (`gateway.networking.k8s.io/v1`) is served.
+    pub udp_route: bool,
 }
 
 /// Every status this controller wants, keyed by object: one whole computation.
@@ -142,6 +162,8 @@ pub struct Computation {
     http_routes: Memos<HttpRoute>,
     grpc_routes: Memos<GrpcRoute>,
     tls_routes: Memos<TlsRoute>,
+    tcp_routes: Memos<TcpRoute>,
+    udp_routes: Memos<UdpRoute>,
     /// Routes per listener, added up from the remembered contributions.
     counts: Counts,
     /// Runs so far.
@@ -169,6 +191,8 @@ pub struct Update {
 struct Context {
     /// The addresses of each kind's objects, sorted.
     addresses: Vec<Vec<usize>>,
+    /// Which protocols' route kinds exist (it decides which listeners are accepted).
+    served: Served,
     /// The objects themselves, held so that their addresses stay theirs.
     _held: World,
 }
@@ -182,6 +206,9 @@ impl Context {
             http_routes: _,
             grpc_routes: _,
             tls_routes: _,
+            tcp_routes: _,
+            udp_routes: _,
+            served,
             services,
             listener_sets,
             reference_grants,
@@ -214,11 +241,15 @@ impl Context {
             backend_tls_policies: backend_tls_policies.clone(),
             ..World::default()
         };
-        Context { addresses, _held }
+        Context {
+            addresses,
+            served: *served,
+            _held,
+        }
     }
 
     fn same(&self, other: &Context) -> bool {
-        self.addresses == other.addresses
+        self.addresses == other.addresses && self.served == other.served
     }
 }
 
@@ -242,7 +273,7 @@ impl<R> Default for Memos<R> {
 #[derive(Debug)]
 struct Memo<R> {
     /// Held so that the address stays this route's.
-    _route: Arc<R>,
+    route: Arc<R>,
     contribution: route::Contribution,
     /// The last run that saw the route.
     seen: u64,
@@ -281,14 +312,14 @@ impl<R: route::Route> Memos<R> {
                 continue;
             }
             let (contribution, desired) =
-                route::contribute(&**r, env.name, env.parents, env.index, env.reach);
+                route::contribute(&**r, env.name, env.parents, env.index, env.reach, &[]);
             update.routes_computed += 1;
             if let (Some(key), Some(desired)) = (&contribution.key, desired) {
                 update.desired.insert(key.clone(), desired);
             }
             counts.add(&contribution, 1);
             let memo = Memo {
-                _route: r.clone(),
+                route: r.clone(),
                 contribution,
                 seen: run.stamp,
             };
@@ -309,6 +340,59 @@ impl<R: route::Route> Memos<R> {
 
     fn contributions(&self) -> impl Iterator<Item = &route::Contribution> {
         self.0.values().map(|m| &m.contribution)
+    }
+
+    /// The routes that would attach to a `contested` listener, with those listeners.
+    fn entrants<'a>(
+        &'a self,
+        contested: &HashSet<contest::ListenerId>,
+        out: &mut Vec<(contest::Entrant<'a>, Vec<contest::ListenerId>)>,
+    ) {
+        for (address, m) in &self.0 {
+            let at: Vec<contest::ListenerId> = m
+                .contribution
+                .candidates()
+                .filter(|l| contested.contains(l))
+                .copied()
+                .collect();
+            if at.is_empty() {
+                continue;
+            }
+            if let Some(e) = contest::Entrant::of(&*m.route, *address) {
+                out.push((e, at));
+            }
+        }
+    }
+
+    /// Computes again the routes whose blocked listeners are not what `blocked` now says, into
+    /// `update`, keeping `counts` in step. Costs nothing while no route is or was blocked.
+    fn settle(
+        &mut self,
+        blocked: &contest::Blocked,
+        env: &Env<'_, '_, '_>,
+        counts: &mut Counts,
+        update: &mut Update,
+    ) {
+        let any_now = blocked.keys().any(|(k, _)| *k == R::KIND);
+        if !any_now && self.0.values().all(|m| m.contribution.blocked().is_empty()) {
+            return;
+        }
+        for (address, m) in &mut self.0 {
+            let want: &[contest::ListenerId] =
+                blocked.get(&(R::KIND, *address)).map_or(&[], Vec::as_slice);
+            if m.contribution.blocked() == want {
+                continue;
+            }
+            let (contribution, desired) =
+                route::contribute(&*m.route, env.name, env.parents, env.index, env.reach, want);
+            update.routes_computed += 1;
+            if let (Some(key), Some(desired)) = (&contribution.key, desired) {
+                update.desired.insert(key.clone(), desired);
+            }
+            counts.add(&m.contribution, -1);
+            counts.add(&contribution, 1);
+            m.contribution = contribution;
+        }
     }
 }
 
@@ -357,6 +441,8 @@ impl Computation {
             http_routes: Memos::default(),
             grpc_routes: Memos::default(),
             tls_routes: Memos::default(),
+            tcp_routes: Memos::default(),
+            udp_routes: Memos::default(),
             counts: Counts::default(),
             runs: 0,
             others: BTreeSet::new(),
@@ -402,13 +488,35 @@ impl Computation {
             self.tls_routes
                 .refresh(&world.tls_routes, run, &env, counts, u),
         );
+        // HTTPRoutes and GRPCRoutes with hostnames in common on a listener: one of each pair.
+        let contested = contest::contested(self.grpc_routes.contributions());
+        let blocked = if contested.is_empty() {
+            contest::Blocked::new()
+        } else {
+            let mut entrants = vec![];
+            self.http_routes.entrants(&contested, &mut entrants);
+            self.grpc_routes.entrants(&contested, &mut entrants);
+            contest::blocked(&entrants)
+        };
+        self.http_routes.settle(&blocked, &env, counts, u);
+        self.grpc_routes.settle(&blocked, &env, counts, u);
+        gone.extend(
+            self.tcp_routes
+                .refresh(&world.tcp_routes, run, &env, counts, u),
+        );
+        gone.extend(
+            self.udp_routes
+                .refresh(&world.udp_routes, run, &env, counts, u),
+        );
         // Only BackendTLSPolicies need to know which Gateways reach which Services.
         let reached = if reach {
             let contributions = self
                 .http_routes
                 .contributions()
                 .chain(self.grpc_routes.contributions())
-                .chain(self.tls_routes.contributions());
+                .chain(self.tls_routes.contributions())
+                .chain(self.tcp_routes.contributions())
+                .chain(self.udp_routes.contributions());
             parents.reach(contributions)
         } else {
             route::Reach::new()

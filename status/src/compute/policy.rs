@@ -7,10 +7,16 @@
 //! Service that it may name (same namespace, or a ReferenceGrant allows it), as the route
 //! engine found ([`Reach`]). Only targetRefs to core Services count
 //! (`apis/v1/backendtlspolicy_types.go`, `BackendTLSPolicySpec.TargetRefs`: "Extended:
-//! Kubernetes Service referenced by HTTPRoute backendRefs"); a `sectionName` makes the target
-//! distinct for conflicts but does not narrow the ancestors to routes using that port.
+//! Kubernetes Service referenced by HTTPRoute backendRefs"; v1.6.1: "backendRefs used on a Route.
+//! HTTPRoute, GRPCRoute, TLSRoute with termination"). A `sectionName` names one port of the
+//! Service (`LocalPolicyTargetReferenceWithSectionName`): the target is that port, so only routes
+//! whose backendRef names that port's number make a Gateway an ancestor through it.
 //!
 //! `Accepted`, per ancestor, first match wins:
+//! 0. every target the ancestor is reached through does not exist (the Service is missing, or
+//!    has no port named `sectionName`) → False/TargetNotFound (`policy_types.go`,
+//!    `PolicyReasonTargetNotFound`: "attached to an invalid target resource"); the ancestors are
+//!    then the Gateways whose routes name the Service at all, the only place to say so;
 //! 1. another policy targets the same Service and `sectionName` and takes precedence (older
 //!    `creationTimestamp`, then `{namespace}/{name}` alphabetically) → False/Conflicted
 //!    (`BackendTLSPolicySpec.TargetRefs`; `policy_types.go`, `PolicyReasonConflicted`;
@@ -28,9 +34,9 @@
 //! `backendtlspolicy-invalid-ca-certificate-ref`; see [`crate::configmap`]); True/ResolvedRefs
 //! otherwise (`BackendTLSPolicyConditionResolvedRefs` and its reasons).
 //!
-//! Not covered: `TargetNotFound` (a policy whose Service no route of ours reaches has no
-//! ancestor of ours to report it on), the validation of `hostname`, `subjectAltNames` and
-//! `options` beyond the CRD's own rules, and Services reached only through a ListenerSet.
+//! Not covered: `TargetNotFound` for a Service no route of ours names (it has no ancestor of
+//! ours to report it on), the validation of `hostname`, `subjectAltNames` and `options` beyond
+//! the CRD's own rules.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -81,10 +87,24 @@ pub(crate) fn compute<'w>(
         };
         let generation = meta.generation.unwrap_or(0);
         // The Gateways reaching each target, and the targets through which each is reached.
-        let mut ancestors: BTreeMap<(&str, &str), Vec<Target<'_>>> = BTreeMap::new();
+        let mut ancestors: BTreeMap<(&str, &str), Vec<Via<'_>>> = BTreeMap::new();
         for target in targets(policy, namespace) {
-            for gateway in reach.get(&(target.0, target.1)).into_iter().flatten() {
-                ancestors.entry(*gateway).or_default().push(target);
+            let found = find(target, index);
+            for (gateway, port) in reach.get(&(target.0, target.1)).into_iter().flatten() {
+                let through = match &found {
+                    Ok(Some(p)) => *port == Some(*p),
+                    Ok(None) | Err(_) => true,
+                };
+                if through {
+                    let via = Via {
+                        target,
+                        missing: found.as_ref().err().cloned(),
+                    };
+                    let list = ancestors.entry(*gateway).or_default();
+                    if !list.contains(&via) {
+                        list.push(via);
+                    }
+                }
             }
         }
         let mut entries = vec![];
@@ -127,6 +147,32 @@ pub(crate) fn compute<'w>(
             );
         }
     }
+}
+
+/// A target an ancestor is reached through, and why it does not exist, if it does not.
+#[derive(Debug, Clone, PartialEq)]
+struct Via<'w> {
+    target: Target<'w>,
+    missing: Option<String>,
+}
+
+/// The port number `target`'s `sectionName` names (`None` without one), or why the target does
+/// not exist.
+fn find(target: Target<'_>, index: &Index<'_>) -> Result<Option<i32>, String> {
+    let (namespace, name, section) = target;
+    let Some(service) = index.service(namespace, name) else {
+        return Err(format!("Service {namespace}/{name} does not exist"));
+    };
+    let Some(section) = section else {
+        return Ok(None);
+    };
+    service
+        .spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .find(|p| p.name.as_deref() == Some(section))
+        .map(|p| Some(p.port))
+        .ok_or_else(|| format!("Service {namespace}/{name} has no port named {section}"))
 }
 
 /// The policy's targetRefs to core Services (in its own namespace: targetRefs are local).
@@ -243,11 +289,26 @@ fn resolve_refs(
 /// `Accepted` on one ancestor reached through the targets `via`.
 fn accept(
     validation: &BackendTlsPolicyValidation,
-    via: &[Target<'_>],
+    via: &[Via<'_>],
     me: &Precedence<'_>,
     winners: &HashMap<Target<'_>, Precedence<'_>>,
     resolved: &Resolved,
 ) -> Verdict {
+    if let Some(missing) = via
+        .iter()
+        .map(|v| v.missing.as_ref())
+        .collect::<Option<Vec<_>>>()
+    {
+        if !missing.is_empty() {
+            let why: Vec<&str> = missing.iter().map(|m| m.as_str()).collect();
+            return Verdict::no(reason::TARGET_NOT_FOUND, why.join("; "));
+        }
+    }
+    let via: Vec<Target<'_>> = via
+        .iter()
+        .filter(|v| v.missing.is_none())
+        .map(|v| v.target)
+        .collect();
     let lost = via
         .iter()
         .find_map(|t| winners.get(t).filter(|w| *w != me).map(|w| (t, w)));

@@ -66,6 +66,9 @@ pub(crate) const PARENT_NOT_ACCEPTED: &str = "ParentNotAccepted";
 /// BackendTLSPolicy: `Accepted` False because every caCertificateRef is invalid
 /// (`apis/v1/backendtlspolicy_types.go`, `BackendTLSPolicyReasonNoValidCACertificate`).
 pub(crate) const NO_VALID_CA_CERTIFICATE: &str = "NoValidCACertificate";
+/// Policy: `Accepted` False because its target does not exist (`apis/v1/policy_types.go`,
+/// `PolicyReasonTargetNotFound`).
+pub(crate) const TARGET_NOT_FOUND: &str = "TargetNotFound";
 /// BackendTLSPolicy: a caCertificateRef names a ConfigMap that does not exist or whose `ca.crt`
 /// is missing or malformed (`BackendTLSPolicyReasonInvalidCACertificateRef`).
 pub(crate) const INVALID_CA_CERTIFICATE_REF: &str = "InvalidCACertificateRef";

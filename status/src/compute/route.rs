@@ -1,4 +1,4 @@
-//! The route engine HTTPRoute, GRPCRoute and TLSRoute share: one `status.parents` entry per
+//! The route engine HTTPRoute, GRPCRoute, TLSRoute, TCPRoute and UDPRoute share: one `status.parents` entry per
 //! parentRef to one of our Gateways, with `Accepted` and `ResolvedRefs`, and the attachments
 //! the Gateways' listeners count.
 //!
@@ -14,10 +14,17 @@
 //! 2. no listener matches `sectionName`/`port` → False/NoMatchingParent;
 //! 3. no matching listener allows the route's kind and namespace → False/NotAllowedByListeners
 //!    (a listener allows a kind through its `supportedKinds`: HTTPRoute and GRPCRoute on HTTP
-//!    and HTTPS, TLSRoute on TLS Passthrough; conformance `tlsroute-*` attach only there);
+//!    and HTTPS, TLSRoute on TLS, TCPRoute on TCP, UDPRoute on UDP; conformance `tlsroute-*`,
+//!    v1.6.1 `tcproute-invalid-non-tcp-listener`, `udproute-not-allowed-by-listeners`);
 //! 4. no allowing listener's hostname intersects the route's → False/NoMatchingListenerHostname
 //!    (`tlsroute-hostname-intersection`, `grpcroute-listener-hostname-matching`);
-//! 5. True/Accepted, attached to every listener that passed 4.
+//! 5. every listener that passed 4 is taken by a route of the other kind among HTTPRoute and
+//!    GRPCRoute with a common hostname that takes precedence → False/NotAllowedByListeners
+//!    (upstream `apis/v1/grpcroute_types.go`, `GRPCRouteSpec.Hostnames`: "the implementation
+//!    MUST accept exactly one of these two routes ... The rejected Route MUST raise an 'Accepted'
+//!    condition with a status of 'False'"; the spec names no reason, and the listener is what
+//!    refuses it; see `contest.rs`);
+//! 6. True/Accepted, attached to every listener that passed 5.
 //!
 //! A parent is a Gateway or a ListenerSet (parentRef kind `ListenerSet`, upstream v1.5.1
 //! `apis/v1/listenerset_types.go`): a ListenerSet's listeners are reached only through it, never
@@ -43,6 +50,7 @@ use super::refs::{self, non_empty, BackendRef, Problem, GATEWAY_GROUP};
 use super::verdict::Verdict;
 use crate::desired::{Desired, RouteParentStatus};
 use crate::key::{Kind, ObjectKey};
+use crate::v1_6::{TcpRoute, UdpRoute};
 
 /// `status.parents` holds at most this many entries.
 const MAX_PARENTS: usize = 32;
@@ -85,16 +93,27 @@ pub(crate) struct RouteView<'w> {
 pub(crate) trait Route {
     /// The kind, as in the object key and a ReferenceGrant's `from`.
     const KIND: Kind;
+    /// Whether a BackendTLSPolicy applies to the connections this kind's backends get (upstream
+    /// v1.6.1 `apis/v1/backendtlspolicy_types.go`, `TargetRefs`: "HTTPRoute, GRPCRoute, TLSRoute
+    /// with termination"); a TCPRoute or UDPRoute makes no Gateway a policy's ancestor.
+    const BACKEND_TLS: bool = true;
     /// The object's metadata.
     fn meta(&self) -> &ObjectMeta;
     /// What the engine reads of it.
     fn view(&self) -> RouteView<'_>;
+    /// `spec.hostnames` (none: any).
+    fn hostnames(&self) -> &[String] {
+        self.view().hostnames
+    }
 }
 
 /// Which of our Gateways each Service is reached from: Service (namespace, name) to the
-/// Gateways (namespace, name) that accepted a route (of any kind) with a backendRef to it.
-/// BackendTLSPolicies' ancestors follow from it (`policy.rs`).
-pub(crate) type Reach<'w> = BTreeMap<(&'w str, &'w str), BTreeSet<(&'w str, &'w str)>>;
+/// Gateways (namespace, name) that accepted a route (HTTPRoute, GRPCRoute, TLSRoute) with a
+/// backendRef to it, each with the Service port the backendRef names (`None`: no port given).
+/// BackendTLSPolicies' ancestors follow from it (`policy.rs`), narrowed to a port by a
+/// targetRef's `sectionName`.
+pub(crate) type Reach<'w> =
+    BTreeMap<(&'w str, &'w str), BTreeSet<((&'w str, &'w str), Option<i32>)>>;
 
 /// The parents routes attach to (our Gateways and ListenerSets), each with an id: its place in
 /// the sorted list of parents, so that what was computed for a route under the same Gateways
@@ -155,14 +174,14 @@ impl<'p, 'w> Parents<'p, 'w> {
     {
         let mut reach = Reach::new();
         for c in routes {
-            for (namespace, name) in &c.services {
+            for (namespace, name, port) in &c.services {
                 // A route attached through a ListenerSet reaches its Services from the parent
                 // Gateway.
                 let gateways = c.attachments.iter().filter_map(|&(id, _)| self.by_id(id));
                 reach
                     .entry((namespace.as_str(), name.as_str()))
                     .or_default()
-                    .extend(gateways.map(|g| g.gateway));
+                    .extend(gateways.map(|g| (g.gateway, *port)));
             }
         }
         reach
@@ -218,9 +237,12 @@ pub(crate) struct Contribution {
     pub ours: bool,
     /// The listeners the route is attached to, as (parent, listener index), each once.
     attachments: Vec<(ParentId, usize)>,
-    /// The core Services (namespace, name) its backendRefs name and may name, when the route is
-    /// attached somewhere and reach was asked for.
-    services: Vec<(String, String)>,
+    /// Listeners the route would attach to but may not: an HTTPRoute or GRPCRoute whose
+    /// hostnames another kind's route took there first (see `contest.rs`).
+    blocked: Vec<(ParentId, usize)>,
+    /// The core Services (namespace, name, port) its backendRefs name and may name, when the
+    /// route is attached somewhere and reach was asked for.
+    services: Vec<(String, String, Option<i32>)>,
 }
 
 impl Contribution {
@@ -233,17 +255,28 @@ impl Contribution {
     pub(crate) fn attachments(&self) -> &[(ParentId, usize)] {
         &self.attachments
     }
+
+    /// The listeners it was kept from ([`contribute`]'s `blocked`).
+    pub(crate) fn blocked(&self) -> &[(ParentId, usize)] {
+        &self.blocked
+    }
+
+    /// Every listener it attaches to or would attach to but for `blocked`.
+    pub(crate) fn candidates(&self) -> impl Iterator<Item = &(ParentId, usize)> {
+        self.attachments.iter().chain(&self.blocked)
+    }
 }
 
 /// Computes one route's [`Contribution`] and desired status (`None` when the route is not
 /// related to us); with `reach`, also the Services it reaches (only BackendTLSPolicies need
-/// them).
+/// them). The route does not attach to the listeners in `blocked` (sorted).
 pub(crate) fn contribute<R: Route>(
     route: &R,
     controller_name: &str,
     parents: &Parents<'_, '_>,
     index: &Index<'_>,
     reach: bool,
+    blocked: &[(ParentId, usize)],
 ) -> (Contribution, Option<Desired>) {
     let meta = route.meta();
     let (Some(namespace), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
@@ -251,15 +284,14 @@ pub(crate) fn contribute<R: Route>(
     };
     let generation = meta.generation.unwrap_or(0);
     let view = route.view();
-    let mut attached: Vec<(Target<'_>, usize)> = vec![];
-    let statuses = parents_of::<R>(
+    let (statuses, mut attached) = parents_of::<R>(
         &view,
         namespace,
         controller_name,
         generation,
         parents,
         index,
-        &mut attached,
+        blocked,
     );
     // A route attached to one listener through two parentRefs counts once there.
     attached.sort_unstable();
@@ -268,7 +300,7 @@ pub(crate) fn contribute<R: Route>(
         .iter()
         .filter_map(|(target, listener)| Some((*parents.ids.get(target)?, *listener)))
         .collect();
-    let services = if reach && !attachments.is_empty() {
+    let services = if reach && R::BACKEND_TLS && !attachments.is_empty() {
         reached_services::<R>(&view, namespace, index)
     } else {
         vec![]
@@ -282,18 +314,19 @@ pub(crate) fn contribute<R: Route>(
         key: Some(ObjectKey::namespaced(R::KIND, namespace, name)),
         ours: desired.is_some(),
         attachments,
+        blocked: blocked.to_vec(),
         services,
     };
     (contribution, desired)
 }
 
-/// The core Services the route's backendRefs name and may name (same namespace, or a
+/// The core Services (and ports) the route's backendRefs name and may name (same namespace, or a
 /// ReferenceGrant allows it): the Gateways that accepted the route reach them.
 fn reached_services<R: Route>(
     view: &RouteView<'_>,
     namespace: &str,
     index: &Index<'_>,
-) -> Vec<(String, String)> {
+) -> Vec<(String, String, Option<i32>)> {
     let from = refs::Referrer {
         group: GATEWAY_GROUP,
         kind: R::KIND.as_str(),
@@ -313,13 +346,13 @@ fn reached_services<R: Route>(
             name: service.1,
         };
         if refs::permitted(index, &from, &to) {
-            out.push((service.0.to_string(), service.1.to_string()));
+            out.push((service.0.to_string(), service.1.to_string(), r.port));
         }
     }
     out
 }
 
-/// Our `status.parents` entries for one route, recording its attachments.
+/// Our `status.parents` entries for one route, and the listeners it attaches to.
 fn parents_of<'w, R: Route>(
     view: &RouteView<'w>,
     namespace: &'w str,
@@ -327,8 +360,9 @@ fn parents_of<'w, R: Route>(
     generation: i64,
     gateways: &Parents<'_, 'w>,
     index: &Index<'_>,
-    attachments: &mut Vec<(Target<'w>, usize)>,
-) -> Vec<RouteParentStatus> {
+    blocked: &[(ParentId, usize)],
+) -> (Vec<RouteParentStatus>, Vec<(Target<'w>, usize)>) {
+    let mut attachments = vec![];
     let mut seen = HashSet::new();
     let mut resolved_refs: Option<Verdict> = None;
     let mut parents = vec![];
@@ -346,6 +380,8 @@ fn parents_of<'w, R: Route>(
         if !seen.insert((target, section, parent_ref.port)) {
             continue;
         }
+        let id = gateways.ids.get(&target).copied();
+        let is_blocked = |i: usize| id.is_some_and(|id| blocked.binary_search(&(id, i)).is_ok());
         let accepted = match attach(
             R::KIND,
             gateway,
@@ -353,6 +389,7 @@ fn parents_of<'w, R: Route>(
             namespace,
             view.hostnames,
             index,
+            &is_blocked,
         ) {
             Ok(listeners) => {
                 let names: Vec<&str> = listeners
@@ -386,7 +423,7 @@ fn parents_of<'w, R: Route>(
             },
         });
     }
-    parents
+    (parents, attachments)
 }
 
 /// The Gateway or ListenerSet a parentRef names; `None` for other kinds of parent.
@@ -404,7 +441,7 @@ fn parent_target<'w>(parent_ref: &ParentRef<'w>, route_namespace: &'w str) -> Op
 }
 
 /// The listeners (indices) of `gateway` that accept a route of `kind` through `parent_ref`, or
-/// the `Accepted` False verdict.
+/// the `Accepted` False verdict. Listeners `blocked` says are taken are left out.
 fn attach(
     kind: Kind,
     gateway: &GatewayView<'_>,
@@ -412,13 +449,14 @@ fn attach(
     route_namespace: &str,
     hostnames: &[String],
     index: &Index<'_>,
+    blocked: &dyn Fn(usize) -> bool,
 ) -> Result<Vec<usize>, Verdict> {
     if !gateway.accepted.ok {
         return Err(Verdict::no(
             reason::NO_MATCHING_PARENT,
             format!(
-                "Gateway {}/{} is not accepted",
-                gateway.namespace, gateway.name
+                "{} {}/{} is not accepted",
+                gateway.kind, gateway.namespace, gateway.name
             ),
         ));
     }
@@ -435,7 +473,7 @@ fn attach(
             (Some(s), Some(p)) => format!("no listener named {s} on port {p}"),
             (Some(s), None) => format!("no listener named {s}"),
             (None, Some(p)) => format!("no listener on port {p}"),
-            (None, None) => "the Gateway has no listeners".to_string(),
+            (None, None) => format!("the {} has no listeners", gateway.kind),
         };
         return Err(Verdict::no(reason::NO_MATCHING_PARENT, message));
     }
@@ -468,7 +506,27 @@ fn attach(
             "no allowing listener's hostname matches the route's hostnames",
         ));
     }
-    Ok(matching)
+    let (open, taken): (Vec<usize>, Vec<usize>) = matching.into_iter().partition(|&i| !blocked(i));
+    if open.is_empty() {
+        let names: Vec<&str> = taken
+            .iter()
+            .map(|&i| gateway.listeners[i].spec.name.as_str())
+            .collect();
+        let other = if kind == "GRPCRoute" {
+            "an HTTPRoute"
+        } else {
+            "a GRPCRoute"
+        };
+        return Err(Verdict::no(
+            reason::NOT_ALLOWED_BY_LISTENERS,
+            format!(
+                "{other} that takes precedence (older, or first by namespace/name) has \
+                 hostnames in common with this route on listeners: {}",
+                names.join(", ")
+            ),
+        ));
+    }
+    Ok(open)
 }
 
 /// The route's `ResolvedRefs`, over every backendRef.
@@ -597,8 +655,51 @@ impl Route for TlsRoute {
     }
 }
 
+// === impl Route for TcpRoute, UdpRoute ===
+
+/// TCPRoute and UDPRoute (Gateway API v1.6, our own types): parentRefs and the rules'
+/// backendRefs; no hostnames (every listener's hostname admits them, and TCP and UDP listeners
+/// have none) and no filters.
+macro_rules! impl_l4_route {
+    ($route:ty, $kind:expr) => {
+        impl Route for $route {
+            const KIND: Kind = $kind;
+            const BACKEND_TLS: bool = false;
+
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+
+            fn view(&self) -> RouteView<'_> {
+                let rules = self.spec.rules.iter().flatten();
+                RouteView {
+                    parent_refs: self
+                        .spec
+                        .parent_refs
+                        .iter()
+                        .flatten()
+                        .map(|p| parent_ref!(p))
+                        .collect(),
+                    hostnames: &[],
+                    backend_refs: rules
+                        .flat_map(|r| r.backend_refs.iter().flatten())
+                        .map(|b| backend_ref!(b))
+                        .collect(),
+                    status_controllers: status_controllers!(self),
+                }
+            }
+        }
+    };
+}
+
+impl_l4_route!(TcpRoute, Kind::TcpRoute);
+impl_l4_route!(UdpRoute, Kind::UdpRoute);
+
 #[cfg(test)]
 mod tests;
 
 #[cfg(test)]
 mod kinds_tests;
+
+#[cfg(test)]
+mod l4_tests;

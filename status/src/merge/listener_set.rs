@@ -37,7 +37,7 @@ impl StatusObject for ListenerSet {
         decide(
             self,
             *generation,
-            observed_with_listeners(&have, conditions, &have_listeners, listeners),
+            observed_with_listeners(&have, &have_listeners),
             |next| {
                 let merged = merge_listeners(&have_listeners, listeners, now);
                 next.status = Some(ListenerSetStatus {

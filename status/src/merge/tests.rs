@@ -102,18 +102,26 @@ fn no_write_when_the_status_is_already_right() {
 
 #[test]
 fn a_stale_computation_never_moves_observed_generation_back() {
-    let gc = class(Some(vec![stamped(
-        condition("Accepted", true, "Accepted", "", 5),
-        1,
-    )]));
+    let at_generation = |generation, conditions| {
+        let mut gc = class(Some(conditions));
+        gc.metadata.generation = Some(generation);
+        gc
+    };
+    let gc = at_generation(
+        5,
+        vec![stamped(condition("Accepted", true, "Accepted", "", 5), 1)],
+    );
     let want = Desired::GatewayClass {
         generation: 4,
         conditions: vec![condition("Accepted", false, "Invalid", "", 4)],
         supported_features: vec![],
     };
     assert_eq!(gc.merge(&want, US, &t(10)), Merge::Stale { observed: 5 });
-    // Another controller's newer generation on a type we do not set is no reason to stop.
-    let gc = class(Some(vec![stamped(condition("Other", true, "X", "", 9), 1)]));
+    // gateway-api#4008: whoever observed the newer generation, our cache is behind it.
+    let gc = at_generation(5, vec![stamped(condition("Other", true, "X", "", 5), 1)]);
+    assert_eq!(gc.merge(&want, US, &t(10)), Merge::Stale { observed: 5 });
+    // A generation the object never had is nobody's newer spec: no reason to stop.
+    let gc = at_generation(4, vec![stamped(condition("Other", true, "X", "", 9), 1)]);
     assert!(matches!(gc.merge(&want, US, &t(10)), Merge::Write(_)));
 }
 

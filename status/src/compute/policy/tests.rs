@@ -64,8 +64,9 @@ fn ca(name: &str, problem: Option<&'static str>) -> Arc<CaBundle> {
     })
 }
 
-/// Our Gateways `infra/gw` and `apps/gw2`; an HTTPRoute in `apps` on `infra/gw` to Service
-/// `apps/web`, and one on both to `apps/api`; a usable ConfigMap `apps/ca`.
+/// Our Gateways `infra/gw` and `apps/gw2`; an HTTPRoute in `apps` on `infra/gw` to both ports
+/// of Service `apps/web` (`a` 443, `b` 444), and one on both to `apps/api`; a usable ConfigMap
+/// `apps/ca`.
 fn base() -> World {
     let mut w = world();
     w.gateways = vec![
@@ -73,7 +74,7 @@ fn base() -> World {
         gateway("apps", "gw2", json!([http("web", 80)])),
     ];
     w.services = vec![
-        service("apps", "web", &[443]),
+        named_service("apps", "web", &[("a", 443), ("b", 444)]),
         service("apps", "api", &[443]),
     ];
     w.http_routes = vec![
@@ -82,7 +83,7 @@ fn base() -> World {
             "to-web",
             route_spec(
                 json!([{"name": "gw", "namespace": "infra"}]),
-                json!([{"name": "web", "port": 443}]),
+                json!([{"name": "web", "port": 443}, {"name": "web", "port": 444}]),
             ),
         ),
         route(
@@ -261,6 +262,15 @@ fn the_older_policy_on_a_service_section_wins_then_the_first_by_name() {
         // Another sectionName on the same Service is another target: no conflict.
         policy("other-section", 0, spec("api", Some("admin"))),
     ];
+    w.services[1] = named_service("apps", "api", &[("https", 443), ("admin", 8443)]);
+    w.http_routes.push(route(
+        "apps",
+        "to-api-admin",
+        route_spec(
+            json!([{"name": "gw", "namespace": "infra"}]),
+            json!([{"name": "api", "port": 8443}]),
+        ),
+    ));
     let out = compute(&w, CONTROLLER);
     assert_eq!(only(&out, "b-older"), accepted_and_resolved());
     assert_eq!(
@@ -400,4 +410,69 @@ fn a_route_attached_through_a_listener_set_makes_the_sets_gateway_the_ancestor()
         (Some("Gateway"), Some("infra"), "gw"),
         "the ancestor is the ListenerSet's Gateway, not the ListenerSet"
     );
+}
+
+#[test]
+fn a_section_name_narrows_the_ancestors_to_gateways_whose_routes_use_that_port() {
+    let mut w = base();
+    // api: https 443 (reached from gw and gw2), admin 8443 (reached from gw2 only).
+    w.services[1] = named_service("apps", "api", &[("https", 443), ("admin", 8443)]);
+    w.http_routes.push(route(
+        "apps",
+        "to-api-admin",
+        route_spec(
+            json!([{"name": "gw2"}]),
+            json!([{"name": "api", "port": 8443}]),
+        ),
+    ));
+    w.backend_tls_policies = vec![
+        policy("https", 1, spec("api", Some("https"))),
+        policy("admin", 1, spec("api", Some("admin"))),
+        policy("whole", 1, spec("api", None)),
+    ];
+    let out = compute(&w, CONTROLLER);
+    let names = |p: &str| -> Vec<String> {
+        ancestors(&out, p)
+            .iter()
+            .map(|a| a.parent_ref.name.clone())
+            .collect()
+    };
+    assert_eq!(names("https"), ["gw2", "gw"], "both reach port 443");
+    assert_eq!(names("admin"), ["gw2"], "only gw2 reaches port 8443");
+    assert_eq!(names("whole"), ["gw2", "gw"]);
+    assert_eq!(only(&out, "admin"), accepted_and_resolved());
+}
+
+#[test]
+fn a_missing_service_or_port_is_target_not_found_on_the_gateways_naming_the_service() {
+    let mut w = base();
+    // Routes name apps/gone, which does not exist; apps/web has no port named "admin".
+    w.http_routes.push(route(
+        "apps",
+        "to-gone",
+        route_spec(
+            json!([{"name": "gw", "namespace": "infra"}]),
+            json!([{"name": "gone", "port": 443}]),
+        ),
+    ));
+    w.backend_tls_policies = vec![
+        policy("gone", 1, spec("gone", None)),
+        policy("no-port", 1, spec("web", Some("admin"))),
+    ];
+    let out = compute(&w, CONTROLLER);
+    for (p, what) in [
+        ("gone", "apps/gone does not exist"),
+        ("no-port", "no port named admin"),
+    ] {
+        assert_eq!(
+            only(&out, p),
+            vec![
+                tsr("Accepted", "False", "TargetNotFound"),
+                tsr("ResolvedRefs", "True", "ResolvedRefs"),
+            ],
+            "{p}"
+        );
+        let message = &ancestors(&out, p)[0].conditions[0].message;
+        assert!(message.contains(what), "{message}");
+    }
 }

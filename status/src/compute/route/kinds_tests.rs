@@ -38,19 +38,16 @@ fn tls_spec(hostnames: serde_json::Value, backend_refs: serde_json::Value) -> se
 #[test]
 fn grpc_and_tls_routes_attach_where_their_listeners_take_them_and_all_kinds_count() {
     let mut w = base();
-    w.http_routes = vec![route(
-        "infra",
-        "h",
-        route_spec(json!([{"name": "gw", "sectionName": "web"}]), json!([])),
-    )];
-    w.grpc_routes = vec![grpc_route(
-        "infra",
-        "g",
-        grpc_spec(
-            json!([{"name": "gw", "sectionName": "web"}]),
-            json!([{"name": "web", "port": 8080}]),
-        ),
-    )];
+    // Distinct hostnames: an HTTPRoute and a GRPCRoute sharing one would contest the listener.
+    let mut h = route_spec(json!([{"name": "gw", "sectionName": "web"}]), json!([]));
+    h["hostnames"] = json!(["h.example.com"]);
+    w.http_routes = vec![route("infra", "h", h)];
+    let mut g = grpc_spec(
+        json!([{"name": "gw", "sectionName": "web"}]),
+        json!([{"name": "web", "port": 8080}]),
+    );
+    g["hostnames"] = json!(["g.example.com"]);
+    w.grpc_routes = vec![grpc_route("infra", "g", g)];
     w.tls_routes = vec![tls_route(
         "infra",
         "t",
@@ -244,4 +241,109 @@ fn allowed_kinds_a_listener_cannot_take_are_invalid_route_kinds() {
         .map(|k| k.kind.clone())
         .collect();
     assert_eq!(kinds, ["GRPCRoute"]);
+}
+
+/// An HTTPRoute or GRPCRoute in `infra` on listener `web`, created at `created` seconds.
+fn contender(
+    kind: &str,
+    name: &str,
+    created: u32,
+    hostnames: serde_json::Value,
+) -> serde_json::Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": kind,
+        "metadata": {"namespace": "infra", "name": name, "generation": 1,
+                     "creationTimestamp": format!("2026-01-01T00:00:{created:02}Z")},
+        "spec": {"parentRefs": [{"name": "gw", "sectionName": "web"}], "hostnames": hostnames,
+                 "rules": [{"backendRefs": [{"name": "web", "port": 8080}]}]}
+    })
+}
+
+#[test]
+fn an_http_and_a_grpc_route_with_a_common_hostname_on_one_listener_admit_only_the_older() {
+    use std::sync::Arc;
+    let mut w = base();
+    let http = |name, created, hosts| {
+        Arc::new(serde_json::from_value(contender("HTTPRoute", name, created, hosts)).expect("r"))
+    };
+    let grpc = |name, created, hosts| {
+        Arc::new(serde_json::from_value(contender("GRPCRoute", name, created, hosts)).expect("r"))
+    };
+    w.http_routes = vec![
+        // Older than the GRPCRoute on the same host: it wins.
+        http("h-old", 1, json!(["a.example.com"])),
+        // Newer, and its wildcard meets the GRPCRoute's host... but that one lost: no contest.
+        http("h-new", 5, json!(["*.example.com"])),
+        // Another host: no contest at all.
+        http("h-other", 9, json!(["other.test"])),
+    ];
+    w.grpc_routes = vec![
+        grpc("g", 3, json!(["a.example.com"])),
+        // Same age as h-same, first by name ("g-same" < "h-same"): it wins.
+        grpc("g-same", 7, json!(["same.test"])),
+    ];
+    w.http_routes.push(http("h-same", 7, json!(["same.test"])));
+    let out = compute(&w, CONTROLLER);
+    let accepted = |kind, name| condition_on(&out, kind, "infra", name, "Accepted");
+    assert_eq!(accepted(Kind::HttpRoute, "h-old"), sr("True", "Accepted"));
+    assert_eq!(
+        accepted(Kind::GrpcRoute, "g"),
+        sr("False", "NotAllowedByListeners")
+    );
+    assert_eq!(accepted(Kind::HttpRoute, "h-new"), sr("True", "Accepted"));
+    assert_eq!(accepted(Kind::HttpRoute, "h-other"), sr("True", "Accepted"));
+    assert_eq!(accepted(Kind::GrpcRoute, "g-same"), sr("True", "Accepted"));
+    assert_eq!(
+        accepted(Kind::HttpRoute, "h-same"),
+        sr("False", "NotAllowedByListeners")
+    );
+    // The listener counts the admitted ones only: h-old, h-new, h-other, g-same.
+    assert_eq!(listener(&out, "infra", "gw", "web").attached_routes, 4);
+}
+
+#[test]
+fn a_contest_is_decided_again_when_the_winner_goes() {
+    use std::sync::Arc;
+    let mut w = base();
+    let h = Arc::new(
+        serde_json::from_value(contender("HTTPRoute", "h", 1, json!(["a.example.com"])))
+            .expect("r"),
+    );
+    let g = Arc::new(
+        serde_json::from_value(contender("GRPCRoute", "g", 2, json!(["a.example.com"])))
+            .expect("r"),
+    );
+    w.http_routes = vec![h];
+    w.grpc_routes = vec![g];
+    let mut c = super::super::Computation::new(CONTROLLER);
+    let first = c.run(&w);
+    let status = |u: &super::super::Update| match u.desired.get(&crate::key::ObjectKey::namespaced(
+        Kind::GrpcRoute,
+        "infra",
+        "g",
+    )) {
+        Some(crate::desired::Desired::Route { parents, .. }) => {
+            summary(&parents[0].conditions)[0].clone()
+        }
+        other => panic!("no GRPCRoute status: {other:?}"),
+    };
+    assert_eq!(
+        status(&first),
+        tsr("Accepted", "False", "NotAllowedByListeners")
+    );
+    // The HTTPRoute goes: the GRPCRoute, unchanged itself, is admitted and written again.
+    w.http_routes.clear();
+    let second = c.run(&w);
+    assert_eq!(status(&second), tsr("Accepted", "True", "Accepted"));
+    let gw = second.desired.get(&crate::key::ObjectKey::namespaced(
+        Kind::Gateway,
+        "infra",
+        "gw",
+    ));
+    match gw {
+        Some(crate::desired::Desired::Gateway { listeners, .. }) => {
+            assert_eq!(listeners[0].attached_routes, 1, "the GRPCRoute counts now");
+        }
+        other => panic!("no Gateway status: {other:?}"),
+    }
 }
