@@ -322,6 +322,8 @@ pub fn mount_secrets(objects: &[Value], pod: &PodFiles) -> Vec<String> {
             );
             let content = if path.ends_with(".crt") {
                 some_ca_pem()
+            } else if path.ends_with(".key") {
+                rcgen::KeyPair::generate().expect("key").serialize_pem()
             } else {
                 "not-the-real-password\n".to_string()
             };
