@@ -5,8 +5,6 @@
 #                                    cluster or the variable is set already)
 #   GATEWAY_LEADER_ETCD              etcd (etcdctl beside it)
 #   GATEWAY_LEADER_GATEWAY_API_CRDS  the Gateway API standard-channel CRDs (kept when set)
-#   GATEWAY_LEADER_HELM              helm, which the chart's tests lint and render with (kept when
-#                                    set)
 # SERVERS_WITHOUT_APISERVER=1, SERVERS_WITHOUT_ETCD=1 and SERVERS_WITHOUT_CRDS=1 skip one (the
 # demo on an existing cluster).
 
@@ -25,10 +23,6 @@ ensure_servers() {
   if [ -z "${GATEWAY_LEADER_GATEWAY_API_CRDS:-}" ] && [ "${SERVERS_WITHOUT_CRDS:-0}" != 1 ]; then
     GATEWAY_LEADER_GATEWAY_API_CRDS=$(scripts/gateway-api-crds.sh | tail -n 1)
     export GATEWAY_LEADER_GATEWAY_API_CRDS
-  fi
-  if [ -z "${GATEWAY_LEADER_HELM:-}" ]; then
-    GATEWAY_LEADER_HELM=$(scripts/build-helm.sh | tail -n 1)
-    export GATEWAY_LEADER_HELM
   fi
   # GATEWAY_LEADER_PEERS: the Go peers of testkit/peers/ (kept when set).
   if [ -z "${GATEWAY_LEADER_PEERS:-}" ]; then

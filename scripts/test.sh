@@ -32,6 +32,11 @@ if [ -z "${GATEWAY_LEADER_KUBECTL:-}" ]; then
   export GATEWAY_LEADER_KUBECTL
   say "rendering deploy/ with $GATEWAY_LEADER_KUBECTL"
 fi
+# helm for the chart's tests (tests/helm_chart.rs), built from its Go module once.
+if [ -z "${GATEWAY_LEADER_HELM:-}" ]; then
+  GATEWAY_LEADER_HELM=$(scripts/build-helm.sh | tail -n 1)
+  export GATEWAY_LEADER_HELM
+fi
 
 # Every package, unless the arguments pick some.
 scope=(--workspace)
