@@ -424,3 +424,31 @@ fn the_overlay_docs_operations_md_shows_renders_and_runs() {
         Some("example.com/gateway-controller")
     );
 }
+
+#[test]
+fn the_image_is_labelled_with_the_binarys_version() {
+    let dockerfile =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Dockerfile"))
+            .expect("Dockerfile");
+    let runtime = &dockerfile[dockerfile.rfind("\nFROM ").expect("a last stage")..];
+    assert!(
+        runtime.contains("org.opencontainers.image.version=\"${VERSION}\""),
+        "the runtime stage labels the image with VERSION: {runtime}"
+    );
+    // The build stage refuses a VERSION that is not what the binary says, in the words it says.
+    let build = &dockerfile[..dockerfile.rfind("\nFROM ").expect("a last stage")];
+    assert!(
+        build.contains("target/release/gateway-leader --version")
+            && build.contains("!= \"gateway-leader ${VERSION}\""),
+        "the build stage compares VERSION with the binary's --version: {build}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway-leader"))
+        .arg("--version")
+        .output()
+        .expect("runs");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("gateway-leader {}", env!("CARGO_PKG_VERSION")),
+        "--version says what the build stage compares with"
+    );
+}
