@@ -24,6 +24,23 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 
+/// Asserts that no replica logged a refusal (`forbidden`) from the apiserver.
+fn nothing_forbidden(replicas: [&mut common::Replica; 2]) {
+    for r in replicas {
+        let denied: Vec<_> = r
+            .lines()
+            .iter()
+            .filter(|l| text(l).contains("forbidden"))
+            .map(|l| l.json.clone())
+            .collect();
+        assert!(
+            denied.is_empty(),
+            "{}: nothing forbidden: {denied:?}",
+            r.name
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_base_rbac_is_enough_in_cluster() {
     let c = InCluster::new("enough", Without::Nothing).await;
@@ -81,19 +98,7 @@ async fn the_base_rbac_is_enough_in_cluster() {
     blocking(|| b.wait_for(message::LEADING, PATIENCE));
     c.route_to_a_missing_service_written_by("gateway-leader-b")
         .await;
-    for r in [&mut a, &mut b] {
-        let denied: Vec<_> = r
-            .lines()
-            .iter()
-            .filter(|l| text(l).contains("forbidden"))
-            .map(|l| l.json.clone())
-            .collect();
-        assert!(
-            denied.is_empty(),
-            "{}: nothing forbidden: {denied:?}",
-            r.name
-        );
-    }
+    nothing_forbidden([&mut a, &mut b]);
 }
 
 /// One rule or verb taken out, and what must break without it.
@@ -463,19 +468,7 @@ async fn the_etcd_overlay_needs_no_role() {
     c.wait_written().await;
     let r = c.routes.get("route").await.expect("route");
     assert!(status_managers(&r).contains(&manager_of("gateway-leader-a")));
-    for r in [&mut a, &mut b] {
-        let denied: Vec<_> = r
-            .lines()
-            .iter()
-            .filter(|l| text(l).contains("forbidden"))
-            .map(|l| l.json.clone())
-            .collect();
-        assert!(
-            denied.is_empty(),
-            "{}: nothing forbidden: {denied:?}",
-            r.name
-        );
-    }
+    nothing_forbidden([&mut a, &mut b]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -506,17 +499,5 @@ async fn the_charts_rbac_is_enough_in_cluster() {
     blocking(|| b.wait_for(message::LEADING, PATIENCE));
     c.route_to_a_missing_service_written_by("gateway-leader-b")
         .await;
-    for r in [&mut a, &mut b] {
-        let denied: Vec<_> = r
-            .lines()
-            .iter()
-            .filter(|l| text(l).contains("forbidden"))
-            .map(|l| l.json.clone())
-            .collect();
-        assert!(
-            denied.is_empty(),
-            "{}: nothing forbidden: {denied:?}",
-            r.name
-        );
-    }
+    nothing_forbidden([&mut a, &mut b]);
 }
