@@ -6,7 +6,8 @@
 # libprotobuf-dev (the etcd-client crate's build) and redis-server. It builds, from their Go modules
 # through the Go module proxy, once each (cached in ~/.cache/gateway-leader): kube-apiserver at the
 # newest pinned release (scripts/build-kube-apiserver.sh), etcd and etcdctl 3.6
-# (scripts/build-etcd.sh) and the Go peers of the interop test (scripts/build-peers.sh), and
+# (scripts/build-etcd.sh), the Go peers of the interop test (scripts/build-peers.sh) and helm for
+# the chart's tests (scripts/build-helm.sh), and
 # fetches the Gateway API CRDs the status writer targets (scripts/gateway-api-crds.sh); Go itself
 # comes as scripts/go.sh says (Go 1.21+ on the machine).
 # GATEWAY_LEADER_KUBE_VERSION=oldest runs the Kubernetes tests on the oldest supported apiserver
@@ -30,6 +31,11 @@ if [ -z "${GATEWAY_LEADER_KUBECTL:-}" ]; then
   GATEWAY_LEADER_KUBECTL=$(scripts/install-kubectl.sh | tail -n 1)
   export GATEWAY_LEADER_KUBECTL
   say "rendering deploy/ with $GATEWAY_LEADER_KUBECTL"
+fi
+# helm for the chart's tests (tests/helm_chart.rs), built from its Go module once.
+if [ -z "${GATEWAY_LEADER_HELM:-}" ]; then
+  GATEWAY_LEADER_HELM=$(scripts/build-helm.sh | tail -n 1)
+  export GATEWAY_LEADER_HELM
 fi
 
 # Every package, unless the arguments pick some.

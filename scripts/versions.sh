@@ -29,3 +29,7 @@ GO_NEEDED=1.26.0
 GO_TOOLCHAIN=go1.26.8
 # The oldest installed Go that can fetch a toolchain by itself.
 GO_FETCHES_TOOLCHAINS=1.21.0
+
+# helm, from helm.sh/helm/v4/cmd/helm (scripts/build-helm.sh): the newest v4 release the Go module
+# proxy serves. The chart's tests (tests/helm_chart.rs) lint and render with it.
+HELM_VERSION=v4.3.2

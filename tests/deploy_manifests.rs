@@ -9,12 +9,13 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::deploy::{container, deploy_dir, of_kind, one, render, render_in, strings};
+use common::deploy::{
+    container, create_all, deploy_dir, environment, fresh, mount_secrets, of_kind, one, printed,
+    render, render_in, resource_for, strings,
+};
 use common::pod::PodFiles;
-use kube::api::{Api, DynamicObject, PostParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::{pinned_kind, ApiCapabilities, ApiResource, Scope};
-use kube::Client;
+use kube::api::{Api, DynamicObject};
+use kube::discovery::Scope;
 use serde_json::{json, Value};
 
 const KUSTOMIZATIONS: [&str; 4] = [
@@ -23,85 +24,6 @@ const KUSTOMIZATIONS: [&str; 4] = [
     "overlays/redis",
     "overlays/redis-sentinel",
 ];
-
-/// A name no earlier run on the same cluster used (an existing cluster keeps what tests made).
-fn fresh(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!("{prefix}-{}-{nanos:x}", std::process::id())
-}
-
-/// Where `obj` goes on the server: its kind at exactly its `apiVersion`, which every supported
-/// cluster serves (a kind it does not is a failure).
-async fn resource_for(client: &Client, obj: &Value) -> (ApiResource, ApiCapabilities) {
-    let api_version = obj["apiVersion"].as_str().expect("apiVersion").to_string();
-    let kind = obj["kind"].as_str().expect("kind").to_string();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
-    pinned_kind(client, &GroupVersionKind::gvk(group, version, &kind))
-        .await
-        .unwrap_or_else(|e| panic!("{api_version} {kind} is unknown to the apiserver: {e}"))
-}
-
-/// Checks that every field of `want` is in `got` with the same value: the apiserver drops fields
-/// it does not know (with no more than a warning by default), so a misspelt or too new field
-/// shows here.
-fn kept(want: &Value, got: &Value, at: &str) -> Result<(), String> {
-    match (want, got) {
-        (Value::Object(w), Value::Object(g)) => {
-            for (k, v) in w {
-                let g = g.get(k).ok_or_else(|| format!("{at}.{k} was dropped"))?;
-                kept(v, g, &format!("{at}.{k}"))?;
-            }
-            Ok(())
-        }
-        (Value::Array(w), Value::Array(g)) if w.len() == g.len() => w
-            .iter()
-            .zip(g)
-            .enumerate()
-            .try_for_each(|(i, (w, g))| kept(w, g, &format!("{at}[{i}]"))),
-        (w, g) if w == g => Ok(()),
-        (w, g) => Err(format!("{at}: sent {w}, stored {g}")),
-    }
-}
-
-/// Creates every object (dry run or not) in order, and checks the server kept all their fields.
-async fn create_all(client: &Client, objects: &[Value], dry_run: bool) {
-    for obj in objects {
-        let (resource, caps) = resource_for(client, obj).await;
-        let what = format!("{} {}", obj["kind"], obj["metadata"]["name"]);
-        let api: Api<DynamicObject> = match caps.scope {
-            Scope::Cluster => Api::all_with(client.clone(), &resource),
-            Scope::Namespaced => Api::namespaced_with(
-                client.clone(),
-                obj["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or_else(|| panic!("{what} has a namespace")),
-                &resource,
-            ),
-        };
-        let dyn_obj: DynamicObject = serde_json::from_value(obj.clone()).expect("an object");
-        let pp = PostParams {
-            dry_run,
-            ..PostParams::default()
-        };
-        let stored = api
-            .create(&pp, &dyn_obj)
-            .await
-            .unwrap_or_else(|e| panic!("the apiserver refuses {what}: {e}"));
-        let mut want = obj.clone();
-        want.as_object_mut()
-            .expect("an object")
-            .remove("apiVersion");
-        kept(
-            &want,
-            &serde_json::to_value(stored).expect("json"),
-            &what.replace('"', ""),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_base_is_created_for_real_with_rbac_on() {
@@ -168,99 +90,6 @@ async fn the_overlays_pass_the_apiservers_validation() {
             "{overlay} makes its ConfigMap"
         );
     }
-}
-
-/// The value of `key` in `--print-config`'s TOML (strings unquoted).
-fn printed<'a>(config: &'a str, key: &str) -> Option<&'a str> {
-    config.lines().find_map(|l| {
-        let (k, v) = l.split_once(" = ")?;
-        (k == key).then(|| v.trim_matches('"'))
-    })
-}
-
-/// A certificate, where an overlay mounts a CA: the settings check that it is one.
-fn some_ca_pem() -> String {
-    let key = rcgen::KeyPair::generate().expect("key");
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params.self_signed(&key).expect("certificate").pem()
-}
-
-/// The container's environment as the kubelet would give it: literal values, the downward API,
-/// and the rendered ConfigMaps' keys.
-fn environment(objects: &[Value]) -> Vec<(String, String)> {
-    let deployment = one(objects, "Deployment");
-    let ns = deployment["metadata"]["namespace"]
-        .as_str()
-        .expect("a namespace");
-    let mut out = Vec::new();
-    for e in container(objects)["env"].as_array().into_iter().flatten() {
-        let name = e["name"].as_str().expect("env name").to_string();
-        let from = &e["valueFrom"];
-        let value = if let Some(v) = e["value"].as_str() {
-            v.to_string()
-        } else if let Some(field) = from["fieldRef"]["fieldPath"].as_str() {
-            match field {
-                "metadata.name" => "gateway-leader-5d4b9c7f6d-x2x7k".to_string(),
-                "metadata.namespace" => ns.to_string(),
-                other => panic!("{name}: unexpected downward API field {other}"),
-            }
-        } else if let Some(r) = from["configMapKeyRef"].as_object() {
-            let (cm, key) = (
-                r["name"].as_str().expect("name"),
-                r["key"].as_str().expect("key"),
-            );
-            let map = of_kind(objects, "ConfigMap")
-                .into_iter()
-                .find(|c| c["metadata"]["name"] == cm)
-                .unwrap_or_else(|| panic!("{name}: ConfigMap {cm} is rendered"));
-            map["data"][key]
-                .as_str()
-                .unwrap_or_else(|| panic!("{name}: ConfigMap {cm} has key {key}"))
-                .to_string()
-        } else {
-            panic!("{name}: unexpected source {e}")
-        };
-        out.push((name, value));
-    }
-    out
-}
-
-/// Puts a file, as the kubelet would, for every Secret key the container mounts. Returns the
-/// paths.
-fn mount_secrets(objects: &[Value], pod: &PodFiles) -> Vec<String> {
-    let spec = &one(objects, "Deployment")["spec"]["template"]["spec"];
-    let volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
-    let mut paths = Vec::new();
-    for m in container(objects)["volumeMounts"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        assert_eq!(m["readOnly"], true, "{m}: mounted read-only");
-        let v = volumes
-            .iter()
-            .find(|v| v["name"] == m["name"])
-            .unwrap_or_else(|| panic!("{m}: its volume exists"));
-        let items = v["secret"]["items"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{v}: a Secret with the keys it needs listed"));
-        for item in items {
-            let path = format!(
-                "{}/{}",
-                m["mountPath"].as_str().expect("mountPath"),
-                item["path"].as_str().expect("path")
-            );
-            let content = if path.ends_with(".crt") {
-                some_ca_pem()
-            } else {
-                "not-the-real-password\n".to_string()
-            };
-            pod.file(&path, content.as_bytes());
-            paths.push(path);
-        }
-    }
-    paths
 }
 
 #[test]
@@ -593,5 +422,33 @@ fn the_overlay_docs_operations_md_shows_renders_and_runs() {
     assert_eq!(
         printed(&config, "controller_name"),
         Some("example.com/gateway-controller")
+    );
+}
+
+#[test]
+fn the_image_is_labelled_with_the_binarys_version() {
+    let dockerfile =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Dockerfile"))
+            .expect("Dockerfile");
+    let runtime = &dockerfile[dockerfile.rfind("\nFROM ").expect("a last stage")..];
+    assert!(
+        runtime.contains("org.opencontainers.image.version=\"${VERSION}\""),
+        "the runtime stage labels the image with VERSION: {runtime}"
+    );
+    // The build stage refuses a VERSION that is not what the binary says, in the words it says.
+    let build = &dockerfile[..dockerfile.rfind("\nFROM ").expect("a last stage")];
+    assert!(
+        build.contains("target/release/gateway-leader --version")
+            && build.contains("!= \"gateway-leader ${VERSION}\""),
+        "the build stage compares VERSION with the binary's --version: {build}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway-leader"))
+        .arg("--version")
+        .output()
+        .expect("runs");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("gateway-leader {}", env!("CARGO_PKG_VERSION")),
+        "--version says what the build stage compares with"
     );
 }

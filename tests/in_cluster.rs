@@ -4,7 +4,8 @@
 //! kubeconfig, the Deployment's own command line. Bound to exactly the base's RBAC, two replicas
 //! elect one leader, which writes every status and hands over on SIGTERM; with any one rule of the
 //! Role or the ClusterRole, or any one verb of a rule, removed, something named breaks. The etcd
-//! overlay's RBAC (no Role) is enough for the etcd lock.
+//! overlay's RBAC (no Role) is enough for the etcd lock, and the Helm chart's rendered RBAC alone
+//! is enough for the Kubernetes lock.
 
 mod common;
 
@@ -22,6 +23,23 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
+
+/// Asserts that no replica logged a refusal (`forbidden`) from the apiserver.
+fn nothing_forbidden(replicas: [&mut common::Replica; 2]) {
+    for r in replicas {
+        let denied: Vec<_> = r
+            .lines()
+            .iter()
+            .filter(|l| text(l).contains("forbidden"))
+            .map(|l| l.json.clone())
+            .collect();
+        assert!(
+            denied.is_empty(),
+            "{}: nothing forbidden: {denied:?}",
+            r.name
+        );
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_base_rbac_is_enough_in_cluster() {
@@ -80,19 +98,7 @@ async fn the_base_rbac_is_enough_in_cluster() {
     blocking(|| b.wait_for(message::LEADING, PATIENCE));
     c.route_to_a_missing_service_written_by("gateway-leader-b")
         .await;
-    for r in [&mut a, &mut b] {
-        let denied: Vec<_> = r
-            .lines()
-            .iter()
-            .filter(|l| text(l).contains("forbidden"))
-            .map(|l| l.json.clone())
-            .collect();
-        assert!(
-            denied.is_empty(),
-            "{}: nothing forbidden: {denied:?}",
-            r.name
-        );
-    }
+    nothing_forbidden([&mut a, &mut b]);
 }
 
 /// One rule or verb taken out, and what must break without it.
@@ -462,17 +468,36 @@ async fn the_etcd_overlay_needs_no_role() {
     c.wait_written().await;
     let r = c.routes.get("route").await.expect("route");
     assert!(status_managers(&r).contains(&manager_of("gateway-leader-a")));
-    for r in [&mut a, &mut b] {
-        let denied: Vec<_> = r
-            .lines()
-            .iter()
-            .filter(|l| text(l).contains("forbidden"))
-            .map(|l| l.json.clone())
-            .collect();
-        assert!(
-            denied.is_empty(),
-            "{}: nothing forbidden: {denied:?}",
-            r.name
-        );
-    }
+    nothing_forbidden([&mut a, &mut b]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_rbac_is_enough_in_cluster() {
+    // The chart as `helm install` renders it by default (the Kubernetes lock), its RBAC alone
+    // bound to the pods' service account, and its Deployment's command line: the same rules as
+    // the base's (tests/helm_chart.rs), proven here on their own.
+    let chart = common::helm::template(&serde_json::json!({}));
+    let rbac = rbac_of(&chart, Without::Nothing);
+    let kinds: Vec<&str> = rbac.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert_eq!(
+        kinds.len(),
+        4,
+        "a Role, a ClusterRole and their bindings: {kinds:?}"
+    );
+    let c = InCluster::with_rbac("helm-chart", rbac).await;
+    let args = common::deploy::strings(&common::deploy::container(&chart)["args"]);
+    let mut a = c.start_with("gateway-leader-a", args.clone());
+    blocking(|| a.wait_for(message::LEADING, PATIENCE));
+    let mut b = c.start_with("gateway-leader-b", args);
+    blocking(|| b.wait_for(message::FOLLOWING, PATIENCE));
+    c.wait_written().await;
+    let r = c.routes.get("route").await.expect("route");
+    assert!(status_managers(&r).contains(&manager_of("gateway-leader-a")));
+    a.terminate();
+    blocking(|| a.wait_for(message::RELEASED, PATIENCE));
+    assert_eq!(blocking(|| a.wait_exit(PATIENCE)), Some(0));
+    blocking(|| b.wait_for(message::LEADING, PATIENCE));
+    c.route_to_a_missing_service_written_by("gateway-leader-b")
+        .await;
+    nothing_forbidden([&mut a, &mut b]);
 }

@@ -1,6 +1,7 @@
 //! Where the servers and peers built from their Go modules are: an environment variable names a
 //! binary, else the cache that the build scripts (`scripts/build-kube-apiserver.sh`,
-//! `scripts/build-etcd.sh`, `scripts/gateway-api-crds.sh`, `scripts/build-peers.sh`) fill, asked
+//! `scripts/build-etcd.sh`, `scripts/gateway-api-crds.sh`, `scripts/build-peers.sh`,
+//! `scripts/build-helm.sh`) fill, asked
 //! with `--cached` so that a binary of an older recipe is never used. A missing one is an error
 //! that says how to get it.
 
@@ -20,6 +21,8 @@ pub const ETCD_ENV: &str = "GATEWAY_LEADER_ETCD";
 pub const CRDS_ENV: &str = "GATEWAY_LEADER_GATEWAY_API_CRDS";
 /// Names the folder of the Go peers (`client-go-elector`, `controller-runtime-manager`).
 pub const PEERS_ENV: &str = "GATEWAY_LEADER_PEERS";
+/// Names the helm binary that lints and renders the chart.
+pub const HELM_ENV: &str = "GATEWAY_LEADER_HELM";
 /// The Go peer that runs client-go's `leaderelection` (a file in [`peers`]).
 pub const CLIENT_GO_ELECTOR: &str = "client-go-elector";
 /// The Go peer that runs a controller-runtime Manager with leader election (a file in
@@ -171,4 +174,22 @@ pub fn peers() -> Result<PathBuf> {
         }
     }
     Ok(dir)
+}
+
+/// helm: `GATEWAY_LEADER_HELM`, else the cached build of the pinned v4 release
+/// (`scripts/build-helm.sh`).
+pub fn helm() -> Result<PathBuf> {
+    if let Some(p) = from_env(HELM_ENV)? {
+        return Ok(p);
+    }
+    cached(
+        "build-helm.sh",
+        &[],
+        "helm",
+        &format!(
+            "run scripts/build-helm.sh (it builds helm from its Go module helm.sh/helm/v4, about \
+             2 minutes; scripts/test.sh does it for you) or set {HELM_ENV} to a helm v3.8+ or v4 \
+             binary"
+        ),
+    )
 }

@@ -5,6 +5,7 @@
 
 pub mod deploy;
 pub mod gateway;
+pub mod helm;
 pub mod in_cluster;
 pub mod pod;
 
