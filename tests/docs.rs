@@ -103,3 +103,44 @@ fn relative_links_in_the_docs_resolve() {
     }
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
+
+/// The binary refuses a `GATEWAY_LEADER_*` variable that names no setting, except the few it
+/// knows (`NOT_SETTINGS`). A tool of this repository that reads a new one of its own would have
+/// every test or demo replica it starts refused at startup: this names the variable first.
+#[test]
+fn every_variable_the_tooling_reads_is_a_setting_or_known_not_to_be() {
+    use gateway_leader::config::{env_var, NOT_SETTINGS, SETTINGS};
+    let mut all = Vec::new();
+    for dir in ["scripts", ".ci", "testkit", "bench", "benches", "examples"] {
+        files(&root().join(dir), &[".rs", ".sh", "run"], &mut all);
+    }
+    let known: Vec<String> = SETTINGS
+        .iter()
+        .map(|s| env_var(s.key))
+        .chain(NOT_SETTINGS.iter().map(|s| s.to_string()))
+        .chain([env_var("config")])
+        .collect();
+    let mut unknown = Vec::new();
+    for f in all {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        for (at, _) in text.match_indices("GATEWAY_LEADER_") {
+            let name: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            // A prefix that code completes (`format!("GATEWAY_LEADER_{}")`) is no variable.
+            if name.ends_with('_') || known.contains(&name) {
+                continue;
+            }
+            unknown.push(format!("{}: {name}", f.display()));
+        }
+    }
+    unknown.sort();
+    unknown.dedup();
+    assert!(
+        unknown.is_empty(),
+        "variables the tooling uses that the binary would refuse; add them to NOT_SETTINGS \
+         (src/config/names.rs) or rename them:\n{}",
+        unknown.join("\n")
+    );
+}
