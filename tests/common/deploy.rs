@@ -107,6 +107,29 @@ pub fn render_in(kustomization: &str, ns: &str) -> Vec<Value> {
     render(dir.path())
 }
 
+/// `deploy/components/<component>` alone, rendered as a kustomization that moves it to namespace
+/// `ns` and appends `-<ns>` to every name: its objects for one test's namespace, beside other
+/// tests' copies on a shared apiserver.
+pub fn render_component_in(component: &str, ns: &str) -> Vec<Value> {
+    let target = deploy_dir()
+        .join("components")
+        .join(component)
+        .canonicalize()
+        .expect("the component exists");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let here = dir.path().canonicalize().expect("temp dir path");
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+             namespace: {ns}\nnameSuffix: -{ns}\ncomponents:\n  - {}\n",
+            relative(&here, &target).display()
+        ),
+    )
+    .expect("writing the kustomization");
+    render(dir.path())
+}
+
 /// The path of `to` relative to `from`, both absolute and canonical.
 fn relative(from: &Path, to: &Path) -> PathBuf {
     let a: Vec<Component> = from.components().collect();
