@@ -20,4 +20,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the elector (and, as leader, the status writer) until SIGTERM or Ctrl-C.
     Run(Box<RunArgs>),
+    /// Print the server-side fence (a ValidatingAdmissionPolicy and its binding) for a
+    /// controller's Lease: only the pod that holds it may write the fenced resources.
+    FencingPolicy(crate::fencing::FencingPolicyArgs),
 }

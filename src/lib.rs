@@ -16,6 +16,7 @@ compile_error!(
 pub mod backend;
 pub mod cli;
 pub mod config;
+pub mod fencing;
 pub mod health;
 pub mod metrics;
 pub mod run;
@@ -64,6 +65,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
         }
     };
     match cli.command {
+        Command::FencingPolicy(args) => fencing::main(&args),
         Command::Run(args) => {
             let (layers, settings) = match load_settings(&args, std::env::vars_os()) {
                 Ok(x) => x,
