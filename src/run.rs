@@ -271,6 +271,14 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     lead_tx.send_replace(Some(leadership.clone()));
     let gauges = metrics.follow(&leadership);
     let logger = log_changes(&leadership);
+    if let Some(ns) = &connected.lease_namespace {
+        tokio::spawn(crate::fencing::report(
+            client.clone(),
+            ns.clone(),
+            settings.lock_name.clone(),
+            identity.name().to_string(),
+        ));
+    }
     let events = connected.lease_namespace.map(|ns| {
         let config = LeaderEventsConfig {
             component: PROGRAM.to_string(),
