@@ -30,18 +30,43 @@ const SA: &str = "gateway-leader";
 /// The Lease the binding names: the binary's default lock name.
 const LEASE: &str = gateway_leader::config::DEFAULT_LOCK_NAME;
 
-/// An apiserver of these tests' own, with the Gateway API CRDs.
+/// An apiserver of these tests' own, with the Gateway API CRDs and [`KEEPER`].
 async fn server() -> &'static KubeApiServer {
     static SERVER: OnceCell<KubeApiServer> = OnceCell::const_new();
-    let s = SERVER
-        .get_or_try_init(KubeApiServer::start_local_kept)
+    SERVER
+        .get_or_try_init(|| async {
+            let s = KubeApiServer::start_local_kept().await?;
+            s.install_gateway_api().await?;
+            let keeper: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": {"name": KEEPER},
+                "spec": {
+                    "paramKind": {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease"},
+                    "matchConstraints": {"resourceRules": [{
+                        "apiGroups": ["gateway-leader.test"], "apiVersions": ["*"],
+                        "operations": ["CREATE"], "resources": ["nothing"]}]},
+                    "validations": [{"expression": "true"}],
+                },
+            }))?;
+            Api::<DynamicObject>::all_with(
+                s.admin_client(),
+                &admission("ValidatingAdmissionPolicy", "validatingadmissionpolicies"),
+            )
+            .create(&PostParams::default(), &keeper)
+            .await?;
+            anyhow::Ok(s)
+        })
         .await
-        .expect("a local kube-apiserver (scripts/build-kube-apiserver.sh builds it)");
-    s.install_gateway_api()
-        .await
-        .expect("the Gateway API CRDs are installed");
-    s
+        .expect("a local kube-apiserver (scripts/build-kube-apiserver.sh builds it)")
 }
+
+/// A policy with a Lease parameter that lives as long as the server. kube-apiserver starts its
+/// cache of Leases for the first such policy and cancels it when the last one is deleted
+/// (`policy_source.go`); in a v1.32 run where each test deleted its policy, later policies kept
+/// refusing with "no params found" although their Lease existed (docs/kubernetes.md,
+/// "Server-side fencing"). The tests delete theirs; this one keeps the cache from restarting.
+const KEEPER: &str = "gateway-leader-test-keeps-the-lease-cache";
 
 /// One test at a time: a binding whose Lease a test deletes refuses every test's status writes.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
