@@ -55,17 +55,35 @@ async fn server() -> &'static KubeApiServer {
             )
             .create(&PostParams::default(), &keeper)
             .await?;
+            // Only a bound policy keeps the cache: bound to a Lease that need not exist.
+            let binding: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": {"name": KEEPER},
+                "spec": {"policyName": KEEPER, "validationActions": ["Deny"],
+                         "paramRef": {"name": KEEPER, "namespace": "default",
+                                      "parameterNotFoundAction": "Allow"}},
+            }))?;
+            Api::<DynamicObject>::all_with(
+                s.admin_client(),
+                &admission(
+                    "ValidatingAdmissionPolicyBinding",
+                    "validatingadmissionpolicybindings",
+                ),
+            )
+            .create(&PostParams::default(), &binding)
+            .await?;
             anyhow::Ok(s)
         })
         .await
         .expect("a local kube-apiserver (scripts/build-kube-apiserver.sh builds it)")
 }
 
-/// A policy with a Lease parameter that lives as long as the server. kube-apiserver starts its
-/// cache of Leases for the first such policy and cancels it when the last one is deleted
-/// (`policy_source.go`); in a v1.32 run where each test deleted its policy, later policies kept
-/// refusing with "no params found" although their Lease existed (docs/kubernetes.md,
-/// "Server-side fencing"). The tests delete theirs; this one keeps the cache from restarting.
+/// A bound policy with a Lease parameter that lives as long as the server. kube-apiserver
+/// v1.32 starts its cache of Leases for the first bound policy that takes one and stops it when
+/// none is bound any more, and never starts it again: a binding made after that never sees a
+/// Lease change (docs/kubernetes.md, "Server-side fencing"). The tests delete theirs; this one
+/// keeps the cache running.
 const KEEPER: &str = "gateway-leader-test-keeps-the-lease-cache";
 
 /// One test at a time: a binding whose Lease a test deletes refuses every test's status writes.
@@ -355,8 +373,19 @@ impl Fenced {
 
     /// Expects `client`'s write to be refused, naming `pod`, and the route unchanged.
     async fn refused(&self, client: &Client, pod: &str, holder: &str, tag: &str) -> String {
-        // Until the policy's copy of the Lease has the last change, a write may still pass.
-        self.write_until(client, tag, true).await;
+        // Until the policy's copy of the Lease has the last change, a write may still pass, or
+        // be refused because the copy has no Lease yet ("no params found").
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            match self.write_until(client, tag, true).await {
+                Outcome::Refused(m) if m.contains("server-side fencing") => break,
+                other => assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{tag}: still {other:?} after {PATIENCE:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         let before = self.route_version().await;
         let Outcome::Refused(message) = self.write(client, tag).await else {
             panic!("{tag}: admitted after a refusal")
