@@ -29,6 +29,9 @@ pub enum Command {
     /// it before the lock is released.
     #[command(override_usage = "gateway-leader exec [OPTIONS] -- <COMMAND>...")]
     Exec(Box<ExecArgs>),
+    /// Print the server-side fence (a ValidatingAdmissionPolicy and its binding) for a
+    /// controller's Lease: only the pod that holds it may write the fenced resources.
+    FencingPolicy(crate::fencing::FencingPolicyArgs),
 }
 
 /// The arguments of `gateway-leader exec`: `run`'s settings, then the command after `--`.

@@ -17,6 +17,7 @@ pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod exec;
+pub mod fencing;
 pub mod health;
 pub mod metrics;
 pub mod replica;
@@ -102,6 +103,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
         }
     };
     match cli.command {
+        Command::FencingPolicy(args) => fencing::main(&args),
         Command::Run(args) => match prepare(&args) {
             Ok((settings, rt)) => outcome(rt.block_on(run::run(settings))),
             Err(code) => code,

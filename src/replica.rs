@@ -239,6 +239,16 @@ impl Replica {
         lead_tx.send_replace(Some(leadership.clone()));
         let gauges = metrics.follow(&leadership);
         let logger = log_changes(&leadership);
+        if let Some(ns) = &connected.lease_namespace {
+            // Whether the apiserver fences this Lease's holder (deploy/components/server-fencing),
+            // said once; it never holds up the start.
+            tokio::spawn(crate::fencing::report(
+                client.clone(),
+                ns.clone(),
+                settings.lock_name.clone(),
+                identity.name().to_string(),
+            ));
+        }
         let events = connected.lease_namespace.map(|ns| {
             let config = LeaderEventsConfig {
                 component: PROGRAM.to_string(),

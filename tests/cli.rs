@@ -627,3 +627,51 @@ fn names_are_plain_ascii_and_bounded_in_bytes() {
     );
     assert_usage_error(&o, &["redis-key-prefix", "128 bytes"]);
 }
+
+#[test]
+fn fencing_policy_input_is_checked_by_flag() {
+    let base = [
+        "fencing-policy",
+        "--lock-name",
+        "nginx-gateway-leader-election-lock",
+        "--namespace",
+        "nginx-gateway",
+        "--service-account",
+        "nginx-gateway",
+    ];
+    let ok = run(&base, &[]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert!(stdout(&ok).contains("kind: ValidatingAdmissionPolicyBinding"));
+    for (flag, bad, needle) in [
+        ("--lock-name", "Lock", "DNS-1123 subdomain"),
+        ("--namespace", "a.b", "DNS-1123 label"),
+        ("--service-account", "sa'", "DNS-1123 subdomain"),
+        ("--service-account-namespace", "", "DNS-1123 label"),
+        (
+            "--resource",
+            "HTTPRoutes/status",
+            "PLURAL[.GROUP][/SUBRESOURCE]",
+        ),
+    ] {
+        let mut args = base.to_vec();
+        match args.iter().position(|a| *a == flag) {
+            Some(i) => args[i + 1] = bad,
+            None => args.extend([flag, bad]),
+        }
+        assert_usage_error(&run(&args, &[]), &[flag, needle]);
+    }
+    let mut args = base.to_vec();
+    let many = vec!["services"; 65];
+    for r in &many {
+        args.extend(["--resource", r]);
+    }
+    assert_usage_error(&run(&args, &[]), &["--resource", "at most 64"]);
+    // A required flag missing is clap's usage error (with its hint to --help).
+    let missing = run(&base[..5], &[]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        stderr(&missing).contains("--service-account"),
+        "{}",
+        stderr(&missing)
+    );
+}

@@ -46,11 +46,20 @@ async fn the_base_is_created_for_real_with_rbac_on() {
         "Deployment",
         "PodDisruptionBudget",
         "Service",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ] {
         assert!(kinds.contains(&kind), "the base has a {kind}: {kinds:?}");
     }
     assert_eq!(kinds[0], "Namespace", "kustomize puts the Namespace first");
+    // The binding only as a dry run: its Lease does not exist here, and a binding whose Lease is
+    // missing refuses every Gateway API status write on the server, whoever sends it
+    // (tests/server_fencing.rs binds it for real, on a server of its own).
+    let (binding, objects): (Vec<Value>, Vec<Value>) = objects
+        .into_iter()
+        .partition(|o| o["kind"] == "ValidatingAdmissionPolicyBinding");
     create_all(&server.admin_client(), &objects, false).await;
+    create_all(&server.admin_client(), &binding, true).await;
     if server.is_external() {
         // Nothing of this copy may stay on someone's cluster.
         let client = server.admin_client();
@@ -268,6 +277,111 @@ fn every_binding_names_the_rendered_service_account() {
             usize::from(backend == "kubernetes"),
             "{k}: a Role only for the Kubernetes lock"
         );
+    }
+}
+
+#[test]
+fn the_fence_is_bound_to_the_lease_the_pods_hold_and_fences_what_they_write() {
+    let plain = render(&deploy_dir().join("base"));
+    let moved = render_in("base", "elsewhere");
+    for (k, objects) in [("base", &plain), ("base moved", &moved)] {
+        let sa = one(objects, "ServiceAccount");
+        let policy = one(objects, "ValidatingAdmissionPolicy");
+        let binding = one(objects, "ValidatingAdmissionPolicyBinding");
+        let spec = &binding["spec"];
+        assert_eq!(spec["policyName"], policy["metadata"]["name"], "{k}");
+        assert_eq!(spec["validationActions"], json!(["Deny"]), "{k}");
+        // The Lease the pods hold: the default lock name (the Deployment sets none) in the
+        // pods' namespace, the ServiceAccount's.
+        let args = strings(&container(objects)["args"]);
+        assert!(
+            !args.iter().any(|a| a.contains("lock-name")),
+            "{k}: the Deployment keeps the default lock name: {args:?}"
+        );
+        assert_eq!(
+            spec["paramRef"],
+            json!({"name": gateway_leader::config::DEFAULT_LOCK_NAME,
+                   "namespace": sa["metadata"]["namespace"],
+                   "parameterNotFoundAction": "Deny"}),
+            "{k}"
+        );
+        let p = &policy["spec"];
+        assert_eq!(
+            p["paramKind"],
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease"}),
+            "{k}"
+        );
+        assert_eq!(p["failurePolicy"], "Fail", "{k}");
+        // Exactly the status subresources the status writer may write.
+        let writer = of_kind(objects, "ClusterRole")
+            .into_iter()
+            .find(|r| {
+                r["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("status-writer"))
+            })
+            .expect("the status writer's ClusterRole");
+        let mut writes: Vec<Value> = writer["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter(|r| {
+                r["verbs"]
+                    .as_array()
+                    .expect("verbs")
+                    .contains(&json!("update"))
+            })
+            .flat_map(|r| r["resources"].as_array().expect("resources").clone())
+            .collect();
+        let rules = p["matchConstraints"]["resourceRules"]
+            .as_array()
+            .expect("rules");
+        assert_eq!(rules.len(), 1, "{k}");
+        assert_eq!(
+            rules[0]["apiGroups"],
+            json!(["gateway.networking.k8s.io"]),
+            "{k}"
+        );
+        assert_eq!(rules[0]["operations"], json!(["CREATE", "UPDATE"]), "{k}");
+        let mut fenced = rules[0]["resources"].as_array().expect("resources").clone();
+        let by_name = |a: &Value, b: &Value| a.as_str().cmp(&b.as_str());
+        writes.sort_by(by_name);
+        fenced.sort_by(by_name);
+        assert_eq!(
+            fenced, writes,
+            "{k}: the policy fences what the writer writes"
+        );
+    }
+    // The match condition names the base's ServiceAccount (a renamed one needs the condition
+    // patched: docs/kubernetes.md).
+    let condition = one(&plain, "ValidatingAdmissionPolicy")["spec"]["matchConditions"][0]
+        ["expression"]
+        .as_str()
+        .expect("an expression")
+        .to_string();
+    let sa = one(&plain, "ServiceAccount")["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_string();
+    assert!(
+        condition.ends_with(&format!("+ ':{sa}'")),
+        "the condition names {sa}: {condition}"
+    );
+    // With etcd or Redis the lock is not a Lease: no fence, and no right to look for one.
+    for k in ["overlays/etcd", "overlays/redis", "overlays/redis-sentinel"] {
+        let objects = render(&deploy_dir().join(k));
+        for obj in &objects {
+            let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+            assert!(
+                !obj["kind"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("AdmissionPolicy")
+                    && !name.contains("fencing"),
+                "{k}: {} {name} is the Lease's",
+                obj["kind"]
+            );
+        }
     }
 }
 

@@ -269,6 +269,13 @@ impl KubeApiServer {
         Self::start_inner(false, false, Options::default()).await
     }
 
+    /// Always starts a local kube-apiserver, for a test binary to keep in a `static` (which is
+    /// never dropped): its temporary dirs are removed once the test binary has exited, as a
+    /// [`shared`](Self::shared) server's are.
+    pub async fn start_local_kept() -> Result<KubeApiServer> {
+        Self::start_inner(true, false, Options::default()).await
+    }
+
     /// Always starts a local kube-apiserver, with `options`.
     pub async fn start_local_with(options: Options) -> Result<KubeApiServer> {
         Self::start_inner(false, false, options).await
