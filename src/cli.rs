@@ -1,4 +1,4 @@
-//! The command line: `gateway-leader run` and its flags.
+//! The command line: `gateway-leader run`, `proxy` and their flags.
 
 use clap::{Parser, Subcommand};
 
@@ -20,4 +20,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the elector (and, as leader, the status writer) until SIGTERM or Ctrl-C.
     Run(Box<RunArgs>),
+    /// Elect as `run` does and serve a Kubernetes API proxy (`--proxy-listen`) that forwards
+    /// reads on every replica and writes only while this replica validly leads.
+    Proxy(Box<RunArgs>),
 }

@@ -18,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod health;
 pub mod metrics;
+pub mod proxy;
 pub mod replica;
 pub mod run;
 pub mod telemetry;
@@ -103,6 +104,10 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
     match cli.command {
         Command::Run(args) => match prepare(&args) {
             Ok((settings, rt)) => outcome(rt.block_on(run::run(settings))),
+            Err(code) => code,
+        },
+        Command::Proxy(args) => match prepare(&args) {
+            Ok((settings, rt)) => outcome(rt.block_on(proxy::run(settings))),
             Err(code) => code,
         },
     }
