@@ -17,11 +17,12 @@ use kube::discovery::{pinned_kind, ApiCapabilities, ApiResource, Scope};
 use kube::Client;
 use serde_json::{json, Value};
 
-const KUSTOMIZATIONS: [&str; 4] = [
+const KUSTOMIZATIONS: [&str; 5] = [
     "base",
     "overlays/etcd",
     "overlays/redis",
     "overlays/redis-sentinel",
+    "overlays/sidecar",
 ];
 
 /// A name no earlier run on the same cluster used (an existing cluster keeps what tests made).
@@ -149,7 +150,12 @@ async fn the_overlays_pass_the_apiservers_validation() {
         .await
         .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
     let client = server.admin_client();
-    for overlay in ["overlays/etcd", "overlays/redis", "overlays/redis-sentinel"] {
+    for overlay in [
+        "overlays/etcd",
+        "overlays/redis",
+        "overlays/redis-sentinel",
+        "overlays/sidecar",
+    ] {
         let ns = fresh(&format!(
             "deploy-{}",
             overlay.trim_start_matches("overlays/")
@@ -594,4 +600,43 @@ fn the_overlay_docs_operations_md_shows_renders_and_runs() {
         printed(&config, "controller_name"),
         Some("example.com/gateway-controller")
     );
+}
+
+#[test]
+fn the_sidecar_s_controller_talks_to_the_proxy_it_runs_beside() {
+    let objects = render(&deploy_dir().join("overlays/sidecar"));
+    let args = strings(&container(&objects)["args"]);
+    assert_eq!(args.first().map(String::as_str), Some("proxy"));
+    let listen = args
+        .iter()
+        .skip_while(|a| *a != "--proxy-listen")
+        .nth(1)
+        .expect("--proxy-listen");
+    let addr: std::net::SocketAddr = listen.parse().expect("an IP:PORT");
+    // The kubeconfig the controller mounts is the one the proxy would write for itself.
+    let cm = one(&objects, "ConfigMap");
+    let mounted: Value =
+        serde_yaml::from_str(cm["data"]["kubeconfig"].as_str().expect("a kubeconfig"))
+            .expect("YAML");
+    let written: Value = serde_yaml::from_str(&gateway_leader::proxy::kubeconfig(addr))
+        .expect("the proxy's kubeconfig is YAML");
+    assert_eq!(mounted, written);
+    let pod = &one(&objects, "Deployment")["spec"]["template"]["spec"];
+    let controller = pod["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .find(|c| c["name"] == "controller")
+        .expect("the sample controller");
+    let kubeconfig = controller["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "KUBECONFIG")
+        .and_then(|e| e["value"].as_str())
+        .expect("KUBECONFIG");
+    let mount = controller["volumeMounts"][0]["mountPath"]
+        .as_str()
+        .expect("a mount");
+    assert_eq!(kubeconfig, format!("{mount}/kubeconfig"));
 }
