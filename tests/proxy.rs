@@ -549,3 +549,55 @@ async fn with_leader_election_disabled_the_proxy_passes_writes() {
     p.replica.terminate();
     assert_eq!(blocking(|| p.replica.wait_exit(PATIENCE)), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_in_flight_at_sigterm_lands_before_the_lock_is_released() {
+    let server = KubeApiServer::shared()
+        .await
+        .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
+    let ns = "proxy-sigterm";
+    server.create_namespace(ns).await.expect("namespace");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut a = blocking(|| Proxy::start(server, "sigterm-a", ns, dir.path(), &[]));
+    blocking(|| a.replica.wait_for(message::LEADING, PATIENCE));
+    // A write whose body is half sent when SIGTERM arrives.
+    let body = config_map_json(ns, "in-flight", 64 * 1024);
+    let mut s = connect(a.addr);
+    write!(
+        s,
+        "POST /api/v1/namespaces/{ns}/configmaps HTTP/1.1\r\nHost: x\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .expect("head");
+    let (first, rest) = body.split_at(body.len() / 2);
+    s.write_all(first).expect("the first half");
+    // A request the proxy has answered on the same kind of connection: the write above has
+    // its head read and its permit by now.
+    still_serves(a.addr);
+    a.replica.terminate();
+    blocking(|| a.replica.wait_for(message::PROXY_CLOSED, PATIENCE));
+    // Draining: no new connections, and the lock is still held for the write in flight.
+    assert!(
+        TcpStream::connect(a.addr).is_err() || {
+            let mut probe = connect(a.addr);
+            let _ = probe.write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n");
+            status_code(&mut probe).is_none()
+        },
+        "a draining proxy took a new connection"
+    );
+    assert!(
+        !a.replica
+            .lines()
+            .iter()
+            .any(|l| l.message().contains(message::RELEASED)),
+        "released while a write was in flight"
+    );
+    s.write_all(rest).expect("the rest");
+    assert_eq!(status_code(&mut s), Some(201), "the write in flight");
+    assert!(server_config_map(server, ns, "in-flight").await.is_some());
+    blocking(|| {
+        a.replica.wait_for(message::RELEASED, PATIENCE);
+        assert_eq!(a.replica.wait_exit(PATIENCE), Some(0));
+    });
+}

@@ -184,6 +184,8 @@ async fn accept_loop(
             drop(slot);
         });
     }
+    drop(listener);
+    info!("{}", message::PROXY_CLOSED);
 }
 
 async fn serve_connection<I>(
