@@ -75,6 +75,9 @@ pub(super) struct Shared {
     pub metrics: Arc<Metrics>,
     /// One token per gated exchange in flight: the drain waits for them.
     pub gated: TaskTracker,
+    /// The latest deadline of a permit a gated exchange took: none runs past it, so the drain
+    /// waits no longer (a client that stops reading a write's answer holds its token).
+    pub latest_deadline: Mutex<Option<Instant>>,
     pub refusals: RefusalLog,
 }
 
@@ -159,6 +162,15 @@ async fn gated(
         }
     };
     let token = shared.gated.token();
+    {
+        let mut latest = shared
+            .latest_deadline
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if latest.is_none_or(|t| t < permit.valid_until) {
+            *latest = Some(permit.valid_until);
+        }
+    }
     if req.headers().contains_key(header::UPGRADE) {
         shared.metrics.proxy_request(verb, ProxyOutcome::Rejected);
         return status(

@@ -61,7 +61,8 @@ pub struct Proxy {
     closing: CancellationToken,
     accept: JoinHandle<()>,
     connections: TaskTracker,
-    gated: TaskTracker,
+    /// The gated exchanges in flight, and the deadline they end by.
+    gated: Arc<forward::Shared>,
 }
 
 // === impl Proxy ===
@@ -89,12 +90,13 @@ impl Proxy {
             identity: identity.to_string(),
             metrics,
             gated: TaskTracker::new(),
+            latest_deadline: Default::default(),
             refusals: Default::default(),
         });
         let draining = CancellationToken::new();
         let closing = CancellationToken::new();
         let connections = TaskTracker::new();
-        let gated = shared.gated.clone();
+        let gated = shared.clone();
         let accept = tokio::spawn(accept_loop(
             listener,
             shared,
@@ -118,16 +120,32 @@ impl Proxy {
         &self.bound
     }
 
-    /// Stops accepting and waits for the gated exchanges in flight, each bounded by its
-    /// permit's deadline. Reads keep streaming until [`stop`](Self::stop). Run it as the drain
-    /// of [`Replica::release`].
+    /// Stops accepting and waits for the gated exchanges in flight, no longer than the latest
+    /// deadline of their permits (past it, none may go on). Reads keep streaming until
+    /// [`stop`](Self::stop). Run it as the drain of [`Replica::release`].
     ///
     /// # Cancel safety
     /// Cancel safe: it only waits.
     pub async fn drain(&self) {
         self.draining.cancel();
-        self.gated.close();
-        self.gated.wait().await;
+        self.gated.gated.close();
+        loop {
+            let latest = *self
+                .gated
+                .latest_deadline
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            // A permit taken while this waited may end later: look again after each wait.
+            let Some(until) = latest.filter(|t| *t > tokio::time::Instant::now()) else {
+                return;
+            };
+            if tokio::time::timeout_at(until, self.gated.gated.wait())
+                .await
+                .is_ok()
+            {
+                return;
+            }
+        }
     }
 
     /// Closes every connection and removes the socket file.
