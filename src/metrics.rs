@@ -286,6 +286,26 @@ mod tests {
             .contains("leader_election_master_status{name=\"my-lock\"} 0"));
     }
 
+    #[test]
+    fn proxy_requests_are_counted_by_verb_and_outcome_and_the_added_time_observed() {
+        use crate::proxy::classify::Verb;
+        let m = Metrics::new("x");
+        m.proxy_request(Verb::Create, ProxyOutcome::Refused);
+        m.proxy_request(Verb::Create, ProxyOutcome::Refused);
+        m.proxy_request(Verb::Watch, ProxyOutcome::Forwarded);
+        m.proxy_request(Verb::Patch, ProxyOutcome::Cut);
+        m.proxy_added(Duration::from_micros(150));
+        let text = m.encode();
+        for line in [
+            "gateway_leader_proxy_requests_total{verb=\"create\",outcome=\"refused\"} 2",
+            "gateway_leader_proxy_requests_total{verb=\"watch\",outcome=\"forwarded\"} 1",
+            "gateway_leader_proxy_requests_total{verb=\"patch\",outcome=\"cut\"} 1",
+            "gateway_leader_proxy_added_seconds_count 1",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+    }
+
     #[tokio::test]
     async fn lock_requests_are_timed_and_reachability_follows_the_answers() {
         let m = Metrics::new("x");

@@ -199,6 +199,17 @@ async fn writes_go_only_through_the_leader_s_proxy_and_move_with_the_leadership(
             }
         })
     });
+    // Counted as refused, by verb, on the follower's /metrics.
+    let health = blocking(|| b.replica.health_addr(PATIENCE));
+    let metrics = blocking(|| http_get(health, "/metrics"));
+    for verb in ["create", "patch", "delete"] {
+        assert!(
+            metrics.contains(&format!(
+                "gateway_leader_proxy_requests_total{{verb=\"{verb}\",outcome=\"refused\"}}"
+            )),
+            "{verb} refusals are not counted: {metrics}"
+        );
+    }
     // Judged from the server: nothing of them is there.
     assert!(server_config_map(server, ns, "refused").await.is_none());
     let after = server_config_map(server, ns, "kept")
@@ -280,6 +291,15 @@ fn status_code(s: &mut TcpStream) -> Option<u16> {
     }
     let text = String::from_utf8_lossy(&buf);
     text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+}
+
+/// The body of `GET path` from `addr` (HTTP/1.0: the server closes when done).
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = connect(addr);
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").expect("request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("response");
+    out
 }
 
 /// A raw connection to `addr` with generous timeouts.
