@@ -621,3 +621,41 @@ async fn a_write_in_flight_at_sigterm_lands_before_the_lock_is_released() {
         assert_eq!(a.replica.wait_exit(PATIENCE), Some(0));
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unix_socket_proxy_is_private_serves_and_is_removed_on_exit() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    use std::os::unix::net::UnixStream;
+    let server = KubeApiServer::shared()
+        .await
+        .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let socket = dir.path().join("proxy.sock");
+    let exe = Path::new(env!("CARGO_BIN_EXE_gateway-leader"));
+    let mut cmd = Command::new(exe);
+    cmd.arg("proxy")
+        .arg("--kubeconfig")
+        .arg(server.kubeconfig_path())
+        .arg("--proxy-listen")
+        .arg(format!("unix:{}", socket.display()))
+        .args(["--leader-election-disable", "--health-addr", "127.0.0.1:0"])
+        .args(["--log-format", "json", "--leader-election-identity", "unix"])
+        .env("RUST_LOG", "info");
+    testkit::replica::clear_settings(&mut cmd);
+    let mut p = Replica::spawn("unix", cmd);
+    blocking(|| p.wait_for(message::PROXY_SERVING, PATIENCE));
+    let meta = std::fs::symlink_metadata(&socket).expect("the socket");
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.mode() & 0o777, 0o600, "only its owner may connect");
+    let mut s = UnixStream::connect(&socket).expect("connects");
+    s.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    s.write_all(b"GET /version HTTP/1.0\r\nHost: x\r\n\r\n")
+        .expect("request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("response");
+    assert!(out.starts_with("HTTP/1.0 200"), "{out}");
+    assert!(out.contains("gitVersion"), "{out}");
+    p.terminate();
+    assert_eq!(blocking(|| p.wait_exit(PATIENCE)), Some(0));
+    assert!(!socket.exists(), "the socket is removed on exit");
+}
