@@ -1,4 +1,4 @@
-//! The command line: `gateway-leader run`, `gateway-leader exec` and their flags.
+//! The command line: `gateway-leader run`, `proxy`, `exec`, `fencing-policy` and their flags.
 
 use std::ffi::OsString;
 
@@ -32,6 +32,9 @@ pub enum Command {
     /// Print the server-side fence (a ValidatingAdmissionPolicy and its binding) for a
     /// controller's Lease: only the pod that holds it may write the fenced resources.
     FencingPolicy(crate::fencing::FencingPolicyArgs),
+    /// Elect as `run` does and serve a Kubernetes API proxy (`--proxy-listen`) that forwards
+    /// reads on every replica and writes only while this replica validly leads.
+    Proxy(Box<RunArgs>),
 }
 
 /// The arguments of `gateway-leader exec`: `run`'s settings, then the command after `--`.

@@ -20,6 +20,7 @@ pub mod exec;
 pub mod fencing;
 pub mod health;
 pub mod metrics;
+pub mod proxy;
 pub mod replica;
 pub mod run;
 pub mod telemetry;
@@ -120,6 +121,10 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
                     ExitCode::from(EXIT_USAGE)
                 }
             },
+            Err(code) => code,
+        },
+        Command::Proxy(args) => match prepare(&args) {
+            Ok((settings, rt)) => outcome(rt.block_on(proxy::run(settings))),
             Err(code) => code,
         },
     }

@@ -18,11 +18,12 @@ use kube::api::{Api, DynamicObject};
 use kube::discovery::Scope;
 use serde_json::{json, Value};
 
-const KUSTOMIZATIONS: [&str; 4] = [
+const KUSTOMIZATIONS: [&str; 5] = [
     "base",
     "overlays/etcd",
     "overlays/redis",
     "overlays/redis-sentinel",
+    "overlays/sidecar",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,7 +81,12 @@ async fn the_overlays_pass_the_apiservers_validation() {
         .await
         .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
     let client = server.admin_client();
-    for overlay in ["overlays/etcd", "overlays/redis", "overlays/redis-sentinel"] {
+    for overlay in [
+        "overlays/etcd",
+        "overlays/redis",
+        "overlays/redis-sentinel",
+        "overlays/sidecar",
+    ] {
         let ns = fresh(&format!(
             "deploy-{}",
             overlay.trim_start_matches("overlays/")
@@ -565,4 +571,43 @@ fn the_image_is_labelled_with_the_binarys_version() {
         format!("gateway-leader {}", env!("CARGO_PKG_VERSION")),
         "--version says what the build stage compares with"
     );
+}
+
+#[test]
+fn the_sidecar_s_controller_talks_to_the_proxy_it_runs_beside() {
+    let objects = render(&deploy_dir().join("overlays/sidecar"));
+    let args = strings(&container(&objects)["args"]);
+    assert_eq!(args.first().map(String::as_str), Some("proxy"));
+    let listen = args
+        .iter()
+        .skip_while(|a| *a != "--proxy-listen")
+        .nth(1)
+        .expect("--proxy-listen");
+    let addr: std::net::SocketAddr = listen.parse().expect("an IP:PORT");
+    // The kubeconfig the controller mounts is the one the proxy would write for itself.
+    let cm = one(&objects, "ConfigMap");
+    let mounted: Value =
+        serde_yaml::from_str(cm["data"]["kubeconfig"].as_str().expect("a kubeconfig"))
+            .expect("YAML");
+    let written: Value = serde_yaml::from_str(&gateway_leader::proxy::kubeconfig(addr))
+        .expect("the proxy's kubeconfig is YAML");
+    assert_eq!(mounted, written);
+    let pod = &one(&objects, "Deployment")["spec"]["template"]["spec"];
+    let controller = pod["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .find(|c| c["name"] == "controller")
+        .expect("the sample controller");
+    let kubeconfig = controller["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "KUBECONFIG")
+        .and_then(|e| e["value"].as_str())
+        .expect("KUBECONFIG");
+    let mount = controller["volumeMounts"][0]["mountPath"]
+        .as_str()
+        .expect("a mount");
+    assert_eq!(kubeconfig, format!("{mount}/kubeconfig"));
 }

@@ -57,3 +57,11 @@ pub const ENDPOINT: &str = "using etcd endpoint";
 /// The health and metrics server is up (the binary; info): [`ADDR`](crate::field::ADDR), the
 /// address it bound (`--health-addr` may ask for port 0).
 pub const SERVING: &str = "serving /healthz, /readyz and /metrics";
+
+/// The Kubernetes API proxy listens (the binary's `proxy` and `exec`; info):
+/// [`ADDR`](crate::field::ADDR), the address it bound (`127.0.0.1:PORT` or `unix:PATH`).
+pub const PROXY_SERVING: &str = "serving the Kubernetes API proxy";
+
+/// The proxy stopped accepting connections at the start of a graceful stop; the requests in
+/// flight go on (the binary's `proxy` and `exec`; info).
+pub const PROXY_CLOSED: &str = "the Kubernetes API proxy accepts no more connections";

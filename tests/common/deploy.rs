@@ -163,13 +163,18 @@ pub fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
     all[0]
 }
 
-/// The Deployment's one container.
+/// The Deployment's gateway-leader container.
 pub fn container(objects: &[Value]) -> &Value {
     let containers = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
         .as_array()
         .expect("containers");
-    assert_eq!(containers.len(), 1, "one container");
-    &containers[0]
+    // The sidecar overlay puts a controller beside it; every other pod has ours alone.
+    let ours: Vec<&Value> = containers
+        .iter()
+        .filter(|c| c["name"] == "gateway-leader")
+        .collect();
+    assert_eq!(ours.len(), 1, "one gateway-leader container");
+    ours[0]
 }
 
 /// A list of strings at `v` (a container's `command` or `args`).
