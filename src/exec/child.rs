@@ -33,7 +33,7 @@ pub struct Spec {
     pub program: OsString,
     /// Its arguments.
     pub args: Vec<OsString>,
-    /// Variables added to the inherited environment (the proxy's `KUBECONFIG`, once wired).
+    /// Variables added to the inherited environment (the proxy's `KUBECONFIG`, with a proxy).
     pub env: Vec<(OsString, OsString)>,
 }
 

@@ -22,7 +22,8 @@ use gateway_leader_status::Readiness;
 use tokio::sync::watch;
 use tracing::{error, info};
 
-use crate::config::{ExecRestart, Settings};
+use crate::config::{ExecRestart, ProxyListen, Settings};
+use crate::proxy::{self, Proxy};
 use crate::replica::{Replica, Started};
 use child::{exit_code, Spec, Stopped};
 use supervise::{supervise, Outcome};
@@ -36,15 +37,12 @@ const EXIT_NOT_FOUND: u8 = 127;
 /// and no setting asks for what this build of `exec` cannot do. `Err` is the message of a
 /// usage error.
 pub fn check(settings: &Settings, command: &[OsString]) -> Result<Spec, String> {
-    // HOOK(proxy): `gateway-leader proxy`'s server is not in this build yet. Once it is, `exec`
-    // serves it on `settings.proxy_listen` beside the command (started in `exec` after
-    // `Replica::start`, on the replica's client and leadership) and adds a KUBECONFIG pointing
-    // at it to `Spec::env`; until then the setting is refused here rather than silently
-    // ignored, since the command's writes would go unfenced.
-    if let Some(listen) = &settings.proxy_listen {
+    // The command's kubeconfig points at the proxy, and client-go dials only TCP.
+    if let Some(listen @ ProxyListen::Unix(_)) = &settings.proxy_listen {
         return Err(format!(
-            "invalid --proxy-listen (GATEWAY_LEADER_PROXY_LISTEN): {listen}: this build of \
-             `gateway-leader exec` cannot run the write-gating proxy yet; leave the setting out"
+            "invalid --proxy-listen (GATEWAY_LEADER_PROXY_LISTEN): {listen}: exec hands its \
+             command a kubeconfig pointing at the proxy, and Kubernetes clients dial only TCP; \
+             accepted here: a loopback IP:PORT such as 127.0.0.1:8001"
         ));
     }
     let Some((program, args)) = command.split_first() else {
@@ -109,6 +107,20 @@ pub async fn exec(settings: Settings, spec: Spec) -> anyhow::Result<u8> {
     };
     let identity = replica.identity.to_string();
     let leadership = replica.leadership.clone();
+    // With --proxy-listen the command's Kubernetes writes go through the write gate too: it gets
+    // a KUBECONFIG pointing at the proxy, kept in a directory only this user can read.
+    let mut spec = spec;
+    let served = match &settings.proxy_listen {
+        Some(listen) => match serve_proxy(listen, &replica, &mut spec).await {
+            Ok(served) => Some(served),
+            Err(e) => {
+                let deadline = replica.release(async {}).await;
+                replica.finish(deadline).await;
+                return Err(e);
+            }
+        },
+        None => None,
+    };
     let outcome = supervise(
         &spec,
         &identity,
@@ -117,8 +129,16 @@ pub async fn exec(settings: Settings, spec: Spec) -> anyhow::Result<u8> {
         replica.signals.recv(),
     )
     .await;
-    // No command runs any more: only now may the lock go.
-    let deadline = replica.release(async {}).await;
+    // No command runs any more: only now may the lock go, once the proxy's writes in flight
+    // have finished.
+    let deadline = match &served {
+        Some((proxy, _)) => replica.release(proxy.drain()).await,
+        None => replica.release(async {}).await,
+    };
+    if let Some((proxy, dir)) = served {
+        proxy.stop().await;
+        drop(dir);
+    }
     replica.finish(deadline).await;
     let code = match outcome {
         Ok(Outcome::Signal(stopped)) => match (settings.exec.restart, stopped) {
@@ -137,6 +157,32 @@ pub async fn exec(settings: Settings, spec: Spec) -> anyhow::Result<u8> {
         }
     };
     Ok(code)
+}
+
+/// Serves the write-gating proxy on `listen` and points the command's `KUBECONFIG` at it.
+/// Returns the proxy and the directory that holds the kubeconfig (removed when dropped).
+async fn serve_proxy(
+    listen: &ProxyListen,
+    replica: &Replica,
+    spec: &mut Spec,
+) -> anyhow::Result<(Proxy, tempfile::TempDir)> {
+    use anyhow::Context;
+    let proxy = Proxy::serve(
+        listen,
+        replica.client.clone(),
+        replica.leadership.clone(),
+        &replica.identity,
+        replica.metrics.clone(),
+    )
+    .await?;
+    let dir = tempfile::Builder::new()
+        .prefix("gateway-leader-exec-")
+        .tempdir()
+        .context("a directory for the command's kubeconfig")?;
+    let path = dir.path().join("kubeconfig");
+    proxy::write_kubeconfig(proxy.bound(), &path)?;
+    spec.env.push(("KUBECONFIG".into(), path.into_os_string()));
+    Ok((proxy, dir))
 }
 
 /// The exit code for a command's end.
