@@ -278,8 +278,69 @@ fn exec_without_a_command_or_with_one_that_cannot_run_exits_2() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--exec-grace") && err.contains("15s"), "{err}");
-    let o = exec(&["--proxy-listen", "127.0.0.1:8001", "--", "sh"]);
+    // The command's kubeconfig must point at the proxy, and Kubernetes clients dial only TCP.
+    let o = exec(&["--proxy-listen", "unix:/tmp/gl.sock", "--", "sh"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("--proxy-listen"), "{err}");
+    assert!(
+        err.contains("--proxy-listen") && err.contains("TCP"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_proxy_the_commands_kubernetes_writes_go_through_it() {
+    let kube = common::gateway::kubeconfig_args().await;
+    let kube: Vec<&str> = kube.iter().map(String::as_str).collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seen = dir.path().join("kubeconfig-path");
+    let name = format!("exec-proxy-{}", std::process::id());
+    // The command creates a ConfigMap with the KUBECONFIG it was given, and notes where it was.
+    let script = format!(
+        r#"echo "$KUBECONFIG" > "{seen}" &&
+           grep -q "server: http://127.0.0.1:" "$KUBECONFIG" &&
+           "{kubectl}" --kubeconfig "$KUBECONFIG" create configmap {name} -n default"#,
+        seen = seen.display(),
+        kubectl = common::deploy::kubectl().display(),
+    );
+    let args = [
+        &kube[..],
+        &[
+            "--leader-election-disable",
+            "--health-addr",
+            "127.0.0.1:0",
+            "--proxy-listen",
+            "127.0.0.1:0",
+            "--exec-restart",
+            "never",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    ]
+    .concat();
+    let o = tokio::task::block_in_place(|| exec(&args));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // On the server, written by kubectl through the proxy.
+    let server = Command::new(common::deploy::kubectl())
+        .args(&kube[..])
+        .args(["get", "configmap", &name, "-n", "default", "-o", "name"])
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        server.status.success(),
+        "the ConfigMap is on the server: {}",
+        String::from_utf8_lossy(&server.stderr)
+    );
+    let given = std::fs::read_to_string(&seen).expect("the command noted its KUBECONFIG");
+    assert!(
+        !Path::new(given.trim()).exists(),
+        "the kubeconfig is removed on exit: {given}"
+    );
 }
