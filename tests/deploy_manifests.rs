@@ -584,6 +584,16 @@ fn the_sidecar_s_controller_talks_to_the_proxy_it_runs_beside() {
         .nth(1)
         .expect("--proxy-listen");
     let addr: std::net::SocketAddr = listen.parse().expect("an IP:PORT");
+    // The fence is bound to the Lease this overlay's proxies elect on: bound to any other, the
+    // apiserver would refuse every fenced write (its Lease never exists).
+    let lock = args
+        .iter()
+        .skip_while(|a| *a != "--leader-election-lock-name")
+        .nth(1)
+        .expect("--leader-election-lock-name");
+    let binding = one(&objects, "ValidatingAdmissionPolicyBinding");
+    assert_eq!(binding["spec"]["paramRef"]["name"].as_str(), Some(lock.as_str()));
+    assert_eq!(binding["spec"]["paramRef"]["parameterNotFoundAction"], "Deny");
     // The kubeconfig the controller mounts is the one the proxy would write for itself.
     let cm = one(&objects, "ConfigMap");
     let mounted: Value =
