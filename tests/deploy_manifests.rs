@@ -592,8 +592,14 @@ fn the_sidecar_s_controller_talks_to_the_proxy_it_runs_beside() {
         .nth(1)
         .expect("--leader-election-lock-name");
     let binding = one(&objects, "ValidatingAdmissionPolicyBinding");
-    assert_eq!(binding["spec"]["paramRef"]["name"].as_str(), Some(lock.as_str()));
-    assert_eq!(binding["spec"]["paramRef"]["parameterNotFoundAction"], "Deny");
+    assert_eq!(
+        binding["spec"]["paramRef"]["name"].as_str(),
+        Some(lock.as_str())
+    );
+    assert_eq!(
+        binding["spec"]["paramRef"]["parameterNotFoundAction"],
+        "Deny"
+    );
     // The kubeconfig the controller mounts is the one the proxy would write for itself.
     let cm = one(&objects, "ConfigMap");
     let mounted: Value =

@@ -728,3 +728,88 @@ fn docs_operations_md_lists_every_value_with_its_default() {
             .join("\n")
     );
 }
+
+/// Sidecar mode is `deploy/overlays/sidecar`'s shape: `proxy` instead of `run` with a loopback
+/// `--proxy-listen`, the controller beside it with a kubeconfig that is the one the proxy writes
+/// for itself, no status-writer ClusterRole, and the fence bound to the proxies' Lease.
+#[test]
+fn sidecar_mode_runs_the_proxy_beside_the_controller_as_the_overlay_does() {
+    let overlay = render(&deploy_dir().join("overlays/sidecar"));
+    let overlay_pod = &one(&overlay, "Deployment")["spec"]["template"]["spec"];
+    let theirs = overlay_pod["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .find(|c| c["name"] == "controller")
+        .expect("the overlay's sample controller")
+        .clone();
+    let mut controller = theirs.clone();
+    let m = controller.as_object_mut().expect("a container");
+    m.remove("env");
+    m.remove("volumeMounts");
+    let objects = template(&json!({
+        "leaderElection": {"lockName": "sample-controller"},
+        "sidecar": {"enabled": true, "controller": controller},
+    }));
+    let args = strings(&container(&objects)["args"]);
+    assert_eq!(args.first().map(String::as_str), Some("proxy"), "{args:?}");
+    let listen = args
+        .iter()
+        .skip_while(|a| *a != "--proxy-listen")
+        .nth(1)
+        .expect("--proxy-listen");
+    let addr: std::net::SocketAddr = listen.parse().expect("a loopback IP:PORT");
+    assert!(addr.ip().is_loopback());
+    // The binary takes the proxy's command line.
+    let pod = PodFiles::new();
+    let out = pod
+        .command(
+            Path::new(env!("CARGO_BIN_EXE_gateway-leader")),
+            &[args.clone(), vec!["--print-config".into()]].concat(),
+            &environment(&objects),
+        )
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The controller: the overlay's, with the same KUBECONFIG and mount.
+    let pod_spec = &one(&objects, "Deployment")["spec"]["template"]["spec"];
+    let ours = pod_spec["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .find(|c| c["name"] == "controller")
+        .expect("the controller beside the proxy");
+    assert_eq!(ours["env"], theirs["env"]);
+    assert_eq!(ours["volumeMounts"], theirs["volumeMounts"]);
+    assert_eq!(ours["image"], theirs["image"]);
+    let cm = one(&objects, "ConfigMap");
+    let mounted: Value =
+        serde_yaml::from_str(cm["data"]["kubeconfig"].as_str().expect("a kubeconfig"))
+            .expect("YAML");
+    let written: Value =
+        serde_yaml::from_str(&gateway_leader::proxy::kubeconfig(addr)).expect("YAML");
+    assert_eq!(mounted, written);
+    let volume = pod_spec["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "controller-kubeconfig")
+        .expect("the kubeconfig's volume");
+    assert_eq!(volume["configMap"]["name"], cm["metadata"]["name"]);
+    // The proxy writes no statuses of its own; the fence is on the proxies' Lease.
+    assert!(
+        of_kind(&objects, "ClusterRole")
+            .iter()
+            .all(|r| !r["metadata"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .ends_with("status-writer")),
+        "no status-writer ClusterRole in sidecar mode"
+    );
+    let binding = one(&objects, "ValidatingAdmissionPolicyBinding");
+    assert_eq!(binding["spec"]["paramRef"]["name"], "sample-controller");
+}

@@ -78,6 +78,9 @@ Event; docs/operations.md, "The shutdown budget").
 {{- if and $le.enable (le (mul $renew 5) (mul $retry 6)) -}}
 {{- fail (printf "leaderElection.renewDeadline (%dms) must be longer than 1.2 x leaderElection.retryPeriod (%dms)" $renew $retry) -}}
 {{- end -}}
+{{- if and .Values.sidecar.enabled (not .Values.sidecar.controller.image) -}}
+{{- fail "sidecar.controller.image is required with sidecar.enabled: the controller that runs beside the proxy" -}}
+{{- end -}}
 {{- $stop := add (mul $renew 2) 3000 -}}
 {{- if le (mul (int .Values.terminationGracePeriodSeconds) 1000) $stop -}}
 {{- fail (printf "terminationGracePeriodSeconds (%v) must be longer than a graceful stop: 2 x renewDeadline + 3s = %dms" .Values.terminationGracePeriodSeconds $stop) -}}
@@ -113,3 +116,23 @@ Event; docs/operations.md, "The shutdown budget").
 {{- define "gateway-leader.secretDir" -}}
 /var/run/secrets/gateway-leader/{{ .Values.leaderElection.backend }}
 {{- end -}}
+
+{{/* The sidecar controller's kubeconfig: the proxy, no credentials; what `gateway-leader::proxy::kubeconfig` writes (tests/helm_chart.rs). */}}
+{{- define "gateway-leader.proxyKubeconfig" -}}
+{{- $addr := .Values.sidecar.proxyListen | replace "localhost:" "127.0.0.1:" -}}
+apiVersion: v1
+kind: Config
+clusters:
+- name: gateway-leader-proxy
+  cluster:
+    server: http://{{ $addr }}
+contexts:
+- name: gateway-leader-proxy
+  context:
+    cluster: gateway-leader-proxy
+    user: gateway-leader-proxy
+users:
+- name: gateway-leader-proxy
+  user: {}
+current-context: gateway-leader-proxy
+{{ end -}}
