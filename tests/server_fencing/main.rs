@@ -7,6 +7,7 @@
 //! whoever sends it: these tests run on an apiserver of their own (never an existing cluster's),
 //! one at a time.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::time::Duration;
