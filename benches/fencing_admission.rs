@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 const NS: &str = "fencing-bench";
 const SA: &str = "gateway-leader";
-const LEASE: &str = "gateway-leader-leader-election-lock";
+const LEASE: &str = gateway_leader::config::DEFAULT_LOCK_NAME;
 const LIMIT: Duration = Duration::from_secs(90);
 
 fn main() {

@@ -133,14 +133,19 @@ fn wait_line(rx: &mpsc::Receiver<String>, needle: &str) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_go_only_through_the_leader_s_proxy_and_move_with_the_leadership() {
+/// The shared test apiserver with namespace `ns`, and a directory for the proxies' kubeconfigs.
+async fn setup(ns: &str) -> (&'static KubeApiServer, tempfile::TempDir) {
     let server = KubeApiServer::shared()
         .await
         .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
-    let ns = "proxy-handover";
     server.create_namespace(ns).await.expect("namespace");
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    (server, tempfile::tempdir().expect("a temporary directory"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_go_only_through_the_leader_s_proxy_and_move_with_the_leadership() {
+    let ns = "proxy-handover";
+    let (server, dir) = setup(ns).await;
     let mut a = blocking(|| Proxy::start(server, "proxy-a", ns, dir.path(), &[]));
     blocking(|| a.replica.wait_for(message::LEADING, PATIENCE));
     let mut b = blocking(|| Proxy::start(server, "proxy-b", ns, dir.path(), &[]));
@@ -312,12 +317,8 @@ fn connect(addr: SocketAddr) -> TcpStream {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_half_sent_to_a_leader_that_froze_never_reaches_the_server() {
-    let server = KubeApiServer::shared()
-        .await
-        .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
     let ns = "proxy-frozen";
-    server.create_namespace(ns).await.expect("namespace");
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (server, dir) = setup(ns).await;
     // Short timings: the follower takes over a few seconds after the leader froze.
     let timing = [
         "--lease-duration",
@@ -428,12 +429,8 @@ const RSS_GROWTH: u64 = 96 * 1024 * 1024;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_an_error_while_the_proxy_keeps_serving_in_bounded_memory() {
-    let server = KubeApiServer::shared()
-        .await
-        .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
     let ns = "proxy-bad-input";
-    server.create_namespace(ns).await.expect("namespace");
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (server, dir) = setup(ns).await;
     let mut a = blocking(|| Proxy::start(server, "bad-a", ns, dir.path(), &[]));
     blocking(|| a.replica.wait_for(message::LEADING, PATIENCE));
     let mut b = blocking(|| Proxy::start(server, "bad-b", ns, dir.path(), &[]));
@@ -549,12 +546,8 @@ async fn bad_input_gets_an_error_while_the_proxy_keeps_serving_in_bounded_memory
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_leader_election_disabled_the_proxy_passes_writes() {
-    let server = KubeApiServer::shared()
-        .await
-        .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
     let ns = "proxy-disabled";
-    server.create_namespace(ns).await.expect("namespace");
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (server, dir) = setup(ns).await;
     let mut p = blocking(|| {
         Proxy::start(
             server,
@@ -572,12 +565,8 @@ async fn with_leader_election_disabled_the_proxy_passes_writes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_in_flight_at_sigterm_lands_before_the_lock_is_released() {
-    let server = KubeApiServer::shared()
-        .await
-        .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
     let ns = "proxy-sigterm";
-    server.create_namespace(ns).await.expect("namespace");
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (server, dir) = setup(ns).await;
     let mut a = blocking(|| Proxy::start(server, "sigterm-a", ns, dir.path(), &[]));
     blocking(|| a.replica.wait_for(message::LEADING, PATIENCE));
     // A write whose body is half sent when SIGTERM arrives.
