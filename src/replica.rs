@@ -49,6 +49,26 @@ const _: () = assert!(
         && PROCESS_SHUTDOWN_BUDGET.as_secs() < TERMINATION_GRACE.as_secs()
 );
 
+/// The longest a graceful stop of `run` or `proxy` takes with this renew deadline: the drain and
+/// the release (each up to the renew deadline, both within the elector's budget), the quiet
+/// moment and the last Event, and never more than [`PROCESS_SHUTDOWN_BUDGET`]. A pod's
+/// `terminationGracePeriodSeconds` must be longer (docs/operations.md, "The shutdown budget";
+/// the chart checks the same formula).
+///
+/// ```
+/// use std::time::Duration;
+/// use gateway_leader::replica::graceful_stop_budget;
+///
+/// assert_eq!(graceful_stop_budget(Duration::from_secs(10)), Duration::from_secs(23));
+/// assert_eq!(graceful_stop_budget(Duration::from_secs(30)), Duration::from_secs(25));
+/// ```
+pub fn graceful_stop_budget(renew_deadline: Duration) -> Duration {
+    let parts = renew_deadline.saturating_mul(2)
+        + leader_lock::elector::AFTER_RELEASE_QUIET
+        + EVENT_POST_TIMEOUT;
+    parts.min(PROCESS_SHUTDOWN_BUDGET)
+}
+
 /// SIGTERM and SIGINT, caught from the start: a signal that arrives while the replica is still
 /// connecting must stop it cleanly, not kill it with the default action.
 pub struct ShutdownSignals {

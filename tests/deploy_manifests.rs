@@ -165,13 +165,11 @@ fn the_deployments_command_lines_are_valid_settings_and_fit_the_grace_period() {
     }
 }
 
-/// The longest a graceful stop takes with these settings: draining the writes in flight (up to
-/// the renew deadline), the release (bounded by the renew deadline too) and the 2 s given to
-/// the "stopped leading" Event (src/run.rs).
+/// The longest a graceful stop takes with these settings (the binary's own formula).
 fn shutdown_budget(config: &str) -> Duration {
     let renew = humantime::parse_duration(printed(config, "renew_deadline").expect("renew"))
         .expect("a duration");
-    renew * 2 + Duration::from_secs(2)
+    gateway_leader::replica::graceful_stop_budget(renew)
 }
 
 #[test]

@@ -382,8 +382,8 @@ fn every_setting_the_chart_passes_is_one_the_binary_takes() {
             };
             assert!(same, "{what}: {key} is {shown}, the values say {want}");
         }
-        // The grace period covers a graceful stop with these settings (2 x renew + 3 s,
-        // docs/operations.md's shutdown budget).
+        // The grace period covers a graceful stop with these settings (docs/operations.md's
+        // shutdown budget).
         let renew = humantime::parse_duration(printed(&config, "renew_deadline").expect("renew"))
             .expect("a duration");
         let grace = one(&objects, "Deployment")["spec"]["template"]["spec"]
@@ -391,7 +391,7 @@ fn every_setting_the_chart_passes_is_one_the_binary_takes() {
             .as_u64()
             .expect("grace");
         assert!(
-            Duration::from_secs(grace) > renew * 2 + Duration::from_secs(3),
+            Duration::from_secs(grace) > gateway_leader::replica::graceful_stop_budget(renew),
             "{what}: grace {grace}s"
         );
         // The probes, the container's port and the Service agree on the health port.

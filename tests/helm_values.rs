@@ -152,6 +152,31 @@ fn the_schema_refuses_bad_values() {
     );
 }
 
+#[test]
+fn the_grace_period_check_is_the_binarys_stop_budget() {
+    // Both sides of the 25 s cap: below it the budget grows with the renew deadline, above it
+    // a 30 s grace period covers any renew deadline.
+    let mut wrong = Vec::new();
+    for renew in [5u64, 10, 11, 12, 40] {
+        let budget =
+            gateway_leader::replica::graceful_stop_budget(std::time::Duration::from_secs(renew));
+        let budget = budget.as_secs();
+        for (grace, ok) in [(budget, false), (budget + 1, true)] {
+            let values = json!({
+                "leaderElection": {"leaseDuration": format!("{}s", renew * 2),
+                                   "renewDeadline": format!("{renew}s")},
+                "terminationGracePeriodSeconds": grace,
+            });
+            match (template_as("gateway-leader", NAMESPACE, &values), ok) {
+                (Ok(_), false) => wrong.push(format!("renew {renew}s: grace {grace}s accepted")),
+                (Err(e), true) => wrong.push(format!("renew {renew}s: grace {grace}s: {e}")),
+                _ => {}
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 /// The leaves of `values.yaml` that the schema describes, with their defaults: a key whose
 /// schema lists properties is descended into, any other is a leaf.
 fn leaves(schema: &Value, values: &Value, at: &str, out: &mut Vec<(String, Value)>) {
