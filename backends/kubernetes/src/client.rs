@@ -271,6 +271,14 @@ impl ClientOptions {
                 ))
             }
         };
+        // kube reads a CA file that holds no PEM certificate as an empty trust store: every
+        // connection would then fail later with an unknown issuer, far from the cause.
+        if config.root_cert.as_ref().is_some_and(Vec::is_empty) {
+            return Err(LockError::refused(format!(
+                "{from}: the cluster's certificate-authority (or certificate-authority-data) \
+                 holds no PEM certificate"
+            )));
+        }
         if let Some(agent) = &self.user_agent {
             let value = http::HeaderValue::from_str(agent).map_err(|e| {
                 LockError::refused_from(format!("user agent {agent:?} is not a header value"), e)

@@ -45,8 +45,31 @@ async fn clients_are_built_from_a_loaded_kubeconfig_and_errors_name_the_setting(
         }
         other => panic!("expected a refusal, got {:?}", other.map(|c| c.cluster_url)),
     }
-    match options.with_context("no-such-context").load().await {
+    match options.clone().with_context("no-such-context").load().await {
         Err(LockError::Refused { message: m, .. }) => assert!(m.contains("no-such-context"), "{m}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|c| c.cluster_url)),
+    }
+    // A CA file with no certificate in it: refused at load, not an unknown issuer later.
+    let dir = tempfile::tempdir().expect("a temporary dir");
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, "not a certificate\n").expect("the CA file");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters: [{{name: c, cluster: {{server: \"https://127.0.0.1:1\", \
+             certificate-authority: {}}}}}]\n\
+             users: [{{name: u, user: {{token: t}}}}]\n\
+             contexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n",
+            ca.display()
+        ),
+    )
+    .expect("the kubeconfig");
+    match options.with_kubeconfig(&kubeconfig).load().await {
+        Err(LockError::Refused { message: m, .. }) => {
+            assert!(m.contains("holds no PEM certificate"), "{m}")
+        }
         other => panic!("expected a refusal, got {:?}", other.map(|c| c.cluster_url)),
     }
 }
