@@ -229,11 +229,16 @@ fn lease_lock(s: &Settings, client: &kube::Client, namespace: &str) -> LeaseLock
 /// [`LockError::Unavailable`] or [`LockError::Timeout`] while the backend cannot be reached
 /// (worth retrying), [`LockError::Refused`] when it refuses us for good.
 #[cfg_attr(not(feature = "kubernetes"), allow(unused_variables))]
-pub async fn connect(s: &Settings, kube: (&kube::Client, &str)) -> Result<Connected, LockError> {
+pub async fn connect(
+    s: &Settings,
+    kube: Option<(&kube::Client, &str)>,
+) -> Result<Connected, LockError> {
     match s.backend {
         #[cfg(feature = "kubernetes")]
         Backend::Kubernetes => {
-            let (client, default_ns) = kube;
+            let (client, default_ns) = kube.ok_or_else(|| {
+                LockError::refused("the Kubernetes lock needs a Kubernetes client")
+            })?;
             let ns = lease_namespace(s, default_ns);
             let lock = lease_lock(s, client, &ns);
             Ok(Connected {

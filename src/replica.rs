@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::backend;
-use crate::config::{Settings, Wakeup};
+use crate::config::{Backend, Settings, Wakeup};
 use crate::health::{self, Health, LeaderInfo};
 use crate::metrics::Metrics;
 use crate::run::log_changes;
@@ -102,7 +102,8 @@ pub struct Replica {
     /// This replica's identity, with its incarnation.
     pub identity: Identity,
     /// The Kubernetes client, ungated: the work gates its own writes on [`Self::leadership`].
-    pub client: kube::Client,
+    /// `None` when started with [`Kubernetes::IfLocked`] on an etcd or Redis lock.
+    client: Option<kube::Client>,
     /// Every metric, served on the health port.
     pub metrics: Arc<Metrics>,
     /// This replica's leadership.
@@ -118,6 +119,16 @@ pub struct Replica {
     events: Option<JoinHandle<()>>,
     server: JoinHandle<()>,
     server_stop: CancellationToken,
+}
+
+/// Whether a replica talks to Kubernetes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kubernetes {
+    /// Always: `run` writes statuses, `proxy` forwards to the apiserver.
+    Needed,
+    /// Only for a Lease lock (the lock and its Events): `exec` without the proxy, which can
+    /// hold an etcd or Redis lock on a machine with no cluster at all.
+    IfLocked,
 }
 
 /// How [`Replica::start`] ended.
@@ -139,21 +150,31 @@ impl Replica {
     pub async fn start(
         settings: &Settings,
         ready: watch::Receiver<Readiness>,
+        kubernetes: Kubernetes,
     ) -> anyhow::Result<Started> {
         let mut signals = ShutdownSignals::install()?;
         let identity = Identity::new(&settings.identity);
-        let user_agent = format!("{PROGRAM}/{} ({identity})", env!("CARGO_PKG_VERSION"));
-        let config = settings
-            .kube
-            .client_options()
-            .with_user_agent(user_agent)
-            .load()
-            .await
-            .context("connecting to Kubernetes")?;
-        let default_ns = config.default_namespace.clone();
-        let apiserver = config.cluster_url.to_string();
-        let client = leader_lock_kubernetes::client(config)
-            .with_context(|| format!("connecting to Kubernetes: a client for {apiserver}"))?;
+        let needed = kubernetes == Kubernetes::Needed
+            || (!settings.disabled && settings.backend == Backend::Kubernetes);
+        let kube = if needed {
+            let user_agent = format!("{PROGRAM}/{} ({identity})", env!("CARGO_PKG_VERSION"));
+            let config = settings
+                .kube
+                .client_options()
+                .with_user_agent(user_agent)
+                .load()
+                .await
+                .context("connecting to Kubernetes")?;
+            let default_ns = config.default_namespace.clone();
+            let apiserver = config.cluster_url.to_string();
+            let client = leader_lock_kubernetes::client(config)
+                .with_context(|| format!("connecting to Kubernetes: a client for {apiserver}"))?;
+            Some((client, default_ns))
+        } else {
+            info!(backend = %settings.backend, "not connecting to Kubernetes: nothing here needs it");
+            None
+        };
+        let client = kube.as_ref().map(|(c, _)| c.clone());
         // Health and metrics answer from the start: not ready until the lock backend answers
         // and the work is ready, which the kubelet must be able to see.
         let metrics = Metrics::new(&settings.lock_name);
@@ -224,13 +245,14 @@ impl Replica {
             .with_max_delay(Duration::from_secs(10))
             .with_jitter()
             .without_max_times();
-        let connecting = (|| backend::connect(settings, (&client, &default_ns)))
-            .retry(backoff)
-            .when(|e| matches!(e, LockError::Unavailable { .. } | LockError::Timeout(_)))
-            .notify(|e, after| {
-                warn!(backend = %settings.backend, error = %e.chain(), retry_in = ?after,
+        let connecting =
+            (|| backend::connect(settings, kube.as_ref().map(|(c, ns)| (c, ns.as_str()))))
+                .retry(backoff)
+                .when(|e| matches!(e, LockError::Unavailable { .. } | LockError::Timeout(_)))
+                .notify(|e, after| {
+                    warn!(backend = %settings.backend, error = %e.chain(), retry_in = ?after,
                     "lock backend unreachable; retrying")
-            });
+                });
         let connected = tokio::select! {
             r = connecting => r.with_context(|| {
                 format!("connecting to the {} lock backend", settings.backend)
@@ -259,7 +281,7 @@ impl Replica {
         lead_tx.send_replace(Some(leadership.clone()));
         let gauges = metrics.follow(&leadership);
         let logger = log_changes(&leadership);
-        if let Some(ns) = &connected.lease_namespace {
+        if let (Some(ns), Some(client)) = (&connected.lease_namespace, &client) {
             // Whether the apiserver fences this Lease's holder (deploy/components/server-fencing),
             // said once; it never holds up the start.
             tokio::spawn(crate::fencing::report(
@@ -269,15 +291,18 @@ impl Replica {
                 identity.name().to_string(),
             ));
         }
-        let events = connected.lease_namespace.map(|ns| {
-            let config = LeaderEventsConfig {
-                component: PROGRAM.to_string(),
-                namespace: ns,
-                lease_name: settings.lock_name.clone(),
-                identity: identity.clone(),
-            };
-            leader_lock_kubernetes::spawn_leader_events(client.clone(), config, leadership.clone())
-        });
+        let events = connected
+            .lease_namespace
+            .zip(client.clone())
+            .map(|(ns, client)| {
+                let config = LeaderEventsConfig {
+                    component: PROGRAM.to_string(),
+                    namespace: ns,
+                    lease_name: settings.lock_name.clone(),
+                    identity: identity.clone(),
+                };
+                leader_lock_kubernetes::spawn_leader_events(client, config, leadership.clone())
+            });
         Ok(Started::Replica(Box::new(Replica {
             identity,
             client,
@@ -292,6 +317,17 @@ impl Replica {
             server,
             server_stop,
         })))
+    }
+
+    /// The Kubernetes client (ungated: the work gates its own writes on
+    /// [`Self::leadership`]).
+    ///
+    /// # Errors
+    /// When the replica was started with [`Kubernetes::IfLocked`] on a lock outside Kubernetes.
+    pub fn client(&self) -> anyhow::Result<kube::Client> {
+        self.client.clone().context(
+            "no Kubernetes client: this replica was started without one (an etcd or Redis lock)",
+        )
     }
 
     /// The first half of a graceful stop: no new permits while `drain` runs (the work stops

@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use tracing::{debug, info};
 
 use crate::config::Settings;
-use crate::replica::{Replica, Started, PROCESS_SHUTDOWN_BUDGET};
+use crate::replica::{Kubernetes, Replica, Started, PROCESS_SHUTDOWN_BUDGET};
 
 /// Logs every change of leadership with its term, so operators see who writes and under which term.
 pub(crate) fn log_changes(leadership: &Leadership) -> tokio::task::JoinHandle<()> {
@@ -101,7 +101,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         "starting gateway-leader"
     );
     let (synced_tx, synced_rx) = watch::channel(Readiness::default());
-    let mut replica = match Replica::start(&settings, synced_rx).await? {
+    let mut replica = match Replica::start(&settings, synced_rx, Kubernetes::Needed).await? {
         Started::Replica(r) => r,
         Started::Stopped => return Ok(()),
     };
@@ -118,7 +118,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         )
         .with_metrics(replica.metrics.status.clone());
     let mut status = StatusController::start(
-        replica.client.clone(),
+        replica.client()?,
         replica.leadership.clone(),
         writer,
         synced_tx,

@@ -1,6 +1,6 @@
 //! `gateway-leader exec` as processes on a real lock: two replicas whose commands append their
 //! term and a timestamp to one file every 100 ms never run at the same time, across a partition
-//! of the leader and a graceful handover; `--exec-restart never` exits with the command's code;
+//! of the leader and a graceful handover (on etcd, with no Kubernetes at all); `--exec-restart never` exits with the command's code;
 //! bad input exits 2.
 //!
 //! What is judged is the file the commands wrote, not our logs.
@@ -49,7 +49,11 @@ line end"#;
 fn start_writer(name: &str, args: &[&str], file: &Path) -> Replica {
     let exe = Path::new(env!("CARGO_BIN_EXE_gateway-leader"));
     let mut cmd = testkit::replica::Replica::command(exe, "exec", name, args);
+    // No Kubernetes configuration to find: a test that wants one passes --kubeconfig.
     cmd.env("RUST_LOG", "info")
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", "/nonexistent")
         .env("EXEC_TEST_FILE", file)
         .args(["--", "sh", "-c", WRITER]);
     Replica::spawn(name, cmd)
@@ -138,14 +142,16 @@ async fn commands_never_run_at_once_across_a_partition_and_a_graceful_handover()
     let upstream = format!("127.0.0.1:{}", etcd.client_port())
         .parse()
         .expect("an address");
-    // Replica a reaches etcd through a proxy the test can cut; b reaches it directly.
+    // Replica a reaches etcd through a proxy the test can cut; b reaches it directly. Neither
+    // is given a Kubernetes configuration (start_writer leaves none to find): exec on an etcd
+    // lock needs no cluster.
     let cut = BlackholeProxy::start(upstream).await.expect("proxy");
-    let kube = common::gateway::kubeconfig_args().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("runs");
     let args = |endpoint: String| {
-        let mut a = kube.clone();
-        a.extend(["--lock-backend", "etcd", "--etcd-endpoints"].map(String::from));
+        let mut a: Vec<String> = ["--lock-backend", "etcd", "--etcd-endpoints"]
+            .map(String::from)
+            .to_vec();
         a.push(endpoint);
         a.extend(TIMING.map(String::from));
         a

@@ -24,7 +24,7 @@ use tracing::{error, info};
 
 use crate::config::{ExecRestart, ProxyListen, Settings};
 use crate::proxy::{self, Proxy};
-use crate::replica::{Replica, Started};
+use crate::replica::{Kubernetes, Replica, Started};
 use child::{exit_code, Spec, Stopped};
 use supervise::{supervise, Outcome};
 
@@ -101,7 +101,13 @@ pub async fn exec(settings: Settings, spec: Spec) -> anyhow::Result<u8> {
     );
     // Nothing to sync: ready as soon as the lock answers.
     let (_ready, ready) = watch::channel(Readiness::Ready);
-    let mut replica = match Replica::start(&settings, ready).await? {
+    // The proxy forwards to the apiserver; without it, only a Lease lock talks to Kubernetes.
+    let kubernetes = if settings.proxy_listen.is_some() {
+        Kubernetes::Needed
+    } else {
+        Kubernetes::IfLocked
+    };
+    let mut replica = match Replica::start(&settings, ready, kubernetes).await? {
         Started::Replica(r) => r,
         Started::Stopped => return Ok(0),
     };
@@ -169,7 +175,7 @@ async fn serve_proxy(
     use anyhow::Context;
     let proxy = Proxy::serve(
         listen,
-        replica.client.clone(),
+        replica.client()?,
         replica.leadership.clone(),
         &replica.identity,
         replica.metrics.clone(),

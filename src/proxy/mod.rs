@@ -33,7 +33,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::{ProxyListen, Settings};
 use crate::metrics::Metrics;
-use crate::replica::{Replica, Started, PROCESS_SHUTDOWN_BUDGET};
+use crate::replica::{Kubernetes, Replica, Started, PROCESS_SHUTDOWN_BUDGET};
 
 pub use forward::MAX_BODY;
 pub use listen::Bound;
@@ -304,13 +304,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let (ready_tx, ready_rx) = watch::channel(Readiness::Waiting(
         "the proxy is not listening yet".to_string(),
     ));
-    let mut replica = match Replica::start(&settings, ready_rx).await? {
+    let mut replica = match Replica::start(&settings, ready_rx, Kubernetes::Needed).await? {
         Started::Replica(r) => r,
         Started::Stopped => return Ok(()),
     };
     let proxy = match Proxy::serve(
         &listen,
-        replica.client.clone(),
+        replica.client()?,
         replica.leadership.clone(),
         &replica.identity,
         replica.metrics.clone(),
