@@ -14,7 +14,7 @@
 //! [`anchor`] (`etcdctl elect` beside etcd × graceful), [`peer_anchor`] (client-go and
 //! controller-runtime beside Kubernetes × graceful and × crash), [`floor`] (a bare Lease
 //! takeover beside Kubernetes × graceful), [`held`] (what the apiserver held: who wrote under
-//! which Lease), [`plot`], [`stats`], [`checker`], [`report`].
+//! which Lease), [`plot`], [`scale`] and [`scale_plot`] (thousands of routes), [`stats`], [`checker`], [`report`].
 
 pub mod anchor;
 pub mod args;
@@ -31,6 +31,7 @@ pub mod plot;
 pub mod report;
 pub mod round;
 pub mod scale;
+pub mod scale_plot;
 pub mod scenario;
 pub mod stats;
 pub mod topology;

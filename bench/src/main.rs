@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use gateway_leader_bench::local::LocalArgs;
+use gateway_leader_bench::scale_plot::PlotScaleArgs;
 use gateway_leader_bench::{BenchArgs, EXIT_USAGE};
 
 /// Failover benchmark and split-brain checker for gateway-leader, and a local kube-apiserver.
@@ -25,6 +26,9 @@ enum Command {
     /// Start a throwaway kube-apiserver with the Gateway API CRDs on this machine and keep it up
     /// until Ctrl-C, to try gateway-leader by hand (see docs/operations.md).
     LocalApiserver(LocalArgs),
+    /// Plot the `scale` scenario's figures at several sizes (the `scale.json` of each run) as
+    /// one SVG (see docs/benchmarks.md, "Scale: thousands of routes").
+    PlotScale(PlotScaleArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,5 +45,6 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => gateway_leader_bench::main(*args),
         Command::LocalApiserver(args) => gateway_leader_bench::local::main(args),
+        Command::PlotScale(args) => gateway_leader_bench::scale_plot::main(args),
     }
 }
