@@ -810,12 +810,15 @@ async fn upgrades_go_only_through_the_leader_and_are_cut_when_its_leadership_end
 
     // The leader gives the apiserver's own answers: its 404 for an exec in no pod, and the
     // backend's 101, then a stream both ways.
-    let mut s = connect(a.addr);
-    let head = ask_upgrade(
-        &mut s,
-        &format!("/api/v1/namespaces/{ns}/pods/none/exec?command=sh"),
-    );
-    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+    for target in [
+        format!("/api/v1/namespaces/{ns}/pods/none/exec?command=sh"),
+        format!("/api/v1/namespaces/{ns}/pods/none/portforward?ports=80"),
+        format!("/api/v1/namespaces/{ns}/services/none:80/proxy/"),
+    ] {
+        let mut s = connect(a.addr);
+        let head = ask_upgrade(&mut s, &target);
+        assert!(head.starts_with("HTTP/1.1 404"), "{target}: {head}");
+    }
     let mut s = connect(a.addr);
     let head = ask_upgrade(&mut s, &path);
     assert!(
