@@ -199,3 +199,49 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Fenced<T> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use leader_lock::Leadership;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::time::Instant;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_goes_to_the_apiserver_once_the_validity_passed_unrenewed() {
+        let valid_until = Instant::now() + Duration::from_secs(3);
+        let (script, leadership) = Leadership::scripted(LeaderState::Leader {
+            term: Term(1),
+            valid_until,
+        });
+        let (near, mut apiserver) = tokio::io::duplex(64);
+        let mut up = Fenced {
+            inner: near,
+            rx: leadership.subscribe(),
+            term: Term(1),
+        };
+        up.write_all(b"sent").await.expect("valid: sent");
+        let mut got = [0u8; 4];
+        apiserver.read_exact(&mut got).await.expect("arrived");
+        assert_eq!(&got, b"sent");
+        // No timer has to notice: the write itself looks at the clock (a process thawed after
+        // the deadline).
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let e = up.write_all(b"late").await.expect_err("past the deadline");
+        assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
+        // Another term is another leadership.
+        script.publish(LeaderState::Leader {
+            term: Term(2),
+            valid_until: Instant::now() + Duration::from_secs(3),
+        });
+        let e = up.write_all(b"late").await.expect_err("another term");
+        assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
+        drop(up);
+        let mut rest = Vec::new();
+        apiserver.read_to_end(&mut rest).await.expect("closed");
+        assert!(rest.is_empty(), "{rest:?}");
+    }
+}
