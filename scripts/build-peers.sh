@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the Go peers in testkit/peers/ (client-go-elector: client-go's leaderelection over a
-# Lease; controller-runtime-manager: a controller-runtime Manager with leader election), at the
+# Lease; controller-runtime-manager: a controller-runtime Manager with leader election;
+# client-go-proxy-client: an informer and typed writes through two proxies), at the
 # client-go and controller-runtime versions their go.mod pins (scripts/versions.sh says the same),
 # and caches them outside the repository. The interop test (bench/tests/interop.rs) runs them
-# beside gateway-leader replicas on one Lease.
+# beside gateway-leader replicas on one Lease; tests/proxy.rs runs client-go-proxy-client.
 #
-# Usage:   dir=$(scripts/build-peers.sh | tail -n1)      # a folder holding both programs
+# Usage:   dir=$(scripts/build-peers.sh | tail -n1)      # a folder holding the programs
 #          scripts/build-peers.sh --cached               # its path, or exit 1 without building
 #
 # Cache:   ${GATEWAY_LEADER_CACHE_DIR:-$HOME/.cache/gateway-leader}/
@@ -28,11 +29,12 @@ src="$here/../testkit/peers"
 VERSION="$CLIENT_GO_VERSION-$(cd "$src" && find . -type f \( -name '*.go' -o -name 'go.mod' \
   -o -name 'go.sum' \) -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-12)"
 
-# Both programs (the folder's name says which sources they were built from).
+# The programs (the folder's name says which sources they were built from).
 binaries_ok() {
   local dir
   dir=$(dirname "$1")
-  [ -x "$dir/client-go-elector" ] && [ -x "$dir/controller-runtime-manager" ]
+  [ -x "$dir/client-go-elector" ] && [ -x "$dir/controller-runtime-manager" ] \
+    && [ -x "$dir/client-go-proxy-client" ]
 }
 
 # Both built programs carry the pinned modules (their build info, `go version -m`).
@@ -69,6 +71,7 @@ modules_ok "$work" || go_die "the built peers do not carry client-go \
 $CLIENT_GO_VERSION and controller-runtime $CONTROLLER_RUNTIME_VERSION"
 install_built "$work/client-go-elector" "$BUILD_DIR/client-go-elector"
 install_built "$work/controller-runtime-manager" "$BUILD_DIR/controller-runtime-manager"
+install_built "$work/client-go-proxy-client" "$BUILD_DIR/client-go-proxy-client"
 trap - ERR
 rm -rf "$work"
 prune_builds peers

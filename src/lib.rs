@@ -24,6 +24,7 @@ pub mod proxy;
 pub mod replica;
 pub mod run;
 pub mod telemetry;
+mod validity;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

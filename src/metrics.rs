@@ -54,10 +54,15 @@ pub enum ProxyOutcome {
     /// A write cut at the end of its permit's validity: its body still arriving, or the
     /// apiserver's answer not yet complete.
     Cut,
-    /// Answered by the proxy itself: a body too large or broken, an upgrade it does not forward.
+    /// Answered by the proxy itself: a body too large or broken.
     Rejected,
     /// The apiserver did not answer.
     Failed,
+    /// An upgraded stream (exec, attach, port-forward, proxy) that ran and was closed by one of
+    /// its ends.
+    Upgraded,
+    /// An upgraded stream cut by the proxy: its leadership ended, or the proxy drained.
+    UpgradeCut,
 }
 
 impl ProxyOutcome {
@@ -69,6 +74,8 @@ impl ProxyOutcome {
             ProxyOutcome::Cut => "cut",
             ProxyOutcome::Rejected => "rejected",
             ProxyOutcome::Failed => "failed",
+            ProxyOutcome::Upgraded => "upgraded",
+            ProxyOutcome::UpgradeCut => "upgrade_cut",
         }
     }
 }

@@ -24,6 +24,9 @@ use tracing::{info, warn};
 
 use super::child::{exit_code, Child, Spec, Stopped};
 use crate::config::{ExecRestart, ExecSettings};
+use crate::validity::ended;
+#[cfg(test)]
+use crate::validity::still_valid;
 
 /// The first wait before a command that exited by itself is started again.
 const RESTART_MIN: Duration = Duration::from_secs(1);
@@ -84,7 +87,7 @@ pub async fn supervise(
     let mut not_before = Instant::now();
     loop {
         // 1. Wait for a valid leadership (and for the restart backoff to pass).
-        let (term, mut valid_until) = tokio::select! {
+        let (term, _) = tokio::select! {
             biased;
             sig = &mut shutdown => {
                 info!(signal = sig, "stopping: no command was running");
@@ -110,30 +113,12 @@ pub async fn supervise(
             program: spec.program.to_string_lossy().into_owned(),
             source,
         })?;
-        // 3. Watch the command, the leadership and its deadline.
-        let end = loop {
-            tokio::select! {
-                biased;
-                sig = &mut shutdown => break End::Signal(sig),
-                status = child.wait() => break End::Exited(status),
-                changed = rx.changed() => {
-                    if changed.is_err() {
-                        break End::Leadership("the elector stopped");
-                    }
-                    match still_valid(&rx.borrow_and_update(), term) {
-                        Ok(until) => valid_until = until,
-                        Err(why) => break End::Leadership(why),
-                    }
-                }
-                // Not left to the elector: the deadline is the end, whenever the elector gets
-                // round to publishing it.
-                () = tokio::time::sleep_until(valid_until) => {
-                    match still_valid(&rx.borrow(), term) {
-                        Ok(until) => valid_until = until,
-                        Err(why) => break End::Leadership(why),
-                    }
-                }
-            }
+        // 3. Watch the command, and the leadership to its end.
+        let end = tokio::select! {
+            biased;
+            sig = &mut shutdown => End::Signal(sig),
+            status = child.wait() => End::Exited(status),
+            why = ended(&mut rx, term) => End::Leadership(why),
         };
         // 4. Stop it, and decide what comes next.
         let ran = child.started.elapsed();
@@ -206,27 +191,6 @@ async fn leading(rx: &mut watch::Receiver<LeaderState>) -> Option<(Term, Instant
             _ => {}
         }
         rx.changed().await.ok()?;
-    }
-}
-
-/// The validity deadline of `term` in `state`, or why that leadership is over.
-fn still_valid(state: &LeaderState, term: Term) -> Result<Instant, &'static str> {
-    match state {
-        LeaderState::Leader {
-            term: t,
-            valid_until,
-        } if *t == term => {
-            if Instant::now() < *valid_until {
-                Ok(*valid_until)
-            } else {
-                Err("its validity deadline passed without a renewal")
-            }
-        }
-        LeaderState::Leader { .. } => Err("another term began"),
-        // The elector says why in its own log line (lost, not renewed in time, the record
-        // vanished).
-        LeaderState::Follower { .. } | LeaderState::Starting => Err("this replica no longer leads"),
-        LeaderState::Stopped => Err("the elector stopped"),
     }
 }
 

@@ -10,9 +10,12 @@
 //!   (discovery, `/version`, `/openapi/*`, `/healthz`);
 //! - the connect subresources (pods `exec`, `attach`, `portforward` and `proxy`, services and
 //!   nodes `proxy`, and the old `/proxy/` prefix) are gated whatever the method: `kubectl exec`
-//!   opens them with a `GET` and an `Upgrade`;
-//! - anything else fails closed: another method, an `Upgrade` anywhere, a path with an empty,
-//!   `.` or `..` segment or an escape (`%`), which the apiserver could read as another path.
+//!   opens them with a `GET` and an `Upgrade` (SPDY/3.1, or a WebSocket with the
+//!   `v5.channel.k8s.io` subprotocols), and the leader forwards the upgraded stream only while
+//!   it validly leads in the term it took the permit in (`super::upgrade`);
+//! - anything else fails closed: another method, an `Upgrade` anywhere else, a path with an
+//!   empty, `.` or `..` segment or an escape (`%`), which the apiserver could read as another
+//!   path.
 
 use http::{HeaderMap, Method};
 
@@ -80,11 +83,17 @@ const NAMESPACE_SUBRESOURCES: &[&str] = &["status", "finalize"];
 
 /// The verb of a request with this method, path and query, and headers.
 pub fn classify(method: &Method, path: &str, query: Option<&str>, headers: &HeaderMap) -> Verb {
-    // An upgraded connection is a stream in both directions the gate could not bound: only the
-    // connect subresources open one, and they are gated; anything else asking for one is odd.
-    if headers.contains_key(http::header::UPGRADE) {
+    let verb = by_path(method, path, query);
+    // An upgraded connection is a stream in both directions: the connect subresources open one
+    // (gated, and the stream fenced while it is open); anything else asking for one is odd.
+    if headers.contains_key(http::header::UPGRADE) && verb != Verb::Connect {
         return Verb::Unknown;
     }
+    verb
+}
+
+/// The verb of a request with this method, path and query, its headers aside.
+fn by_path(method: &Method, path: &str, query: Option<&str>) -> Verb {
     let Some(segments) = segments(path) else {
         return Verb::Unknown;
     };
@@ -277,12 +286,16 @@ mod tests {
 
     #[test]
     fn an_upgrade_is_gated_wherever_it_goes() {
-        for target in [
-            "/api/v1/namespaces/a/pods/p/exec?command=sh",
-            "/api/v1/namespaces/a/configmaps?watch=true",
-            "/version",
+        for (target, want) in [
+            ("/api/v1/namespaces/a/pods/p/exec?command=sh", Verb::Connect),
+            ("/api/v1/namespaces/a/pods/p/portforward", Verb::Connect),
+            ("/api/v1/namespaces/a/services/s:80/proxy/ws", Verb::Connect),
+            ("/api/v1/namespaces/a/configmaps?watch=true", Verb::Unknown),
+            ("/api/v1/namespaces/a/pods/p/log", Verb::Unknown),
+            ("/version", Verb::Unknown),
         ] {
             let v = verb("GET", target, true);
+            assert_eq!(v, want, "{target}");
             assert!(v.gated(), "{target}: {v:?}");
         }
     }

@@ -14,7 +14,8 @@
 //!    the deadline, even in a process thawed after it.
 //! 4. The response's head awaited until the deadline (then a 504: the write may or may not have
 //!    landed), its body streamed and cut at the deadline; the permit is held until that body
-//!    ends, so a graceful release waits for the exchange.
+//!    ends, so a graceful release waits for the exchange. A `101` to an upgrade is relayed as a
+//!    stream fenced by the leadership's validity ([`super::upgrade`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,12 +35,14 @@ use leader_lock::leadership::NotLeader;
 use leader_lock::{LeaderState, Leadership, WritePermit};
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, timeout, timeout_at, Instant, Sleep};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use super::classify::{classify, Verb};
 use super::status::status;
+use super::upgrade::{self, Asked};
 use super::ProxyBody;
 use crate::metrics::{Metrics, ProxyOutcome};
 
@@ -75,10 +78,13 @@ pub(super) struct Shared {
     pub metrics: Arc<Metrics>,
     /// One token per gated exchange in flight: the drain waits for them.
     pub gated: TaskTracker,
-    /// The latest deadline of a permit a gated exchange took: none runs past it, so the drain
-    /// waits no longer (a client that stops reading a write's answer holds its token).
+    /// The latest deadline of a permit a gated exchange took: none but an upgraded stream runs
+    /// past it, so the drain waits no longer (a client that stops reading a write's answer
+    /// holds its token) and then cuts the streams.
     pub latest_deadline: Mutex<Option<Instant>>,
     pub refusals: RefusalLog,
+    /// Cancelled when the drain ends: the upgraded streams still open are cut.
+    pub cut_streams: CancellationToken,
 }
 
 /// Answers one request; never fails (every failure is an HTTP answer).
@@ -141,9 +147,9 @@ async fn pass(
 
 /// A write (or anything not known to be a read): only under a permit, bounded by its deadline.
 async fn gated(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     verb: Verb,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     arrived: Instant,
 ) -> Response<ProxyBody> {
     // 1. A permit, before anything of the body is read.
@@ -171,16 +177,7 @@ async fn gated(
             *latest = Some(permit.valid_until);
         }
     }
-    if req.headers().contains_key(header::UPGRADE) {
-        shared.metrics.proxy_request(verb, ProxyOutcome::Rejected);
-        return status(
-            StatusCode::NOT_IMPLEMENTED,
-            "NotImplemented",
-            "this proxy does not forward upgraded connections (exec, attach, port-forward): \
-             their streams could not be bounded by the leadership's validity",
-            None,
-        );
-    }
+    let upgrade = Asked::take(&mut req);
     // 2. The whole body before the deadline.
     let (mut parts, body) = req.into_parts();
     let body = match timeout_at(permit.valid_until, read_body(body)).await {
@@ -214,7 +211,10 @@ async fn gated(
     parts.extensions.insert(permit.clone());
     let method = parts.method.clone();
     let path = parts.uri.path().to_owned();
-    let upstream = upstream_request(parts, body);
+    let mut upstream = upstream_request(parts, body);
+    if let Some(asked) = &upgrade {
+        asked.ask(&mut upstream);
+    }
     let sent = Instant::now();
     // 4. The response's head before the deadline; its body cut at it.
     let cut = |shared: &Shared| {
@@ -241,6 +241,11 @@ async fn gated(
         }
         Ok(Ok(resp)) => {
             shared.metrics.proxy_added(sent.duration_since(arrived));
+            if let Some(asked) =
+                upgrade.filter(|_| resp.status() == StatusCode::SWITCHING_PROTOCOLS)
+            {
+                return upgrade::relay(shared, verb, resp, asked, permit, token);
+            }
             let record = Recorder {
                 metrics: shared.metrics.clone(),
                 verb,
@@ -305,7 +310,7 @@ fn downstream_response(
 }
 
 /// Removes the hop-by-hop headers, those `Connection` names included.
-fn strip_hop_by_hop(h: &mut HeaderMap) {
+pub(super) fn strip_hop_by_hop(h: &mut HeaderMap) {
     let named: Vec<HeaderName> = h
         .get_all(header::CONNECTION)
         .iter()
@@ -432,10 +437,10 @@ struct Held {
 }
 
 /// Counts a gated exchange when it ends, with how it ended.
-struct Recorder {
-    metrics: Arc<Metrics>,
-    verb: Verb,
-    outcome: ProxyOutcome,
+pub(super) struct Recorder {
+    pub metrics: Arc<Metrics>,
+    pub verb: Verb,
+    pub outcome: ProxyOutcome,
 }
 
 impl Drop for Recorder {

@@ -12,6 +12,7 @@ pub mod classify;
 mod forward;
 mod listen;
 mod status;
+mod upgrade;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -92,6 +93,7 @@ impl Proxy {
             gated: TaskTracker::new(),
             latest_deadline: Default::default(),
             refusals: Default::default(),
+            cut_streams: CancellationToken::new(),
         });
         let draining = CancellationToken::new();
         let closing = CancellationToken::new();
@@ -121,14 +123,22 @@ impl Proxy {
     }
 
     /// Stops accepting and waits for the gated exchanges in flight, no longer than the latest
-    /// deadline of their permits (past it, none may go on). Reads keep streaming until
-    /// [`stop`](Self::stop). Run it as the drain of [`Replica::release`].
+    /// deadline of their permits (past it, none may go on); the upgraded streams still open
+    /// then are cut (renewals would keep them open, and the release must not wait for them).
+    /// Reads keep streaming until [`stop`](Self::stop). Run it as the drain of
+    /// [`Replica::release`].
     ///
     /// # Cancel safety
     /// Cancel safe: it only waits.
     pub async fn drain(&self) {
         self.draining.cancel();
         self.gated.gated.close();
+        self.wait_gated().await;
+        self.gated.cut_streams.cancel();
+    }
+
+    /// Waits for the gated exchanges in flight, until the latest deadline of their permits.
+    async fn wait_gated(&self) {
         loop {
             let latest = *self
                 .gated
@@ -152,6 +162,7 @@ impl Proxy {
     pub async fn stop(self) {
         self.draining.cancel();
         self.closing.cancel();
+        self.gated.cut_streams.cancel();
         let _ = self.accept.await;
         self.connections.close();
         self.connections.wait().await;
@@ -219,7 +230,8 @@ async fn serve_connection<I>(
         .timer(TokioTimer::new())
         .header_read_timeout(HEAD_TIMEOUT)
         .max_buf_size(MAX_HEAD)
-        .serve_connection(TokioIo::new(io), service);
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
     tokio::pin!(conn);
     let done = tokio::select! {
         r = conn.as_mut() => Some(r),

@@ -19,7 +19,8 @@ pub const KUBE_VERSION_ENV: &str = "GATEWAY_LEADER_KUBE_VERSION";
 pub const ETCD_ENV: &str = "GATEWAY_LEADER_ETCD";
 /// Names a folder of Gateway API CRD files (`*.yaml`), e.g. upstream's `config/crd/standard/`.
 pub const CRDS_ENV: &str = "GATEWAY_LEADER_GATEWAY_API_CRDS";
-/// Names the folder of the Go peers (`client-go-elector`, `controller-runtime-manager`).
+/// Names the folder of the Go peers (`client-go-elector`, `controller-runtime-manager`,
+/// `client-go-proxy-client`).
 pub const PEERS_ENV: &str = "GATEWAY_LEADER_PEERS";
 /// Names the helm binary that lints and renders the chart.
 pub const HELM_ENV: &str = "GATEWAY_LEADER_HELM";
@@ -28,6 +29,9 @@ pub const CLIENT_GO_ELECTOR: &str = "client-go-elector";
 /// The Go peer that runs a controller-runtime Manager with leader election (a file in
 /// [`peers`]).
 pub const CONTROLLER_RUNTIME_MANAGER: &str = "controller-runtime-manager";
+/// The Go program whose client-go informer reads through one gateway-leader proxy while its
+/// typed client writes through two (a file in [`peers`]).
+pub const CLIENT_GO_PROXY_CLIENT: &str = "client-go-proxy-client";
 
 /// The workspace's `scripts/` folder (testkit sits one level below the workspace root).
 fn scripts() -> PathBuf {
@@ -148,7 +152,8 @@ pub fn gateway_api_crds() -> Result<PathBuf> {
 }
 
 /// The folder of the Go peers built from `testkit/peers/` (their programs are
-/// [`CLIENT_GO_ELECTOR`] and [`CONTROLLER_RUNTIME_MANAGER`]): `GATEWAY_LEADER_PEERS`, else the
+/// [`CLIENT_GO_ELECTOR`], [`CONTROLLER_RUNTIME_MANAGER`] and [`CLIENT_GO_PROXY_CLIENT`]):
+/// `GATEWAY_LEADER_PEERS`, else the
 /// cached build of the sources as they are now (`scripts/build-peers.sh`).
 pub fn peers() -> Result<PathBuf> {
     let dir = match from_env(PEERS_ENV)? {
@@ -160,15 +165,19 @@ pub fn peers() -> Result<PathBuf> {
             &format!(
                 "run scripts/build-peers.sh (it builds testkit/peers/ with client-go and \
                  controller-runtime from the Go module proxy, about a minute; scripts/test.sh does \
-                 it for you) or set {PEERS_ENV} to a folder holding {CLIENT_GO_ELECTOR} and \
-                 {CONTROLLER_RUNTIME_MANAGER}"
+                 it for you) or set {PEERS_ENV} to a folder holding {CLIENT_GO_ELECTOR}, \
+                 {CONTROLLER_RUNTIME_MANAGER} and {CLIENT_GO_PROXY_CLIENT}"
             ),
         )?,
     };
-    for program in [CLIENT_GO_ELECTOR, CONTROLLER_RUNTIME_MANAGER] {
+    for program in [
+        CLIENT_GO_ELECTOR,
+        CONTROLLER_RUNTIME_MANAGER,
+        CLIENT_GO_PROXY_CLIENT,
+    ] {
         if !dir.join(program).is_file() {
             bail!(
-                "no {program} in {}; scripts/build-peers.sh builds both peers",
+                "no {program} in {}; scripts/build-peers.sh builds the peers",
                 dir.display()
             );
         }
