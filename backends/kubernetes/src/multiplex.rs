@@ -1,0 +1,301 @@
+//! A connection pool that sends over HTTP/2, as client-go does: many long requests (a proxy's
+//! watches) share a few TLS connections to the apiserver instead of holding one each.
+//!
+//! hyper-util's pool puts every HTTP/2 request on one connection per host, where requests past
+//! the server's `SETTINGS_MAX_CONCURRENT_STREAMS` (100 on kube-apiserver unless
+//! `--http2-max-streams-per-connection` says otherwise) wait for a stream to close: a 101st
+//! watch would hang until another one ends. This pool opens another connection when every one it
+//! has carries as many streams as its server allows, as Go's HTTP/2 transport does.
+//!
+//! A server that does not negotiate `h2` (an HTTP/1.1-only load balancer, a plain `http://`
+//! URL) gets every request on the HTTP/1.1 pool instead, from then on; so does every request
+//! that asks for an upgrade (`kubectl exec`, port-forward), which HTTP/2 does not have.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, Uri};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::client::conn::http2;
+use hyper_util::client::legacy::connect::Connection;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use pin_project_lite::pin_project;
+use tower::{BoxError, Service, ServiceExt};
+use tracing::debug;
+
+/// How much of one stream's response the pool buffers before the apiserver must wait for it to
+/// be read: what a client that stops reading its watch costs. hyper's own default is 2 MiB.
+const STREAM_WINDOW: u32 = 1024 * 1024;
+/// The connection's window: large enough that streams whose readers stall cannot use it up
+/// and stall the other streams of the connection (Go's transport uses 1 GB for the same
+/// reason); what is buffered stays bounded by [`STREAM_WINDOW`] per stream.
+const CONNECTION_WINDOW: u32 = 1024 * 1024 * 1024;
+/// A connection with open streams whose peer sent nothing for this long is pinged, and closed
+/// when the ping is not answered within [`PING_TIMEOUT`]: client-go's `ReadIdleTimeout` and
+/// `PingTimeout`, so that a dead apiserver does not leave watches hanging.
+const PING_INTERVAL: Duration = Duration::from_secs(30);
+/// See [`PING_INTERVAL`].
+const PING_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A request's body as the pool gets it.
+type ReqBody = leader_lock::gate::DeadlineBody<kube::client::Body>;
+
+/// HTTP/2 connections from `connector` (whose TLS offers `h2`), and `fallback`, an HTTP/1.1
+/// pool, for a server that does not negotiate it.
+#[derive(Clone)]
+pub(crate) struct Multiplexed<C, F> {
+    connector: C,
+    fallback: F,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    connections: Mutex<Vec<Connection2>>,
+    /// One dial at a time: requests that found no free stream wait for it and share the new
+    /// connection instead of each opening one.
+    dialing: tokio::sync::Mutex<()>,
+    /// The server did not negotiate HTTP/2.
+    http1: AtomicBool,
+}
+
+struct Connection2 {
+    send: http2::SendRequest<ReqBody>,
+    /// The streams open on it.
+    open: Arc<AtomicUsize>,
+    /// How many the server allows at once, as its last `SETTINGS` said.
+    max: Arc<AtomicUsize>,
+}
+
+/// A stream open on a connection; its place there is freed when this is dropped.
+struct Stream(Arc<AtomicUsize>);
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+// === impl Multiplexed ===
+
+impl<C, F> Multiplexed<C, F> {
+    pub(crate) fn new(connector: C, fallback: F) -> Self {
+        Multiplexed {
+            connector,
+            fallback,
+            shared: Arc::new(Shared {
+                connections: Mutex::new(Vec::new()),
+                dialing: tokio::sync::Mutex::new(()),
+                http1: AtomicBool::new(false),
+            }),
+        }
+    }
+}
+
+impl Shared {
+    /// A stream on a connection that has room for one more, the first such.
+    fn take(&self) -> Option<(http2::SendRequest<ReqBody>, Stream)> {
+        let mut connections = self.connections.lock().unwrap_or_else(|p| p.into_inner());
+        connections.retain(|c| !c.send.is_closed());
+        connections.iter().find_map(|c| {
+            // The server's limit as it stands: it may lower it while the connection lives.
+            let max = c.max.load(Ordering::Acquire);
+            c.open
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < max).then_some(n + 1)
+                })
+                .ok()
+                .map(|_| (c.send.clone(), Stream(c.open.clone())))
+        })
+    }
+
+    fn add(&self, send: http2::SendRequest<ReqBody>, max: Arc<AtomicUsize>) -> Stream {
+        let open = Arc::new(AtomicUsize::new(1));
+        let mut connections = self.connections.lock().unwrap_or_else(|p| p.into_inner());
+        connections.push(Connection2 {
+            send,
+            open: open.clone(),
+            max,
+        });
+        Stream(open)
+    }
+}
+
+/// Whether `req` asks for its connection to be upgraded (`kubectl exec`, port-forward) or
+/// tunnelled: HTTP/2 has neither, so it goes over HTTP/1.1.
+fn asks_upgrade<B>(req: &Request<B>) -> bool {
+    req.method() == http::Method::CONNECT || req.headers().contains_key(http::header::UPGRADE)
+}
+
+/// Where a connection for `uri` goes: its scheme and authority.
+fn origin(uri: &Uri) -> Result<Uri, BoxError> {
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = uri.scheme().cloned();
+    parts.authority = uri.authority().cloned();
+    parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
+    Ok(Uri::from_parts(parts)?)
+}
+
+impl<C, F> Multiplexed<C, F>
+where
+    C: Service<Uri> + Clone + Send + 'static,
+    C::Response: hyper::rt::Read + hyper::rt::Write + Connection + Unpin + Send + 'static,
+    C::Future: Send,
+    C::Error: Into<BoxError>,
+    F: Service<Request<ReqBody>, Response = Response<Incoming>> + Clone + Send + 'static,
+    F::Future: Send,
+    F::Error: Into<BoxError>,
+{
+    async fn send(self, req: Request<ReqBody>) -> Result<Response<Counted>, BoxError> {
+        let mut req = req;
+        // A connection that closes between `take` and the send gives the request back: one
+        // more go, on a connection made for it if need be.
+        for _ in 0..2 {
+            if self.shared.http1.load(Ordering::Acquire) || asks_upgrade(&req) {
+                return self.fallback(req).await;
+            }
+            let (mut send, stream) = match self.shared.take() {
+                Some(s) => s,
+                None => match self.dial(req.uri()).await? {
+                    Some(s) => s,
+                    None => return self.fallback(req).await,
+                },
+            };
+            match send.try_send_request(req).await {
+                Ok(resp) => {
+                    return Ok(resp.map(|inner| Counted {
+                        inner,
+                        _stream: Some(stream),
+                    }))
+                }
+                Err(mut e) => match e.take_message() {
+                    Some(back) => req = back,
+                    None => return Err(e.into_error().into()),
+                },
+            }
+        }
+        Err("the apiserver closed two HTTP/2 connections in a row before a request went out".into())
+    }
+
+    /// A stream on a connection dialled for it, unless another request's dial made room first;
+    /// `None` when the server does not speak HTTP/2.
+    async fn dial(
+        &self,
+        uri: &Uri,
+    ) -> Result<Option<(http2::SendRequest<ReqBody>, Stream)>, BoxError> {
+        let _dialing = self.shared.dialing.lock().await;
+        if let Some(s) = self.shared.take() {
+            return Ok(Some(s));
+        }
+        if self.shared.http1.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let io = self
+            .connector
+            .clone()
+            .oneshot(origin(uri)?)
+            .await
+            .map_err(Into::into)?;
+        if !io.connected().is_negotiated_h2() {
+            debug!("the apiserver did not negotiate HTTP/2: sending over HTTP/1.1");
+            self.shared.http1.store(true, Ordering::Release);
+            return Ok(None);
+        }
+        let (send, connection) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .keep_alive_interval(PING_INTERVAL)
+            .keep_alive_timeout(PING_TIMEOUT)
+            .handshake(io)
+            .await?;
+        // The server's limit arrives in its first SETTINGS, which the connection's task reads
+        // after the handshake (and may be changed later): published after each of its polls.
+        let max = Arc::new(AtomicUsize::new(connection.current_max_send_streams()));
+        let published = max.clone();
+        tokio::spawn(async move {
+            let mut connection = std::pin::pin!(connection);
+            let ended = std::future::poll_fn(|cx| {
+                let polled = connection.as_mut().poll(cx);
+                published.store(connection.current_max_send_streams(), Ordering::Release);
+                polled
+            })
+            .await;
+            if let Err(e) = ended {
+                debug!(error = %e, "an HTTP/2 connection to the apiserver ended");
+            }
+        });
+        let stream = self.shared.add(send.clone(), max);
+        Ok(Some((send, stream)))
+    }
+
+    async fn fallback(&self, req: Request<ReqBody>) -> Result<Response<Counted>, BoxError> {
+        let resp = self
+            .fallback
+            .clone()
+            .oneshot(req)
+            .await
+            .map_err(Into::into)?;
+        Ok(resp.map(|inner| Counted {
+            inner,
+            _stream: None,
+        }))
+    }
+}
+
+impl<C, F> Service<Request<ReqBody>> for Multiplexed<C, F>
+where
+    C: Service<Uri> + Clone + Send + Sync + 'static,
+    C::Response: hyper::rt::Read + hyper::rt::Write + Connection + Unpin + Send + 'static,
+    C::Future: Send,
+    C::Error: Into<BoxError>,
+    F: Service<Request<ReqBody>, Response = Response<Incoming>> + Clone + Send + Sync + 'static,
+    F::Future: Send,
+    F::Error: Into<BoxError>,
+{
+    type Response = Response<Counted>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        Box::pin(self.clone().send(req))
+    }
+}
+
+pin_project! {
+    /// A response body that holds its stream's place on the connection until it is dropped.
+    pub struct Counted {
+        #[pin]
+        inner: Incoming,
+        _stream: Option<Stream>,
+    }
+}
+
+impl Body for Counted {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        self.project().inner.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
