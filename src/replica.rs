@@ -83,6 +83,9 @@ pub struct Replica {
     pub identity: Identity,
     /// The Kubernetes client, ungated: the work gates its own writes on [`Self::leadership`].
     pub client: kube::Client,
+    /// The configuration [`Self::client`] was built from, for a client of another shape (the
+    /// proxy's, over HTTP/2).
+    pub kube_config: kube::Config,
     /// Every metric, served on the health port.
     pub metrics: Arc<Metrics>,
     /// This replica's leadership.
@@ -132,6 +135,7 @@ impl Replica {
             .context("connecting to Kubernetes")?;
         let default_ns = config.default_namespace.clone();
         let apiserver = config.cluster_url.to_string();
+        let kube_config = config.clone();
         let client = leader_lock_kubernetes::client(config)
             .with_context(|| format!("connecting to Kubernetes: a client for {apiserver}"))?;
         // Health and metrics answer from the start: not ready until the lock backend answers
@@ -174,6 +178,7 @@ impl Replica {
             return Ok(Started::Replica(Box::new(Replica {
                 identity,
                 client,
+                kube_config,
                 metrics,
                 leadership,
                 signals,
@@ -261,6 +266,7 @@ impl Replica {
         Ok(Started::Replica(Box::new(Replica {
             identity,
             client,
+            kube_config,
             metrics,
             leadership,
             signals,

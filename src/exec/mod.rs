@@ -169,7 +169,7 @@ async fn serve_proxy(
     use anyhow::Context;
     let proxy = Proxy::serve(
         listen,
-        replica.client.clone(),
+        proxy::upstream_client(replica)?,
         replica.leadership.clone(),
         &replica.identity,
         replica.metrics.clone(),
