@@ -60,15 +60,17 @@ pub fn client_builder(config: Config) -> Result<ClientBuilder<ClientService>, ku
     ))
 }
 
-/// A client on [`client_builder`]'s stack that sends over HTTP/2 when the apiserver negotiates
-/// it, as client-go does: its requests share a few connections, each carrying as many at once
-/// as the apiserver allows (`--http2-max-streams-per-connection`, 100 by default), a new one
-/// opened when all are full. For a program with many long requests at once, such as a proxy's
-/// watches: one TLS connection each would cost its buffers and the apiserver a connection each.
-/// A server that does not negotiate `h2` gets HTTP/1.1, as from [`client`].
+/// A client on [`client_builder`]'s stack whose long-running requests (watches, followed logs)
+/// go over HTTP/2 when the apiserver negotiates it, as client-go sends its requests: they share
+/// a few connections, each carrying as many at once as the apiserver allows
+/// (`--http2-max-streams-per-connection`, 100 by default), a new one opened when all are full.
+/// For a program with many watches open at once, such as a proxy for other processes: one TLS
+/// connection each would cost its buffers, and the apiserver a connection each. Other requests
+/// take the HTTP/1.1 pool of [`client`], over which kube-apiserver answers a GET or a large
+/// list sooner; so does everything when the server does not negotiate `h2`.
 ///
-/// The stream of one request that its caller stops reading buffers at most 1 MiB before the
-/// apiserver waits, and never stalls the connection's other streams.
+/// A watch that its caller stops reading buffers at most 1 MiB before the apiserver waits, and
+/// never holds up the connection's other streams.
 ///
 /// # Errors
 /// As [`client_builder`]: a proxy is set, or the TLS or auth settings could not be used.

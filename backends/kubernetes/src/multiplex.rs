@@ -1,5 +1,8 @@
-//! A connection pool that sends over HTTP/2, as client-go does: many long requests (a proxy's
-//! watches) share a few TLS connections to the apiserver instead of holding one each.
+//! A connection pool that sends long-running requests (watches, followed logs) over HTTP/2, as
+//! client-go does: a proxy's many watches share a few TLS connections to the apiserver instead of
+//! holding one each. The other requests take the HTTP/1.1 pool: they gain nothing from sharing
+//! a connection, and kube-apiserver answers a GET or a large list sooner over HTTP/1.1
+//! (docs/benchmarks.md, "The Kubernetes API proxy").
 //!
 //! hyper-util's pool puts every HTTP/2 request on one connection per host, where requests past
 //! the server's `SETTINGS_MAX_CONCURRENT_STREAMS` (100 on kube-apiserver unless
@@ -8,8 +11,8 @@
 //! has carries as many streams as its server allows, as Go's HTTP/2 transport does.
 //!
 //! A server that does not negotiate `h2` (an HTTP/1.1-only load balancer, a plain `http://`
-//! URL) gets every request on the HTTP/1.1 pool instead, from then on; so does every request
-//! that asks for an upgrade (`kubectl exec`, port-forward), which HTTP/2 does not have.
+//! URL) gets every request on the HTTP/1.1 pool, from then on; so does every request that asks
+//! for an upgrade (`kubectl exec`, port-forward), which HTTP/2 does not have.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -46,8 +49,8 @@ const PING_TIMEOUT: Duration = Duration::from_secs(15);
 /// A request's body as the pool gets it.
 type ReqBody = leader_lock::gate::DeadlineBody<kube::client::Body>;
 
-/// HTTP/2 connections from `connector` (whose TLS offers `h2`), and `fallback`, an HTTP/1.1
-/// pool, for a server that does not negotiate it.
+/// HTTP/2 connections from `connector` (whose TLS offers `h2`) for long-running requests, and
+/// `fallback`, an HTTP/1.1 pool, for the others and for a server that does not negotiate `h2`.
 #[derive(Clone)]
 pub(crate) struct Multiplexed<C, F> {
     connector: C,
@@ -126,10 +129,31 @@ impl Shared {
     }
 }
 
-/// Whether `req` asks for its connection to be upgraded (`kubectl exec`, port-forward) or
-/// tunnelled: HTTP/2 has neither, so it goes over HTTP/1.1.
-fn asks_upgrade<B>(req: &Request<B>) -> bool {
-    req.method() == http::Method::CONNECT || req.headers().contains_key(http::header::UPGRADE)
+/// Whether `req` holds its stream open for as long as its caller wants: a watch (`?watch=true`,
+/// or a path under `/watch/`) or a followed log (`?follow=true`); not an upgrade, which HTTP/2
+/// does not have.
+fn long_running<B>(req: &Request<B>) -> bool {
+    if req.method() != http::Method::GET || req.headers().contains_key(http::header::UPGRADE) {
+        return false;
+    }
+    let uri = req.uri();
+    let flag = |name: &str| {
+        uri.query().is_some_and(|q| {
+            q.split('&').any(|pair| {
+                // The values Go's `strconv.ParseBool`, which the apiserver uses, takes as true.
+                pair.split_once('=').is_some_and(|(k, v)| {
+                    k == name && matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
+                })
+            })
+        })
+    };
+    let mut segments = uri.path().split('/').filter(|s| !s.is_empty());
+    let watch_path = match segments.next() {
+        Some("api") => segments.nth(1) == Some("watch"),
+        Some("apis") => segments.nth(2) == Some("watch"),
+        _ => false,
+    };
+    watch_path || flag("watch") || flag("follow")
 }
 
 /// Where a connection for `uri` goes: its scheme and authority.
@@ -156,7 +180,7 @@ where
         // A connection that closes between `take` and the send gives the request back: one
         // more go, on a connection made for it if need be.
         for _ in 0..2 {
-            if self.shared.http1.load(Ordering::Acquire) || asks_upgrade(&req) {
+            if self.shared.http1.load(Ordering::Acquire) || !long_running(&req) {
                 return self.fallback(req).await;
             }
             let (mut send, stream) = match self.shared.take() {
@@ -297,5 +321,48 @@ impl Body for Counted {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(uri: &str) -> Request<()> {
+        Request::get(uri).body(()).expect("a request")
+    }
+
+    #[test]
+    fn watches_and_followed_logs_are_long_running_and_other_requests_are_not() {
+        for uri in [
+            "https://a/api/v1/namespaces/n/configmaps?watch=true&resourceVersion=0",
+            "https://a/apis/gateway.networking.k8s.io/v1/gateways?allowWatchBookmarks=true&watch=1",
+            "https://a/api/v1/watch/namespaces/n/pods",
+            "https://a/apis/apps/v1/watch/deployments",
+            "https://a/api/v1/namespaces/n/pods/p/log?follow=true",
+        ] {
+            assert!(long_running(&get(uri)), "{uri}");
+        }
+        for uri in [
+            "https://a/api/v1/namespaces/n/configmaps",
+            "https://a/api/v1/namespaces/n/configmaps?watch=false",
+            "https://a/api/v1/namespaces/n/configmaps?xwatch=true",
+            "https://a/api/v1/namespaces/watch/configmaps",
+            "https://a/apis/watch/v1/things",
+            "https://a/api/v1/namespaces/n/pods/p/log",
+            "https://a/version",
+        ] {
+            assert!(!long_running(&get(uri)), "{uri}");
+        }
+        let mut upgrade = get("https://a/api/v1/namespaces/n/pods/p/exec?command=sh&watch=true");
+        upgrade.headers_mut().insert(
+            http::header::UPGRADE,
+            http::HeaderValue::from_static("SPDY/3.1"),
+        );
+        assert!(!long_running(&upgrade));
+        let post = Request::post("https://a/api/v1/namespaces/n/configmaps?watch=true")
+            .body(())
+            .expect("a request");
+        assert!(!long_running(&post));
     }
 }
