@@ -593,9 +593,12 @@ async fn many_watches_share_a_few_connections_to_the_apiserver() {
     let api = Api::<ConfigMap>::namespaced(through, ns);
     let params = WatchParams::default();
     let mut open = Vec::new();
-    for _ in 0..WATCHES {
-        let watch = tokio::time::timeout(PATIENCE, api.watch(&params, "0"));
-        open.push(Box::pin(watch.await.expect("in time").expect("a watch")));
+    for i in 0..WATCHES {
+        let watch = tokio::time::timeout(PATIENCE, api.watch(&params, "0"))
+            .await
+            .unwrap_or_else(|_| panic!("watch {i} of {WATCHES} was not answered"))
+            .expect("a watch");
+        open.push(Box::pin(watch));
     }
     for (i, w) in open.iter_mut().enumerate() {
         match tokio::time::timeout(PATIENCE, w.next()).await {
