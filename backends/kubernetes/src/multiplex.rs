@@ -63,6 +63,9 @@ struct Shared {
     /// One dial at a time: requests that found no free stream wait for it and share the new
     /// connection instead of each opening one.
     dialing: tokio::sync::Mutex<()>,
+    /// When the last dial failed, and why: the requests that waited for that dial fail with it
+    /// rather than each trying again in turn, one connect timeout after another.
+    failed: Mutex<Option<(std::time::Instant, String)>>,
     /// The server did not negotiate HTTP/2.
     http1: AtomicBool,
 }
@@ -94,6 +97,7 @@ impl<C, F> Multiplexed<C, F> {
             shared: Arc::new(Shared {
                 connections: Mutex::new(Vec::new()),
                 dialing: tokio::sync::Mutex::new(()),
+                failed: Mutex::new(None),
                 http1: AtomicBool::new(false),
             }),
         }
@@ -212,6 +216,7 @@ where
         &self,
         uri: &Uri,
     ) -> Result<Option<(http2::SendRequest<ReqBody>, Stream)>, BoxError> {
+        let waiting_since = std::time::Instant::now();
         let _dialing = self.shared.dialing.lock().await;
         if let Some(s) = self.shared.take() {
             return Ok(Some(s));
@@ -219,6 +224,31 @@ where
         if self.shared.http1.load(Ordering::Acquire) {
             return Ok(None);
         }
+        {
+            let failed = self.shared.failed.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, why)) = failed.as_ref().filter(|(at, _)| *at >= waiting_since) {
+                let ago = at.elapsed();
+                return Err(
+                    format!("connecting to the apiserver failed {ago:?} ago: {why}").into(),
+                );
+            }
+        }
+        match self.connect(uri).await {
+            Ok(s) => Ok(s),
+            Err(e) => {
+                let mut failed = self.shared.failed.lock().unwrap_or_else(|p| p.into_inner());
+                *failed = Some((std::time::Instant::now(), e.to_string()));
+                Err(e)
+            }
+        }
+    }
+
+    /// A new connection to `uri`'s server, and a stream on it; `None` when the server does not
+    /// speak HTTP/2.
+    async fn connect(
+        &self,
+        uri: &Uri,
+    ) -> Result<Option<(http2::SendRequest<ReqBody>, Stream)>, BoxError> {
         let io = self
             .connector
             .clone()
@@ -330,6 +360,44 @@ mod tests {
 
     fn get(uri: &str) -> Request<()> {
         Request::get(uri).body(()).expect("a request")
+    }
+
+    /// An apiserver that cannot be reached costs the watches waiting for a connection one
+    /// connect timeout together, not one each in turn.
+    #[tokio::test]
+    async fn the_watches_waiting_for_a_dial_that_fails_fail_with_it() {
+        crate::install_crypto_provider();
+        // Accepts connections and never answers: the TLS handshake waits for the timeout.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let addr = listener.local_addr().expect("its address");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                held.push(s);
+            }
+        });
+        let mut config = kube::Config::new(format!("https://{addr}").parse().expect("a URL"));
+        config.connect_timeout = Some(Duration::from_secs(1));
+        config.accept_invalid_certs = true;
+        let client = crate::multiplexed_client(config).expect("a client");
+        let watches = (0..5).map(|_| {
+            let client = client.clone();
+            async move {
+                let req = Request::get("/api/v1/configmaps?watch=true")
+                    .body(Vec::new())
+                    .expect("a request");
+                client.request_text(req).await
+            }
+        });
+        let answers = futures::future::join_all(watches).await;
+        assert!(answers.iter().all(Result::is_err), "{answers:?}");
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "{answers:?}");
+        silent.abort();
     }
 
     #[test]
