@@ -5,10 +5,13 @@
 //! ```text
 //! cargo bench --bench proxy                    # 10,000 objects, 2,000 GETs, 2,000 writes
 //! cargo bench --bench proxy -- --objects 2000  # smaller
+//! cargo bench --bench proxy -- --binary /tmp/gateway-leader-before  # an earlier build's proxy
 //! ```
 //!
 //! Direct and proxied runs alternate, so both see the same machine. The proxy is the release
-//! binary (`cargo bench` builds with the release profile).
+//! binary (`cargo bench` builds with the release profile) unless `--binary` names another, to
+//! measure a change before and after on the same machine. Each figure is printed beside the
+//! target issue 32 sets for it.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -32,6 +35,8 @@ struct Options {
     gets: usize,
     writes: usize,
     watches: usize,
+    /// The `gateway-leader` to run instead of this workspace's.
+    binary: Option<std::path::PathBuf>,
 }
 
 fn options() -> Options {
@@ -40,6 +45,7 @@ fn options() -> Options {
         gets: 2_000,
         writes: 2_000,
         watches: 1_000,
+        binary: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -53,6 +59,9 @@ fn options() -> Options {
             "--gets" => o.gets = value("--gets"),
             "--writes" => o.writes = value("--writes"),
             "--watches" => o.watches = value("--watches"),
+            "--binary" => {
+                o.binary = Some(args.next().expect("--binary needs a path").into());
+            }
             // `cargo bench` passes --bench.
             _ => {}
         }
@@ -68,6 +77,15 @@ fn config_map(name: &str) -> ConfigMap {
         },
         data: Some([("k".to_string(), "v".repeat(64))].into()),
         ..Default::default()
+    }
+}
+
+/// How a figure stands against its target.
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "MISSED"
     }
 }
 
@@ -133,8 +151,11 @@ async fn watch_initial(api: &Api<ConfigMap>, n: usize) -> Duration {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let o = options();
-    let binary = testkit::workspace_binary("gateway-leader", "gateway-leader")
-        .expect("gateway-leader builds");
+    let binary = match &o.binary {
+        Some(b) => b.clone(),
+        None => testkit::workspace_binary("gateway-leader", "gateway-leader")
+            .expect("gateway-leader builds"),
+    };
     let server = KubeApiServer::start()
         .await
         .expect("kube-apiserver starts (scripts/build-kube-apiserver.sh builds it)");
@@ -191,15 +212,16 @@ async fn main() {
     d.sort();
     p.sort();
     let (dp50, pp50) = (percentile(&d, 0.5), percentile(&p, 0.5));
+    let added = (pp50.as_secs_f64() - dp50.as_secs_f64()) * 1e3;
     println!(
         "GET x{}: direct p50 {:.3} ms p99 {:.3} ms; proxy p50 {:.3} ms p99 {:.3} ms; added p50 \
-         {:.3} ms",
+         {added:.3} ms (target <= 0.3 ms: {})",
         o.gets,
         dp50.as_secs_f64() * 1e3,
         percentile(&d, 0.99).as_secs_f64() * 1e3,
         pp50.as_secs_f64() * 1e3,
         percentile(&p, 0.99).as_secs_f64() * 1e3,
-        (pp50.as_secs_f64() - dp50.as_secs_f64()) * 1e3
+        verdict(added <= 0.3)
     );
 
     // 2. Writes per second: creates with 16 in flight, direct and through the leader's proxy.
@@ -210,10 +232,12 @@ async fn main() {
     }
     let rate = |t: Duration| o.writes as f64 / t.as_secs_f64();
     let (drate, prate) = (rate(median(dw)), rate(median(pw)));
+    let share = prate / drate * 100.0;
     println!(
-        "creates x{} (16 in flight): direct {drate:.0}/s, proxy {prate:.0}/s ({:.1} %)",
+        "creates x{} (16 in flight): direct {drate:.0}/s, proxy {prate:.0}/s ({share:.1} %; \
+         target >= 95 %: {})",
         o.writes,
-        prate / drate * 100.0
+        verdict(share >= 95.0)
     );
 
     // 3. A list and a watch of `objects` objects.
@@ -234,15 +258,21 @@ async fn main() {
         pwt.push(watch_initial(&p_api, total).await);
     }
     let (dl, pl, dwt, pwt) = (median(dl), median(pl), median(dwt), median(pwt));
+    let (list_x, watch_x) = (
+        pl.as_secs_f64() / dl.as_secs_f64(),
+        pwt.as_secs_f64() / dwt.as_secs_f64(),
+    );
     println!(
-        "list of {total}: direct {:.0} ms, proxy {:.0} ms ({:.2}x); watch of {total}: direct \
-         {:.0} ms, proxy {:.0} ms ({:.2}x)",
+        "list of {total}: direct {:.0} ms, proxy {:.0} ms ({list_x:.2}x; target <= 1.2x: {})",
         dl.as_secs_f64() * 1e3,
         pl.as_secs_f64() * 1e3,
-        pl.as_secs_f64() / dl.as_secs_f64(),
+        verdict(list_x <= 1.2)
+    );
+    println!(
+        "watch of {total}: direct {:.0} ms, proxy {:.0} ms ({watch_x:.2}x; target <= 1.2x: {})",
         dwt.as_secs_f64() * 1e3,
         pwt.as_secs_f64() * 1e3,
-        pwt.as_secs_f64() / dwt.as_secs_f64()
+        verdict(watch_x <= 1.2)
     );
 
     // 4. RSS with open watches (on a namespace with one object: the cost of the watches).
@@ -269,10 +299,24 @@ async fn main() {
         }
     }
     let with = rss_mib(pid);
+    let grown_mb = (with - before) * 1024.0 * 1024.0 / 1e6;
     println!(
-        "proxy RSS: {before:.1} MiB, {with:.1} MiB with {} open watches (+{:.1} MiB)",
+        "proxy RSS: {before:.1} MiB, {with:.1} MiB with {} open watches (+{:.1} MiB = +{grown_mb:.1} \
+         MB; target <= +20 MB: {})",
         o.watches,
-        with - before
+        with - before,
+        verdict(grown_mb <= 20.0)
+    );
+    let apiserver_port = server
+        .url()
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.port_u16())
+        .expect("the apiserver's URL has a port");
+    println!(
+        "the proxy's connections to the apiserver with {} open watches: {}",
+        o.watches,
+        testkit::process::tcp_connections_to(pid, apiserver_port).expect("/proc")
     );
     drop(open);
     proxy.terminate();

@@ -104,6 +104,9 @@ pub struct Replica {
     /// The Kubernetes client, ungated: the work gates its own writes on [`Self::leadership`].
     /// `None` when started with [`Kubernetes::IfLocked`] on an etcd or Redis lock.
     client: Option<kube::Client>,
+    /// The configuration the client was built from, for a client of another shape (the
+    /// proxy's, over HTTP/2); `None` as the client is.
+    kube_config: Option<kube::Config>,
     /// Every metric, served on the health port.
     pub metrics: Arc<Metrics>,
     /// This replica's leadership.
@@ -120,6 +123,9 @@ pub struct Replica {
     server: JoinHandle<()>,
     server_stop: CancellationToken,
 }
+
+const NO_KUBERNETES: &str =
+    "no Kubernetes client: this replica was started without one (an etcd or Redis lock)";
 
 /// Whether a replica talks to Kubernetes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,14 +173,16 @@ impl Replica {
                 .context("connecting to Kubernetes")?;
             let default_ns = config.default_namespace.clone();
             let apiserver = config.cluster_url.to_string();
+            let kube_config = config.clone();
             let client = leader_lock_kubernetes::client(config)
                 .with_context(|| format!("connecting to Kubernetes: a client for {apiserver}"))?;
-            Some((client, default_ns))
+            Some((client, default_ns, kube_config))
         } else {
             info!(backend = %settings.backend, "not connecting to Kubernetes: nothing here needs it");
             None
         };
-        let client = kube.as_ref().map(|(c, _)| c.clone());
+        let client = kube.as_ref().map(|(c, _, _)| c.clone());
+        let kube_config = kube.as_ref().map(|(_, _, k)| k.clone());
         // Health and metrics answer from the start: not ready until the lock backend answers
         // and the work is ready, which the kubelet must be able to see.
         let metrics = Metrics::new(&settings.lock_name);
@@ -215,6 +223,7 @@ impl Replica {
             return Ok(Started::Replica(Box::new(Replica {
                 identity,
                 client,
+                kube_config,
                 metrics,
                 leadership,
                 signals,
@@ -246,7 +255,7 @@ impl Replica {
             .with_jitter()
             .without_max_times();
         let connecting =
-            (|| backend::connect(settings, kube.as_ref().map(|(c, ns)| (c, ns.as_str()))))
+            (|| backend::connect(settings, kube.as_ref().map(|(c, ns, _)| (c, ns.as_str()))))
                 .retry(backoff)
                 .when(|e| matches!(e, LockError::Unavailable { .. } | LockError::Timeout(_)))
                 .notify(|e, after| {
@@ -306,6 +315,7 @@ impl Replica {
         Ok(Started::Replica(Box::new(Replica {
             identity,
             client,
+            kube_config,
             metrics,
             leadership,
             signals,
@@ -325,9 +335,16 @@ impl Replica {
     /// # Errors
     /// When the replica was started with [`Kubernetes::IfLocked`] on a lock outside Kubernetes.
     pub fn client(&self) -> anyhow::Result<kube::Client> {
-        self.client.clone().context(
-            "no Kubernetes client: this replica was started without one (an etcd or Redis lock)",
-        )
+        self.client.clone().context(NO_KUBERNETES)
+    }
+
+    /// The configuration [`client`](Self::client) was built from, for a client of another
+    /// shape (the proxy's, over HTTP/2).
+    ///
+    /// # Errors
+    /// As [`client`](Self::client).
+    pub fn kube_config(&self) -> anyhow::Result<kube::Config> {
+        self.kube_config.clone().context(NO_KUBERNETES)
     }
 
     /// The first half of a graceful stop: no new permits while `drain` runs (the work stops

@@ -564,6 +564,71 @@ async fn with_leader_election_disabled_the_proxy_passes_writes() {
     assert_eq!(blocking(|| p.replica.wait_exit(PATIENCE)), Some(0));
 }
 
+/// The watches of many callers share a few connections to the apiserver (HTTP/2, as many
+/// streams on each as the apiserver allows: 100 by default) instead of a TLS connection each,
+/// and those past the first connection's limit stream as well; counted from the kernel's table
+/// of the proxy's connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_watches_share_a_few_connections_to_the_apiserver() {
+    use futures::StreamExt;
+    use kube::api::{WatchEvent, WatchParams};
+    const WATCHES: usize = 250;
+    let ns = "proxy-watches";
+    let (server, dir) = setup(ns).await;
+    let mut p = blocking(|| {
+        Proxy::start(
+            server,
+            "watches",
+            ns,
+            dir.path(),
+            &["--leader-election-disable"],
+        )
+    });
+    let one = serde_json::from_slice(&config_map_json(ns, "one", 8)).expect("a config map");
+    Api::<ConfigMap>::namespaced(server.admin_client(), ns)
+        .create(&PostParams::default(), &one)
+        .await
+        .expect("created");
+    let url = format!("http://{}", p.addr).parse().expect("a URL");
+    let through = kube::Client::try_from(kube::Config::new(url)).expect("a client");
+    let api = Api::<ConfigMap>::namespaced(through, ns);
+    let params = WatchParams::default();
+    let mut open = Vec::new();
+    for i in 0..WATCHES {
+        let watch = tokio::time::timeout(PATIENCE, api.watch(&params, "0"))
+            .await
+            .unwrap_or_else(|_| panic!("watch {i} of {WATCHES} was not answered"))
+            .expect("a watch");
+        open.push(Box::pin(watch));
+    }
+    for (i, w) in open.iter_mut().enumerate() {
+        match tokio::time::timeout(PATIENCE, w.next()).await {
+            Ok(Some(Ok(WatchEvent::Added(cm)))) => {
+                assert_eq!(cm.metadata.name.as_deref(), Some("one"))
+            }
+            other => panic!("watch {i} of {WATCHES} did not stream: {other:?}"),
+        }
+    }
+    let port = server
+        .url()
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.port_u16())
+        .expect("the apiserver's URL has a port");
+    let connections =
+        testkit::process::tcp_connections_to(p.replica.pid(), port).expect("the proxy's sockets");
+    // The watches' connections, and one of the replica's own client.
+    let most = WATCHES.div_ceil(100) + 1;
+    assert!(
+        (1..=most).contains(&connections),
+        "{connections} connections to the apiserver for {WATCHES} watches (at most {most} with \
+         100 streams on each, kube-apiserver's --http2-max-streams-per-connection default)"
+    );
+    drop(open);
+    p.replica.terminate();
+    assert_eq!(blocking(|| p.replica.wait_exit(PATIENCE)), Some(0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_in_flight_at_sigterm_lands_before_the_lock_is_released() {
     let ns = "proxy-sigterm";

@@ -175,7 +175,7 @@ async fn serve_proxy(
     use anyhow::Context;
     let proxy = Proxy::serve(
         listen,
-        replica.client()?,
+        proxy::upstream_client(replica)?,
         replica.leadership.clone(),
         &replica.identity,
         replica.metrics.clone(),

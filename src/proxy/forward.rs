@@ -234,7 +234,9 @@ async fn gated(
     };
     match timeout_at(permit.valid_until, shared.client.send(upstream)).await {
         Err(_) => cut(shared),
-        Ok(Err(e)) if caused_by_deadline(&e) => cut(shared),
+        // Over HTTP/2 the deadline's error ends the body's stream, not the request, whose own
+        // error then does not name it: past the deadline, any failure is the cut.
+        Ok(Err(e)) if caused_by_deadline(&e) || Instant::now() >= permit.valid_until => cut(shared),
         Ok(Err(e)) => {
             shared.metrics.proxy_request(verb, ProxyOutcome::Failed);
             unreachable_apiserver(&e)

@@ -294,6 +294,18 @@ pub fn write_kubeconfig(bound: &Bound, path: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("writing the proxy's kubeconfig {}", path.display()))
 }
 
+/// The client a proxy of `replica` sends with: its configuration, over HTTP/2 when the
+/// apiserver negotiates it, so that its callers' watches share a few connections (as many
+/// streams on each as the apiserver allows) instead of one TLS connection each.
+///
+/// # Errors
+/// The TLS or authentication settings cannot be used (the replica's own client was built from
+/// the same ones).
+pub fn upstream_client(replica: &Replica) -> anyhow::Result<kube::Client> {
+    leader_lock_kubernetes::multiplexed_client(replica.kube_config()?)
+        .context("a client for the proxy's requests to the apiserver")
+}
+
 /// Runs `gateway-leader proxy` until a shutdown signal: elects as `run` does, serves the proxy,
 /// and on the way out stops accepting, lets the gated exchanges in flight finish, then releases.
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
@@ -320,15 +332,20 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         Started::Replica(r) => r,
         Started::Stopped => return Ok(()),
     };
-    let proxy = match Proxy::serve(
-        &listen,
-        replica.client()?,
-        replica.leadership.clone(),
-        &replica.identity,
-        replica.metrics.clone(),
-    )
-    .await
-    {
+    let served = match upstream_client(&replica) {
+        Ok(upstream) => {
+            Proxy::serve(
+                &listen,
+                upstream,
+                replica.leadership.clone(),
+                &replica.identity,
+                replica.metrics.clone(),
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
+    let proxy = match served {
         Ok(p) => p,
         Err(e) => {
             let deadline = replica.release(async {}).await;

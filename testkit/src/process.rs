@@ -206,3 +206,46 @@ impl Drop for ServerProcess {
         }
     }
 }
+
+/// How many established TCP connections process `pid` holds to remote port `port` (IPv4 or
+/// IPv6), from its open sockets and the kernel's connection tables in `/proc`: how many
+/// connections a client opened to a server, whatever the client says about itself.
+pub fn tcp_connections_to(pid: u32, port: u16) -> Result<usize> {
+    let mut inodes = std::collections::HashSet::new();
+    let fds = format!("/proc/{pid}/fd");
+    for fd in std::fs::read_dir(&fds).with_context(|| format!("reading {fds}"))? {
+        // A descriptor closed while this reads is no longer a connection.
+        let Ok(target) = std::fs::read_link(fd?.path()) else {
+            continue;
+        };
+        if let Some(inode) = target
+            .to_str()
+            .and_then(|t| t.strip_prefix("socket:["))
+            .and_then(|t| t.strip_suffix(']'))
+        {
+            inodes.insert(inode.to_string());
+        }
+    }
+    let mut count = 0;
+    for table in ["tcp", "tcp6"] {
+        let path = format!("/proc/{pid}/net/{table}");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout
+        // inode ...; addresses are HEX_IP:HEX_PORT, state 01 is ESTABLISHED.
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let (Some(remote), Some(state), Some(inode)) = (cols.get(2), cols.get(3), cols.get(9))
+            else {
+                continue;
+            };
+            let remote_port = remote
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            if *state == "01" && remote_port == Some(port) && inodes.contains(*inode) {
+                count += 1;
+            }
+        }
+    }
+    Ok(count)
+}

@@ -5,6 +5,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use http::{Request, Response};
+use hyper_rustls::HttpsConnector;
 use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -50,6 +51,65 @@ pub type ClientService = BoxService<Request<Body>, Response<hyper::body::Incomin
 /// # }
 /// ```
 pub fn client_builder(config: Config) -> Result<ClientBuilder<ClientService>, kube::Error> {
+    let https = config.rustls_https_connector_with_connector(http_connector(&config)?)?;
+    let pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .build(with_timeouts(&config, https));
+    Ok(ClientBuilder::new(
+        layers(&config, pool)?,
+        config.default_namespace,
+    ))
+}
+
+/// A client on [`client_builder`]'s stack whose long-running requests (watches, followed logs)
+/// go over HTTP/2 when the apiserver negotiates it, as client-go sends its requests: they share
+/// a few connections, each carrying as many at once as the apiserver allows
+/// (`--http2-max-streams-per-connection`, 100 by default), a new one opened when all are full.
+/// For a program with many watches open at once, such as a proxy for other processes: one TLS
+/// connection each would cost its buffers, and the apiserver a connection each. Other requests
+/// take the HTTP/1.1 pool of [`client`], over which kube-apiserver answers a GET or a large
+/// list sooner; so does everything when the server does not negotiate `h2`.
+///
+/// A watch that its caller stops reading buffers at most 1 MiB before the apiserver waits, and
+/// never holds up the connection's other streams.
+///
+/// # Errors
+/// As [`client_builder`]: a proxy is set, or the TLS or auth settings could not be used.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = kube::Config::infer().await?;
+/// let client = leader_lock_kubernetes::multiplexed_client(config)?;
+/// # let _ = client;
+/// # Ok(())
+/// # }
+/// ```
+pub fn multiplexed_client(config: Config) -> Result<Client, kube::Error> {
+    let http = http_connector(&config)?;
+    let fallback =
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(with_timeouts(
+            &config,
+            config.rustls_https_connector_with_connector(http.clone())?,
+        ));
+    let mut builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config.rustls_client_config()?)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        // As kube's own connector resolves it.
+        let name = rustls::pki_types::ServerName::try_from(name.clone()).map_err(|e| {
+            kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e))
+        })?;
+        builder =
+            builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    let h2 = with_timeouts(&config, builder.enable_all_versions().wrap_connector(http));
+    let pool = crate::multiplex::Multiplexed::new(h2, fallback);
+    Ok(ClientBuilder::new(layers(&config, pool)?, config.default_namespace).build())
+}
+
+/// A TCP connector with `TCP_NODELAY`, refusing a proxy in `config`.
+fn http_connector(config: &Config) -> Result<HttpConnector, kube::Error> {
     if let Some(proxy) = &config.proxy_url {
         // What `Client::try_from` answers in a build without kube's `http-proxy`/`socks5`.
         return Err(kube::Error::ProxyProtocolDisabled {
@@ -60,13 +120,34 @@ pub fn client_builder(config: Config) -> Result<ClientBuilder<ClientService>, ku
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
-    let https = config.rustls_https_connector_with_connector(http)?;
-    let mut connector = TimeoutConnector::new(https);
+    Ok(http)
+}
+
+/// `connector` with `config`'s connect, read and write timeouts.
+fn with_timeouts(
+    config: &Config,
+    connector: HttpsConnector<HttpConnector>,
+) -> TimeoutConnector<HttpsConnector<HttpConnector>> {
+    let mut connector = TimeoutConnector::new(connector);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);
-    let pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector);
-    let service = ServiceBuilder::new()
+    connector
+}
+
+/// kube's layers (base URI, retry, authentication, extra headers) over `pool`, whose requests'
+/// bodies are bound by their permits' deadlines.
+fn layers<P, B>(
+    config: &Config,
+    pool: P,
+) -> Result<BoxService<Request<Body>, Response<B>, BoxError>, kube::Error>
+where
+    P: tower::Service<Request<DeadlineBody<Body>>, Response = Response<B>> + Clone + Send + 'static,
+    P::Future: Send + 'static,
+    P::Error: Into<BoxError>,
+    B: Send + 'static,
+{
+    Ok(ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(
             config
@@ -75,12 +156,11 @@ pub fn client_builder(config: Config) -> Result<ClientBuilder<ClientService>, ku
         )
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
-        .map_err(BoxError::from)
+        .map_err(|e: P::Error| -> BoxError { e.into() })
         // Innermost: the connection's task reads a write's body only before its deadline.
         .map_request(DeadlineBody::bound)
         .service(pool)
-        .boxed();
-    Ok(ClientBuilder::new(service, config.default_namespace))
+        .boxed())
 }
 
 /// Installs rustls' ring provider for the process unless one is installed already.

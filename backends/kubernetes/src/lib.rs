@@ -90,10 +90,12 @@ mod error;
 mod events;
 mod gate;
 mod lease;
+mod multiplex;
 mod spec;
 
 pub use client::{
-    client, client_builder, install_crypto_provider, ClientOptions, ClientService, KubeconfigSource,
+    client, client_builder, install_crypto_provider, multiplexed_client, ClientOptions,
+    ClientService, KubeconfigSource,
 };
 pub use events::{spawn_leader_events, LeaderEventsConfig, EVENT_POST_TIMEOUT};
 pub use gate::{gated_client, permit_client};
