@@ -108,7 +108,7 @@ fn written_parents() -> Value {
     let Some(Desired::Route { parents, .. }) = desired.get(&key) else {
         panic!("the bench route gets a status");
     };
-    let mut parents = serde_json::to_value(parents).expect("parents serialize");
+    let mut parents = serde_json::to_value(&parents[..]).expect("parents serialize");
     for entry in parents.as_array_mut().into_iter().flatten() {
         for c in entry["conditions"].as_array_mut().into_iter().flatten() {
             c["lastTransitionTime"] = json!("2026-12-03T19:00:01Z");
