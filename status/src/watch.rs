@@ -19,6 +19,7 @@ use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::ObjectMeta;
+use kube::core::Status;
 use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
@@ -314,12 +315,13 @@ fn reduced_watch<K, R>(
 ) -> Running<R>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
     R: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
     let state = Arc::new(WatchState::default());
     let (reader, writer) = reflector::store();
     let config = watcher::Config::default().page_size(SECRET_PAGE_SIZE);
-    let reduced = watcher(api, config).map_ok(reduce);
+    let reduced = list_and_watch(api, config).map_ok(reduce);
     let stream = reflector::reflector(writer, reduced).backoff(watch_backoff());
     drive(
         R::kind(&()).into_owned(),
@@ -329,6 +331,92 @@ where
         tasks,
     );
     (reader, state)
+}
+
+/// How many objects one page of a paginated initial list holds (where the apiserver does not
+/// stream it): a list of 50,000 routes never comes back as one response.
+pub(crate) const PAGE_SIZE: u32 = 500;
+
+/// The watch of `api`'s kind, its initial list streamed where the apiserver offers it
+/// (watch-list: a watch with `sendInitialEvents=true`, `resourceVersionMatch=NotOlderThan` and
+/// bookmarks, Kubernetes' `WatchList` feature, on by default since 1.32), so that neither a
+/// whole list response nor a page of whole objects is held at once: each object is reduced as
+/// it arrives. An apiserver that refuses such a watch (`WatchList` off: 422, or 400 from one that
+/// does not know the parameters) gets `config`'s paginated list instead, from then on.
+pub(crate) fn list_and_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let streaming = with_init(watcher(api.clone(), config.clone().streaming_lists())).boxed();
+    // Until the first event that is not an error, a refusal of the watch-list decides: the
+    // first attempt may also fail for another reason (the apiserver not up yet).
+    let fallback = Some((api, config));
+    futures::stream::unfold(
+        (streaming, false, fallback),
+        |(mut stream, mut decided, mut fallback)| async move {
+            loop {
+                let item = stream.next().await?;
+                if !decided {
+                    if let Some(status) = refusal(&item) {
+                        if let Some((api, config)) = fallback.take() {
+                            let kind = K::kind(&K::DynamicType::default()).into_owned();
+                            debug!(%kind, reason = %status.message,
+                                "the apiserver does not stream initial lists; listing in pages");
+                            stream = watcher(api, config).boxed();
+                            decided = true;
+                            continue;
+                        }
+                    }
+                    decided = item.is_ok();
+                }
+                return Some((item, (stream, decided, fallback)));
+            }
+        },
+    )
+}
+
+/// The apiserver's answer when it refuses a watch-list: the request is invalid (422; 400 from
+/// one that does not know its parameters), as the watch's start or as its first event.
+fn refusal<K>(item: &watcher::Result<watcher::Event<K>>) -> Option<&Status> {
+    let status = match item {
+        Err(
+            watcher::Error::WatchStartFailed(kube::Error::Api(status))
+            | watcher::Error::WatchFailed(kube::Error::Api(status))
+            | watcher::Error::WatchError(status),
+        ) => status,
+        _ => return None,
+    };
+    matches!(status.code, 400 | 422).then_some(&**status)
+}
+
+/// Adds the `Init` that kube-runtime's watcher does not send before a streamed initial list: a
+/// store starts each initial list from an empty buffer on `Init`, and a list that failed half
+/// way (its watch could not start again, or expired) must not leave the objects it had brought
+/// so far in the next one.
+fn with_init<K: Send + 'static>(
+    stream: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send {
+    let mut listing = false;
+    stream.flat_map(move |item| {
+        let starts = matches!(
+            item,
+            Ok(watcher::Event::InitApply(_) | watcher::Event::InitDone)
+        ) && !listing;
+        match &item {
+            Ok(watcher::Event::InitApply(_)) => listing = true,
+            Ok(watcher::Event::InitDone) | Err(watcher::Error::WatchStartFailed(_)) => {
+                listing = false;
+            }
+            Err(watcher::Error::WatchError(status)) if status.code == 410 => listing = false,
+            _ => {}
+        }
+        let init = starts.then_some(Ok(watcher::Event::Init));
+        futures::stream::iter(init.into_iter().chain(std::iter::once(item)))
+    })
 }
 
 /// How a failed watch retries: from 250 ms, doubling, jittered, at most 2 s apart.
@@ -465,7 +553,8 @@ where
     let (reader, writer) = reflector::store();
     // The writer sends its copy to the status subresource, which takes only the status from it,
     // so the stores can keep less than the whole object.
-    let stream = watcher(api, watcher::Config::default())
+    let config = watcher::Config::default().page_size(PAGE_SIZE);
+    let stream = list_and_watch(api, config)
         .modify(reduce)
         .backoff(watch_backoff());
     let stream = reflector::reflector(writer, stream);
