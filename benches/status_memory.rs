@@ -13,7 +13,7 @@
 //! - **cache**: the [`StatusCache`] of desired statuses.
 //!
 //! ```sh
-//! cargo bench -p gateway-leader-status --bench memory -- 10000
+//! cargo bench --bench status_memory -- 10000
 //! ```
 
 use std::sync::Arc;
