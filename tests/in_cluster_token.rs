@@ -34,7 +34,12 @@ const TEN_MINUTES: i64 = 600;
 async fn audited() -> &'static KubeApiServer {
     static SERVER: OnceCell<KubeApiServer> = OnceCell::const_new();
     SERVER
-        .get_or_try_init(|| KubeApiServer::start_local_with(Options { audit: true }))
+        .get_or_try_init(|| {
+            KubeApiServer::start_local_with(Options {
+                audit: true,
+                ..Options::default()
+            })
+        })
         .await
         .expect("a local kube-apiserver with an audit log (scripts/build-kube-apiserver.sh)")
 }

@@ -6,6 +6,8 @@
 //! change and stamps the write time when it did, so two computations of the same spec compare
 //! equal.
 
+use std::sync::Arc;
+
 use gateway_api::gatewayclasses::GatewayClassStatusSupportedFeatures;
 use gateway_api::gateways::GatewayStatusListeners;
 use gateway_api::httproutes::HttpRouteStatusParents;
@@ -55,7 +57,11 @@ pub enum Desired {
         generation: i64,
         /// Our `status.parents` entries (each with our `controllerName`), in spec order. Entries
         /// of ours not listed here are removed; other controllers' entries are never touched.
-        parents: Vec<RouteParentStatus>,
+        ///
+        /// Shared: routes whose entries are the same (most routes of a Gateway, whose
+        /// conditions say the same at the same generation) hold one copy
+        /// ([`crate::compute::Computation`] shares them).
+        parents: Arc<[RouteParentStatus]>,
     },
     /// A BackendTLSPolicy that reaches one of our Gateways, or still carries an entry of ours.
     Policy {

@@ -66,4 +66,5 @@ pub use desired::Desired;
 pub use installed::Readiness;
 pub use key::{Kind, ObjectKey};
 pub use metrics::{KindLabel, StatusMetrics};
+pub use watch::{reduce, Trim};
 pub use writer::{WriterConfig, DEFAULT_CONTROLLER_NAME};

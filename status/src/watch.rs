@@ -18,6 +18,8 @@ use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::ObjectMeta;
+use kube::core::Status;
 use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
@@ -313,12 +315,13 @@ fn reduced_watch<K, R>(
 ) -> Running<R>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
     R: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
     let state = Arc::new(WatchState::default());
     let (reader, writer) = reflector::store();
     let config = watcher::Config::default().page_size(SECRET_PAGE_SIZE);
-    let reduced = watcher(api, config).map_ok(reduce);
+    let reduced = list_and_watch(api, config).map_ok(reduce);
     let stream = reflector::reflector(writer, reduced).backoff(watch_backoff());
     drive(
         R::kind(&()).into_owned(),
@@ -328,6 +331,92 @@ where
         tasks,
     );
     (reader, state)
+}
+
+/// How many objects one page of a paginated initial list holds (where the apiserver does not
+/// stream it): a list of 50,000 routes never comes back as one response.
+pub(crate) const PAGE_SIZE: u32 = 500;
+
+/// The watch of `api`'s kind, its initial list streamed where the apiserver offers it
+/// (watch-list: a watch with `sendInitialEvents=true`, `resourceVersionMatch=NotOlderThan` and
+/// bookmarks, Kubernetes' `WatchList` feature, on by default since 1.32), so that neither a
+/// whole list response nor a page of whole objects is held at once: each object is reduced as
+/// it arrives. An apiserver that refuses such a watch (`WatchList` off: 422, or 400 from one that
+/// does not know the parameters) gets `config`'s paginated list instead, from then on.
+pub(crate) fn list_and_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let streaming = with_init(watcher(api.clone(), config.clone().streaming_lists())).boxed();
+    // Until the first event that is not an error, a refusal of the watch-list decides: the
+    // first attempt may also fail for another reason (the apiserver not up yet).
+    let fallback = Some((api, config));
+    futures::stream::unfold(
+        (streaming, false, fallback),
+        |(mut stream, mut decided, mut fallback)| async move {
+            loop {
+                let item = stream.next().await?;
+                if !decided {
+                    if let Some(status) = refusal(&item) {
+                        if let Some((api, config)) = fallback.take() {
+                            let kind = K::kind(&K::DynamicType::default()).into_owned();
+                            debug!(%kind, reason = %status.message,
+                                "the apiserver does not stream initial lists; listing in pages");
+                            stream = watcher(api, config).boxed();
+                            decided = true;
+                            continue;
+                        }
+                    }
+                    decided = item.is_ok();
+                }
+                return Some((item, (stream, decided, fallback)));
+            }
+        },
+    )
+}
+
+/// The apiserver's answer when it refuses a watch-list: the request is invalid (422; 400 from
+/// one that does not know its parameters), as the watch's start or as its first event.
+fn refusal<K>(item: &watcher::Result<watcher::Event<K>>) -> Option<&Status> {
+    let status = match item {
+        Err(
+            watcher::Error::WatchStartFailed(kube::Error::Api(status))
+            | watcher::Error::WatchFailed(kube::Error::Api(status))
+            | watcher::Error::WatchError(status),
+        ) => status,
+        _ => return None,
+    };
+    matches!(status.code, 400 | 422).then_some(&**status)
+}
+
+/// Adds the `Init` that kube-runtime's watcher does not send before a streamed initial list: a
+/// store starts each initial list from an empty buffer on `Init`, and a list that failed half
+/// way (its watch could not start again, or expired) must not leave the objects it had brought
+/// so far in the next one.
+fn with_init<K: Send + 'static>(
+    stream: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send {
+    let mut listing = false;
+    stream.flat_map(move |item| {
+        let starts = matches!(
+            item,
+            Ok(watcher::Event::InitApply(_) | watcher::Event::InitDone)
+        ) && !listing;
+        match &item {
+            Ok(watcher::Event::InitApply(_)) => listing = true,
+            Ok(watcher::Event::InitDone) | Err(watcher::Error::WatchStartFailed(_)) => {
+                listing = false;
+            }
+            Err(watcher::Error::WatchError(status)) if status.code == 410 => listing = false,
+            _ => {}
+        }
+        let init = starts.then_some(Ok(watcher::Event::Init));
+        futures::stream::iter(init.into_iter().chain(std::iter::once(item)))
+    })
 }
 
 /// How a failed watch retries: from 250 ms, doubling, jittered, at most 2 s apart.
@@ -350,7 +439,7 @@ fn watch_backoff() -> watcher::ExponentialBackoff {
 /// What a kind's store can do without: parts of its objects that neither the computation nor
 /// the writer reads. The writer sends the stored copy back whole, but to the `status`
 /// subresource, which takes nothing but the status from it.
-pub(crate) trait Trim {
+pub trait Trim {
     /// Drops what is not read.
     fn trim(&mut self) {}
 }
@@ -363,9 +452,6 @@ macro_rules! keep_whole {
 keep_whole!(
     GatewayClass,
     Gateway,
-    TlsRoute,
-    TcpRoute,
-    UdpRoute,
     ReferenceGrant,
     ListenerSet,
     BackendTlsPolicy,
@@ -373,22 +459,84 @@ keep_whole!(
     Namespace,
 );
 
-/// A route's matches decide which requests it serves, which no status says anything about; they
-/// are often most of a route (10,000 routes of one match each: about 2 MiB).
+/// What no route kind's status depends on in its metadata: its uid (the writer's
+/// `resourceVersion` already tells a recreated object apart), labels, owners and finalizers.
+/// Routes are the objects a cluster has by the tens of thousands.
+fn trim_route_meta(meta: &mut ObjectMeta) {
+    meta.uid = None;
+    meta.labels = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    meta.generate_name = None;
+}
+
+/// A rule's matches decide which requests it serves, which no status says anything about; they
+/// are often most of a route (10,000 routes of one match each: about 2 MiB). Of its filters
+/// (rule and backendRef ones), only RequestMirror names a backend that ResolvedRefs checks;
+/// its timeouts and name are not read either.
 impl Trim for HttpRoute {
     fn trim(&mut self) {
+        trim_route_meta(&mut self.metadata);
         for rule in self.spec.rules.iter_mut().flatten() {
             rule.matches = None;
+            rule.name = None;
+            rule.timeouts = None;
+            keep_mirrors(&mut rule.filters, |f| f.request_mirror.is_some());
+            for backend in rule.backend_refs.iter_mut().flatten() {
+                keep_mirrors(&mut backend.filters, |f| f.request_mirror.is_some());
+            }
         }
     }
 }
 
 impl Trim for GrpcRoute {
     fn trim(&mut self) {
+        trim_route_meta(&mut self.metadata);
         for rule in self.spec.rules.iter_mut().flatten() {
             rule.matches = None;
+            rule.name = None;
+            keep_mirrors(&mut rule.filters, |f| f.request_mirror.is_some());
+            for backend in rule.backend_refs.iter_mut().flatten() {
+                keep_mirrors(&mut backend.filters, |f| f.request_mirror.is_some());
+            }
         }
     }
+}
+
+/// Keeps the RequestMirror filters of `filters` (`mirror` tells them), the only ones read.
+fn keep_mirrors<F>(filters: &mut Option<Vec<F>>, mirror: impl Fn(&F) -> bool) {
+    if let Some(list) = filters {
+        list.retain(mirror);
+        if list.is_empty() {
+            *filters = None;
+        } else {
+            list.shrink_to_fit();
+        }
+    }
+}
+
+/// TLSRoutes, TCPRoutes and UDPRoutes have nothing in their spec that is not read.
+macro_rules! trim_route_meta_only {
+    ($($kind:ty),+ $(,)?) => {$(
+        impl Trim for $kind {
+            fn trim(&mut self) {
+                trim_route_meta(&mut self.metadata);
+            }
+        }
+    )+};
+}
+
+trim_route_meta_only!(TlsRoute, TcpRoute, UdpRoute);
+
+/// Reduces `obj` to what the stores keep of it: the computation and the writer read neither
+/// `managedFields` (often the largest part of an object that many managers write) nor the
+/// annotations (kubectl's copy of the last applied object is the big one), nor what [`Trim`]
+/// drops (docs/architecture.md, "Memory").
+pub fn reduce<K: Resource + Trim>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    meta.annotations = None;
+    obj.trim();
 }
 
 fn reflect<K>(
@@ -403,18 +551,11 @@ where
 {
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     let (reader, writer) = reflector::store();
-    // The stores keep what the computation and the writer read: `managedFields` (often the
-    // largest part of an object that many managers write), the annotations (nothing here reads
-    // one; kubectl's copy of the last applied object is the big one) and routes' matches
-    // (`Trim`) are dropped before an object is stored (docs/architecture.md, "Memory"). The
-    // writer sends its copy to the status subresource, which takes only the status from it.
-    let stream = watcher(api, watcher::Config::default())
-        .modify(|obj| {
-            let meta = obj.meta_mut();
-            meta.managed_fields = None;
-            meta.annotations = None;
-            obj.trim();
-        })
+    // The writer sends its copy to the status subresource, which takes only the status from it,
+    // so the stores can keep less than the whole object.
+    let config = watcher::Config::default().page_size(PAGE_SIZE);
+    let stream = list_and_watch(api, config)
+        .modify(reduce)
         .backoff(watch_backoff());
     let stream = reflector::reflector(writer, stream);
     let handle = drive(kind, stream, wake, state, tasks);
@@ -495,24 +636,42 @@ mod tests {
     fn a_trimmed_route_keeps_everything_the_computation_reads() {
         let mut route: HttpRoute = serde_json::from_value(serde_json::json!({
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-            "metadata": {"name": "r", "namespace": "ns", "generation": 2},
+            "metadata": {"name": "r", "namespace": "ns", "generation": 2, "uid": "u",
+                         "creationTimestamp": "2026-12-03T19:00:00Z", "labels": {"a": "b"}},
             "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["a.example.com"],
                      "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
-                                "backendRefs": [{"name": "web", "port": 80}],
+                                "name": "first",
+                                "backendRefs": [{"name": "web", "port": 80, "filters": [
+                                    {"type": "RequestHeaderModifier",
+                                     "requestHeaderModifier": {"set": [{"name": "a",
+                                                                        "value": "b"}]}}]}],
                                 "filters": [{"type": "RequestMirror",
                                              "requestMirror": {"backendRef": {"name": "m",
-                                                                              "port": 80}}}]}]},
+                                                                              "port": 80}}},
+                                            {"type": "URLRewrite",
+                                             "urlRewrite": {"hostname": "b.example.com"}}]}]},
             "status": {"parents": [{"controllerName": "x", "parentRef": {"name": "gw"},
                                     "conditions": []}]}
         }))
         .expect("route");
         let before = serde_json::to_value(&route).expect("json");
         route.trim();
+        // The metadata the computation reads (name, namespace, generation, creationTimestamp
+        // for precedence), parentRefs, hostnames, backendRefs, mirrors and the status stay.
         let mut expected = before;
-        expected["spec"]["rules"][0]
+        let meta = expected["metadata"].as_object_mut().expect("metadata");
+        meta.remove("uid");
+        meta.remove("labels");
+        let rule = expected["spec"]["rules"][0]
             .as_object_mut()
-            .expect("a rule")
-            .remove("matches");
+            .expect("a rule");
+        rule.remove("matches");
+        rule.remove("name");
+        rule["backendRefs"][0]
+            .as_object_mut()
+            .expect("a backendRef")
+            .remove("filters");
+        rule["filters"].as_array_mut().expect("filters").pop();
         assert_eq!(serde_json::to_value(&route).expect("json"), expected);
     }
 }

@@ -154,6 +154,9 @@ pub struct Options {
     /// response goes out), read with [`KubeApiServer::audit_events`]: what the server itself saw,
     /// such as which credential a request carried or whether a request reached it at all.
     pub audit: bool,
+    /// `--feature-gates` entries, such as `WatchList=false` (an apiserver that does not stream
+    /// initial lists).
+    pub feature_gates: Vec<String>,
 }
 
 /// The audit policy of [`Options::audit`]: who, what and which credential, never a body.
@@ -223,6 +226,12 @@ fn command(
         .arg("--authorization-mode=RBAC")
         .arg("--profiling=false")
         .arg("--v=1");
+    if !options.feature_gates.is_empty() {
+        cmd.arg(format!(
+            "--feature-gates={}",
+            options.feature_gates.join(",")
+        ));
+    }
     if options.audit {
         // Blocking: an event is in the file before the response leaves, so a test that has its
         // answer can read the event at once.

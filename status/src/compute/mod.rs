@@ -60,6 +60,7 @@ mod reason;
 mod refs;
 mod route;
 mod selector;
+mod shared;
 mod verdict;
 
 #[cfg(test)]
@@ -170,6 +171,8 @@ pub struct Computation {
     runs: u64,
     /// Objects other than routes that got a status on the last run.
     others: BTreeSet<ObjectKey>,
+    /// One copy of each distinct route status handed out.
+    shared: shared::Shared,
 }
 
 /// What one [`Computation::run`] found.
@@ -446,11 +449,14 @@ impl Computation {
             counts: Counts::default(),
             runs: 0,
             others: BTreeSet::new(),
+            shared: shared::Shared::default(),
         }
     }
 
     /// Computes the statuses of `world`, again only for what changed since the last run.
     pub fn run(&mut self, world: &World) -> Update {
+        // What the previous runs handed out is in the caller's cache by now, or gone.
+        self.shared.prune();
         let context = Context::of(world);
         let fresh = !self.context.as_ref().is_some_and(|c| c.same(&context));
         let mut update = Update::default();
@@ -527,6 +533,9 @@ impl Computation {
         policy::compute(world, name, &reached, &index, &mut update.desired);
         gateway::emit(gateways, &mut update.desired);
         listenerset::emit(sets, &mut update.desired);
+        for desired in update.desired.values_mut() {
+            self.shared.share(desired);
+        }
         // Routes forgotten this run that were not computed again under the same key.
         update
             .removed

@@ -311,7 +311,7 @@ pub(crate) fn contribute<R: Route>(
     let has_stale_entries = view.status_controllers.contains(&controller_name);
     let desired = (!statuses.is_empty() || has_stale_entries).then_some(Desired::Route {
         generation,
-        parents: statuses,
+        parents: statuses.into(),
     });
     let contribution = Contribution {
         key: Some(ObjectKey::namespaced(R::KIND, namespace, name)),

@@ -555,3 +555,56 @@ fn many_routes_on_one_gateway_are_all_counted() {
     assert_eq!(out.len(), 3002);
     assert_eq!(listener(&out, "infra", "gw", "web").attached_routes, 3000);
 }
+
+/// The parents of route `infra/name` in `desired`.
+fn shared_parents(
+    desired: &BTreeMap<ObjectKey, Desired>,
+    name: &str,
+) -> Arc<[crate::desired::RouteParentStatus]> {
+    match desired.get(&ObjectKey::namespaced(Kind::HttpRoute, "infra", name)) {
+        Some(Desired::Route { parents, .. }) => parents.clone(),
+        other => panic!("route {name}: {other:?}"),
+    }
+}
+
+#[test]
+fn routes_with_equal_statuses_share_one_copy_until_none_holds_it() {
+    let mut w = world();
+    w.gateways = vec![gateway("infra", "gw", json!([http("web", 80)]))];
+    w.services = vec![service("infra", "web", &[80])];
+    let ok = route_spec(
+        json!([{"name": "gw"}]),
+        json!([{"name": "web", "port": 80}]),
+    );
+    let broken = route_spec(
+        json!([{"name": "gw"}]),
+        json!([{"name": "none", "port": 80}]),
+    );
+    w.http_routes = vec![
+        route("infra", "a", ok.clone()),
+        route("infra", "b", ok.clone()),
+        route("infra", "c", broken),
+    ];
+    let mut computation = Computation::new(CONTROLLER);
+    let first = computation.run(&w).desired;
+    let (a, b, c) = (
+        shared_parents(&first, "a"),
+        shared_parents(&first, "b"),
+        shared_parents(&first, "c"),
+    );
+    assert!(Arc::ptr_eq(&a, &b), "equal statuses share one copy");
+    assert!(
+        !Arc::ptr_eq(&a, &c) && a[..] != c[..],
+        "different ones do not"
+    );
+    // A route added later gets the copy the earlier routes hold.
+    w.http_routes.push(route("infra", "d", ok));
+    let second = computation.run(&w).desired;
+    assert!(Arc::ptr_eq(&a, &shared_parents(&second, "d")));
+    // Once nobody holds a status any more, the computation lets go of its copy too.
+    drop((first, second, a, b, c));
+    w.http_routes.clear();
+    computation.run(&w);
+    computation.run(&w);
+    assert_eq!(computation.shared.len(), 0);
+}

@@ -103,7 +103,7 @@ mod tests {
         assert_eq!(out.merge(&older, US, &t(9)), Merge::Stale { observed: 3 });
         let route = Desired::Route {
             generation: 3,
-            parents: vec![],
+            parents: vec![].into(),
         };
         assert_eq!(out.merge(&route, US, &t(9)), Merge::WrongKind);
     }

@@ -129,7 +129,7 @@ fn a_stale_computation_never_moves_observed_generation_back() {
 fn the_desired_status_of_another_kind_is_never_written() {
     let want = Desired::Route {
         generation: 1,
-        parents: vec![],
+        parents: vec![].into(),
     };
     assert_eq!(class(None).merge(&want, US, &t(1)), Merge::WrongKind);
 }
@@ -185,7 +185,7 @@ fn only_our_route_parents_are_touched_and_our_stale_ones_removed() {
     ]);
     let want = Desired::Route {
         generation: 3,
-        parents: vec![parent(US, "new", true, 3), parent(US, "kept", false, 3)],
+        parents: vec![parent(US, "new", true, 3), parent(US, "kept", false, 3)].into(),
     };
     let out = written(r.merge(&want, US, &t(500)));
     let parents = out.status.expect("status").parents;
@@ -209,7 +209,7 @@ fn a_route_that_left_us_loses_only_our_entries() {
     let r = route(vec![parent(US, "g", true, 2), parent(THEM, "x", true, 2)]);
     let want = Desired::Route {
         generation: 3,
-        parents: vec![],
+        parents: vec![].into(),
     };
     let out = written(r.merge(&want, US, &t(1)));
     assert_eq!(
@@ -223,7 +223,7 @@ fn another_controllers_newer_generation_does_not_make_ours_stale() {
     let r = route(vec![parent(THEM, "x", true, 99)]);
     let want = Desired::Route {
         generation: 3,
-        parents: vec![parent(US, "g", true, 3)],
+        parents: vec![parent(US, "g", true, 3)].into(),
     };
     assert!(matches!(r.merge(&want, US, &t(1)), Merge::Write(_)));
 }
@@ -291,7 +291,7 @@ fn a_tls_route_merges_like_an_http_route_and_keeps_their_entries() {
     r.set_parents(vec![theirs.clone()]);
     let want = Desired::Route {
         generation: 3,
-        parents: vec![parent(US, "g", true, 3)],
+        parents: vec![parent(US, "g", true, 3)].into(),
     };
     let out = written(r.merge(&want, US, &t(1)));
     assert_eq!(

@@ -91,7 +91,7 @@ async fn a_status_that_observed_a_newer_generation_is_not_overwritten() {
     // Computed from generation 1 (a cache behind the server): not written.
     let stale = Desired::Route {
         generation: 1,
-        parents: vec![entry(false, "NoMatchingParent", 1)],
+        parents: vec![entry(false, "NoMatchingParent", 1)].into(),
     };
     assert!(matches!(job.write(&key, &stale).await, Ok(Written::Stale)));
     let after = routes.get("r").await.expect("route");
@@ -102,7 +102,7 @@ async fn a_status_that_observed_a_newer_generation_is_not_overwritten() {
     // Computed from generation 2 once the cache caught up: written.
     let caught_up = Desired::Route {
         generation: 2,
-        parents: vec![entry(false, "NoMatchingParent", 2)],
+        parents: vec![entry(false, "NoMatchingParent", 2)].into(),
     };
     assert!(matches!(
         job.write(&key, &caught_up).await,

@@ -400,7 +400,7 @@ fn a_route_that_no_longer_targets_our_gateways_gets_its_entries_of_ours_removed(
         out.get(&ObjectKey::namespaced(Kind::HttpRoute, "infra", "stale")),
         Some(&Desired::Route {
             generation: ROUTE_GENERATION,
-            parents: vec![]
+            parents: vec![].into()
         })
     );
     assert!(!out.contains_key(&ObjectKey::namespaced(Kind::HttpRoute, "infra", "theirs")));
