@@ -282,7 +282,12 @@ impl KubeApiServer {
     /// never dropped): its temporary dirs are removed once the test binary has exited, as a
     /// [`shared`](Self::shared) server's are.
     pub async fn start_local_kept() -> Result<KubeApiServer> {
-        Self::start_inner(true, false, Options::default()).await
+        Self::start_local_kept_with(Options::default()).await
+    }
+
+    /// Like [`start_local_kept`](Self::start_local_kept), with `options`.
+    pub async fn start_local_kept_with(options: Options) -> Result<KubeApiServer> {
+        Self::start_inner(true, false, options).await
     }
 
     /// Always starts a local kube-apiserver, with `options`.
