@@ -56,13 +56,7 @@ async fn bad_input_gets_an_error_while_the_proxy_keeps_serving_in_bounded_memory
         }
         // A 1 GB body to the follower: refused at once, not read.
         let gb: u64 = 1 << 30;
-        let mut s = connect(addr);
-        write!(
-            s,
-            "POST /api/v1/namespaces/{ns}/configmaps HTTP/1.1\r\nHost: x\r\n\
-             Content-Type: application/json\r\nContent-Length: {gb}\r\n\r\n"
-        )
-        .expect("head");
+        let mut s = post_config_map_head(addr, ns, gb, false);
         let mut reader = s.try_clone().expect("a second handle");
         let answer = std::thread::spawn(move || status_code(&mut reader));
         let chunk = vec![b'x'; 64 * 1024];

@@ -180,6 +180,30 @@ fn http_get(addr: SocketAddr, path: &str) -> String {
     out
 }
 
+/// A connection to `addr` that has sent the head of a ConfigMap create in `ns` with a body of
+/// `len` bytes still to come; `close` asks the server to close once it has answered.
+fn post_config_map_head(addr: SocketAddr, ns: &str, len: u64, close: bool) -> TcpStream {
+    let mut s = connect(addr);
+    let close = if close { "Connection: close\r\n" } else { "" };
+    write!(
+        s,
+        "POST /api/v1/namespaces/{ns}/configmaps HTTP/1.1\r\nHost: x\r\n\
+         Content-Type: application/json\r\nContent-Length: {len}\r\n{close}\r\n"
+    )
+    .expect("head");
+    s
+}
+
+/// Timings short enough for a follower to take over a few seconds after the leader stopped.
+const SHORT_TIMING: [&str; 6] = [
+    "--lease-duration",
+    "4s",
+    "--renew-deadline",
+    "3s",
+    "--retry-period",
+    "1s",
+];
+
 /// A raw connection to `addr` with generous timeouts.
 fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).expect("connects to the proxy");
@@ -333,15 +357,7 @@ async fn writes_go_only_through_the_leader_s_proxy_and_move_with_the_leadership(
 async fn a_write_half_sent_to_a_leader_that_froze_never_reaches_the_server() {
     let ns = "proxy-frozen";
     let (server, dir) = setup(ns).await;
-    // Short timings: the follower takes over a few seconds after the leader froze.
-    let timing = [
-        "--lease-duration",
-        "4s",
-        "--renew-deadline",
-        "3s",
-        "--retry-period",
-        "1s",
-    ];
+    let timing = SHORT_TIMING;
     let mut a = blocking(|| Proxy::start(server, "frozen-a", ns, dir.path(), &timing));
     blocking(|| a.replica.wait_for(message::LEADING, PATIENCE));
     let mut b = blocking(|| Proxy::start(server, "frozen-b", ns, dir.path(), &timing));
@@ -349,28 +365,14 @@ async fn a_write_half_sent_to_a_leader_that_froze_never_reaches_the_server() {
 
     // The leader's proxy works: a whole write lands.
     let whole = config_map_json(ns, "whole", 10);
-    let mut s = connect(a.addr);
-    write!(
-        s,
-        "POST /api/v1/namespaces/{ns}/configmaps HTTP/1.1\r\nHost: x\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        whole.len()
-    )
-    .expect("head");
+    let mut s = post_config_map_head(a.addr, ns, whole.len() as u64, true);
     s.write_all(&whole).expect("body");
     assert_eq!(status_code(&mut s), Some(201));
     assert!(server_config_map(server, ns, "whole").await.is_some());
 
     // Half a write's body, then the leader freezes until the follower leads.
     let body = config_map_json(ns, "half-sent", 64 * 1024);
-    let mut s = connect(a.addr);
-    write!(
-        s,
-        "POST /api/v1/namespaces/{ns}/configmaps HTTP/1.1\r\nHost: x\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .expect("head");
+    let mut s = post_config_map_head(a.addr, ns, body.len() as u64, false);
     let (first, rest) = body.split_at(body.len() / 2);
     s.write_all(first).expect("the first half");
     s.flush().expect("sent");
@@ -401,14 +403,7 @@ async fn a_write_half_sent_to_a_leader_that_froze_never_reaches_the_server() {
     }
     // The thawed replica follows and refuses; the new leader's proxy takes the write.
     blocking(|| a.replica.wait_for(message::FOLLOWING, PATIENCE));
-    let mut s = connect(b.addr);
-    write!(
-        s,
-        "POST /api/v1/namespaces/{ns}/configmaps HTTP/1.1\r\nHost: x\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )
-    .expect("head");
+    let mut s = post_config_map_head(b.addr, ns, body.len() as u64, true);
     s.write_all(&body).expect("body");
     assert_eq!(status_code(&mut s), Some(201));
     assert!(server_config_map(server, ns, "half-sent").await.is_some());
@@ -445,14 +440,7 @@ async fn a_write_in_flight_at_sigterm_lands_before_the_lock_is_released() {
     blocking(|| a.replica.wait_for(message::LEADING, PATIENCE));
     // A write whose body is half sent when SIGTERM arrives.
     let body = config_map_json(ns, "in-flight", 64 * 1024);
-    let mut s = connect(a.addr);
-    write!(
-        s,
-        "POST /api/v1/namespaces/{ns}/configmaps HTTP/1.1\r\nHost: x\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .expect("head");
+    let mut s = post_config_map_head(a.addr, ns, body.len() as u64, false);
     let (first, rest) = body.split_at(body.len() / 2);
     s.write_all(first).expect("the first half");
     // A request the proxy has answered on the same kind of connection: the write above has

@@ -136,15 +136,7 @@ async fn upgrades_go_only_through_the_leader_and_are_cut_when_its_leadership_end
         "/api/v1/namespaces/{ns}/pods/http:echo:{}/proxy/",
         echo.port()
     );
-
-    let timing = [
-        "--lease-duration",
-        "4s",
-        "--renew-deadline",
-        "3s",
-        "--retry-period",
-        "1s",
-    ];
+    let timing = SHORT_TIMING;
     let mut a = blocking(|| Proxy::start(server, "upgrade-a", ns, dir.path(), &timing));
     blocking(|| a.replica.wait_for(message::LEADING, PATIENCE));
     let mut b = blocking(|| Proxy::start(server, "upgrade-b", ns, dir.path(), &timing));
