@@ -36,11 +36,20 @@ async fn a_watching_follower_sends_no_read_over_several_leases() {
     let (a, b) = common::leader_and_follower(&server, "cost").await;
 
     const METHODS: &[&str] = &["Range", "LeaseTimeToLive", "Txn", "LeaseGrant", "Put"];
-    let before = started(port, METHODS).await;
-    assert_eq!(
-        before[4], 1.0,
-        "b registered its candidacy once (a leads: it has none)"
-    );
+    // b's candidacy is its one write; a slow server may see it late (its spare keeper tries a
+    // failed one again), so the window starts once it is in.
+    let deadline = tokio::time::Instant::now() + leader_lock::conformance::patience(&timing);
+    let before = loop {
+        let now = started(port, METHODS).await;
+        if now[4] >= 1.0 {
+            break now;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "b never registered its candidacy"
+        );
+        tokio::time::sleep(timing.retry_period).await;
+    };
     let keep_before = tokio::task::spawn_blocking(move || common::calls(port, "LeaseKeepAlive"))
         .await
         .expect("metrics");

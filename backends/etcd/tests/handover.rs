@@ -237,6 +237,59 @@ async fn a_release_hands_the_key_to_the_follower_in_one_write() {
     checker.finish().await;
 }
 
+/// A follower whose candidacy is lost while its watch shows the holder renewing (it makes no
+/// attempt then) registers again from its spare keeper, and the next release hands it the key:
+/// revoking its spare lease by hand stands for a grant or a put that failed (CI once saw a
+/// follower with no candidacy after a slow start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_whose_spare_lease_is_revoked_registers_again() {
+    common::init_tracing();
+    let server = EtcdServer::start().await.expect("etcd starts");
+    let timing = common::timing();
+    let name = "handover";
+    let checker = SplitBrainChecker::new();
+    let a = common::contender_with(&server, name, "a", timing).await;
+    checker.watch(a.leadership());
+    wait_leader(&a.leadership(), patience(&timing), "a").await;
+    let b = common::contender_with(&server, name, "b", timing).await;
+    checker.watch(b.leadership());
+    wait_following(&b.leadership(), patience(&timing), "b").await;
+    let (a_holder, b_holder) = (a.candidate().holder(), b.candidate().holder());
+
+    let mut raw = common::raw_client(&server).await;
+    let first = registered(&mut raw, name, &b_holder, patience(&timing))
+        .await
+        .lease();
+    raw.lease_revoke(first)
+        .await
+        .expect("revoke b's spare lease");
+    let gone = raw
+        .get(candidacy(name, &b_holder), None)
+        .await
+        .expect("get the candidacy");
+    assert!(gone.kvs().is_empty(), "the candidacy went with its lease");
+    let again = registered(&mut raw, name, &b_holder, patience(&timing))
+        .await
+        .lease();
+    assert_ne!(again, first, "registered again, on a new spare lease");
+    assert!(
+        matches!(b.leadership().state(), LeaderState::Follower { .. }),
+        "b still follows"
+    );
+
+    let mut history = History::from_now(&mut raw, name).await;
+    assert!(a.shutdown().await.expect("a releases"), "a released");
+    wait_leader(&b.leadership(), patience(&timing), "b after a's release").await;
+    let handover = history
+        .next_not_renewed_by(&a_holder, patience(&timing))
+        .await;
+    assert!(handover.put, "a handover, not a deletion: {handover:?}");
+    assert_eq!(handover.holder(), b_holder, "handed to b");
+    assert_eq!(handover.kv.lease(), again, "on b's new spare lease");
+    b.abort().await;
+    checker.finish().await;
+}
+
 /// A candidate registered on a lease that nobody keeps alive, a lease of `ttl` seconds; returns
 /// once its TTL has dropped below what a release takes for alive: a third of it and a second,
 /// when a leader chose its successor ahead a third of its own lease before the release.

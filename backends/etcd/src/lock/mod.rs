@@ -118,7 +118,7 @@ async fn keep_spare(inner: Weak<Inner>) {
         };
         tokio::time::sleep(period).await;
         let Some(i) = inner.upgrade() else { return };
-        i.spare.tend(&i.conn, &i.usage).await;
+        i.spare.tend(&i.conn, &i.keys, &i.usage).await;
     }
 }
 

@@ -57,12 +57,11 @@ impl Inner {
     ) -> Result<Handover, LockError> {
         let mut slot = self.spare.lock().await;
         let handed = slot
-            .lease
-            .as_ref()
+            .lease()
             .filter(|s| s.ttl() == ttl)
             .and_then(|s| self.handed_by_watch(s, me, ttl));
         if let Some((version, from)) = handed {
-            if let Some(lease) = slot.lease.take() {
+            if let Some(lease) = slot.take_lease() {
                 drop(slot);
                 let seen = Seen {
                     create_rev: version.create_rev,
@@ -77,7 +76,7 @@ impl Inner {
                 });
             }
         }
-        if slot.lease.as_ref().is_none_or(|s| s.ttl() != ttl) {
+        if slot.lease().is_none_or(|s| s.ttl() != ttl) {
             drop(slot);
             return Ok(Handover::Not(self.read().await?));
         }
@@ -93,7 +92,7 @@ impl Inner {
         me: &str,
         mut slot: MutexGuard<'_, Slot>,
     ) -> Result<Handover, LockError> {
-        let Some(spare) = slot.lease.as_mut() else {
+        let Some(spare) = slot.lease_mut() else {
             drop(slot);
             return Ok(Handover::Not(self.read().await?));
         };
@@ -102,7 +101,7 @@ impl Inner {
         let resp = read?;
         if let Ok(LeaseState::Gone) = alive {
             // Expired or revoked: the key it carried is gone too, whatever the read said.
-            slot.lease = None;
+            slot.lease_gone();
             return Ok(Handover::Not(resp));
         }
         let Some(kv) = resp
@@ -115,7 +114,7 @@ impl Inner {
         };
         // Ours, but without a live lease behind it no validity: the next attempt looks again.
         alive.map_err(|e| self.conn.keep_alive_error(spare_id, e))?;
-        let Some(lease) = slot.lease.take() else {
+        let Some(lease) = slot.take_lease() else {
             return Ok(Handover::Not(resp));
         };
         drop(slot);
