@@ -138,6 +138,7 @@ impl Elector {
             held: None,
             last_term: None,
             seen: None,
+            answered: false,
         };
         let task = tokio::spawn(run.run(token));
         Ok(Elector {
@@ -355,6 +356,11 @@ struct Run {
     last_term: Option<Term>,
     /// Another holder's record as the watch last showed it.
     seen: Option<LockRecord>,
+    /// The last attempt was answered: only then may the watch put the next one off. A new
+    /// elector's first attempt, or the one after a failure, is what registers it with the lock
+    /// (an etcd follower's candidacy); a watch that showed the holder renewing before it would
+    /// otherwise put it off for as long as the holder renews.
+    answered: bool,
 }
 
 /// Why the loop woke up.
@@ -500,7 +506,11 @@ impl Run {
                 let due = Instant::now() + wait;
                 let changed = self.seen.as_ref() != Some(rec);
                 self.seen = Some(rec.clone());
-                *next = if changed { due } else { (*next).min(due) };
+                *next = if changed && self.answered {
+                    due
+                } else {
+                    (*next).min(due)
+                };
                 false
             }
             // Released, deleted, or the watch reconnected: look now.
@@ -529,6 +539,7 @@ impl Run {
             Err(_) => Err(LockError::Timeout(limit)),
         };
         let now = Instant::now();
+        self.answered = result.is_ok();
         if result.is_ok() {
             self.publisher.sighted(sent);
         }

@@ -279,3 +279,41 @@ async fn renewals_seen_on_the_watch_put_the_next_look_a_lease_later() {
     assert_eq!(sends[looks] - last, timing().lease_duration, "{sends:?}");
     a.abort().await;
 }
+
+/// After a failed attempt a follower tries again at the retry period, renewals or not: only an
+/// answered attempt lets the watch put the next one off. A new follower's first attempt, or the
+/// one after a failure, is what registers it with the lock (an etcd follower's candidacy); CI
+/// saw etcd followers whose watch showed the holder renewing and that never attempted again.
+#[tokio::test(start_paused = true)]
+async fn a_failed_attempt_is_retried_though_the_watch_shows_renewals() {
+    let _serial = serial();
+    let (lock, events) = Scripted::with_events(&[
+        (Duration::ZERO, Answer::Fail),
+        (Duration::ZERO, Answer::Fail),
+        (Duration::ZERO, Answer::Fail),
+        (Duration::ZERO, Answer::Follow(7)),
+    ]);
+    let a = spawn(lock.clone(), "a", true);
+    // The first attempt, and the one the watch's opening asks for: both fail.
+    wait_until(|| lock.sends().len() >= 2).await;
+    let failed = Instant::now();
+    // Renewals every half retry period, for three retry periods.
+    for n in 0..6 {
+        let mut rec = record("b_1", 7);
+        rec.version = format!("v{n}");
+        events.send(LockEvent::Changed(Some(rec))).expect("send");
+        tokio::time::sleep(timing().retry_period / 2).await;
+    }
+    let sends = lock.sends();
+    let after: Vec<Duration> = sends.iter().skip(2).map(|s| *s - failed).collect();
+    assert!(
+        after.len() >= 2,
+        "the failed attempts were not retried at the retry period: {after:?} after the second"
+    );
+    assert!(
+        after[0] <= timing().retry_period.mul_f64(1.2),
+        "retried after {:?}, beyond a jittered retry period",
+        after[0]
+    );
+    a.abort().await;
+}
