@@ -27,6 +27,7 @@ use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use testkit::kube::KubeApiServer;
+use testkit::process::cpu_seconds;
 
 struct Options {
     rounds: usize,
@@ -86,19 +87,6 @@ fn ms(from: SystemTime, to: SystemTime) -> f64 {
     to.duration_since(from)
         .map(|d| d.as_secs_f64() * 1e3)
         .unwrap_or(0.0)
-}
-
-/// CPU seconds (user + system) a process used so far, from /proc.
-fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return f64::NAN;
-    };
-    let after = stat.rsplit(')').next().unwrap_or_default();
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = f.get(11).and_then(|u| u.parse().ok()).unwrap_or(0.0)
-        + f.get(12).and_then(|s| s.parse().ok()).unwrap_or(0.0);
-    // USER_HZ is 100 on Linux.
-    ticks / 100.0
 }
 
 struct Backend {
@@ -312,8 +300,8 @@ async fn convergence(server: &'static KubeApiServer, n: usize) {
         let mut writer = replica("scale-writer", &args);
         let computed = writer.wait_for("first statuses computed", patience);
         let objects = computed.json["objects"].as_u64().unwrap_or(0);
-        let cpu_w = cpu_seconds(writer.pid());
-        let cpu_a = apiserver_pid.map(cpu_seconds).unwrap_or(f64::NAN);
+        let cpu_w = cpu_seconds(writer.pid()).unwrap_or(f64::NAN);
+        let cpu_a = apiserver_pid.and_then(cpu_seconds).unwrap_or(f64::NAN);
         let signal = SystemTime::now();
         holder.terminate();
         let led = writer.wait_for_since(message::LEADING, signal, patience);
@@ -328,8 +316,8 @@ async fn convergence(server: &'static KubeApiServer, n: usize) {
         println!(
             "scale: CPU during the sweep: gateway-leader {:.2} s, kube-apiserver {:.2} s \
              (of {took:.2} s wall on 2 cores)",
-            cpu_seconds(writer.pid()) - cpu_w,
-            apiserver_pid.map(cpu_seconds).unwrap_or(f64::NAN) - cpu_a,
+            cpu_seconds(writer.pid()).unwrap_or(f64::NAN) - cpu_w,
+            apiserver_pid.and_then(cpu_seconds).unwrap_or(f64::NAN) - cpu_a,
         );
     })
     .await

@@ -14,6 +14,7 @@ use crate::lane::Lane;
 use crate::lockserver::LockServer;
 use gateway_leader_log::Event;
 use leader_lock::clock;
+use testkit::process::{cpu_seconds, rss_mib};
 
 /// What one lane costs while nothing happens.
 #[derive(Debug, Clone, Serialize)]
@@ -43,30 +44,6 @@ pub struct Cost {
     pub leader_rss_mib: f64,
     /// The followers' mean resident memory, MiB.
     pub follower_rss_mib: f64,
-}
-
-/// CPU seconds (user + system) a process used so far, from /proc/PID/stat.
-pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    // USER_HZ is 100 on every Linux architecture the kernel exports to user space.
-    Some(ticks / 100.0)
-}
-
-/// Resident memory of a process in MiB, from /proc/PID/status.
-pub fn rss_mib(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(kb / 1024.0)
 }
 
 /// Sums the samples of `metric` (optionally only those whose labels contain `label`) in
@@ -260,7 +237,5 @@ mod tests {
         let t = "# HELP x\nx_total{a=\"1\"} 2\nx_total{a=\"2\"} 3.5\nx_total_other 9\nx_total 1\n";
         assert_eq!(sum_metric(t, "x_total", None), 6.5);
         assert_eq!(sum_metric(t, "x_total", Some("a=\"2\"")), 3.5);
-        assert!(cpu_seconds(std::process::id()).is_some());
-        assert!(rss_mib(std::process::id()).is_some_and(|m| m > 0.0));
     }
 }

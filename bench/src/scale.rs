@@ -24,11 +24,12 @@ use serde_json::json;
 
 use crate::args::Plan;
 use crate::cluster::Cluster;
-use crate::cost::{rss_mib, sum_metric};
+use crate::cost::sum_metric;
 use crate::lane::Lane;
 use crate::lockserver::LockServer;
 use gateway_leader_log::Event;
 use leader_lock::clock::mono_ms;
+use testkit::process::rss_mib;
 
 /// Requests the bench sends at once when it creates or changes routes.
 const CONCURRENCY: usize = 16;

@@ -207,6 +207,30 @@ impl Drop for ServerProcess {
     }
 }
 
+/// CPU seconds (user + system) a process used so far, from /proc/PID/stat.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    // USER_HZ is 100 on every Linux architecture the kernel exports to user space.
+    Some(ticks / 100.0)
+}
+
+/// Resident memory of a process in MiB, from /proc/PID/status.
+pub fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
 /// How many established TCP connections process `pid` holds to remote port `port` (IPv4 or
 /// IPv6), from its open sockets and the kernel's connection tables in `/proc`: how many
 /// connections a client opened to a server, whatever the client says about itself.
@@ -248,4 +272,16 @@ pub fn tcp_connections_to(pid: u32, port: u16) -> Result<usize> {
         }
     }
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_used_cpu_and_memory() {
+        assert!(cpu_seconds(std::process::id()).is_some_and(|s| s >= 0.0));
+        assert!(rss_mib(std::process::id()).is_some_and(|m| m > 0.0));
+        assert_eq!(cpu_seconds(u32::MAX), None, "no such process");
+    }
 }
