@@ -59,9 +59,25 @@ pub fn load_settings(
     Ok((layers, settings))
 }
 
+/// How many worker threads a subcommand's runtime has unless `--worker-threads` says.
+#[derive(Debug, Clone, Copy)]
+enum Threads {
+    /// One per core: `run`, whose status computation can use them.
+    PerCore,
+    /// One: `proxy` and `exec`, which forward bytes and wait. Each proxied request wakes several
+    /// tasks (the client's connection, the apiserver's, the response's body); on one thread a
+    /// wake is a queue push, across threads a futex and a context switch. The bench measured 75
+    /// against 87 to 91 microseconds of CPU per proxied write (docs/benchmarks.md, "The
+    /// Kubernetes API proxy").
+    One,
+}
+
 /// Loads the settings for a subcommand, prints them and stops for `--print-config`, and starts
 /// the logs and the runtime: `Err` is the exit code of a stop before anything was touched.
-fn prepare(args: &RunArgs) -> Result<(Settings, tokio::runtime::Runtime), ExitCode> {
+fn prepare(
+    args: &RunArgs,
+    threads: Threads,
+) -> Result<(Settings, tokio::runtime::Runtime), ExitCode> {
     let (layers, settings) = match load_settings(args, std::env::vars_os()) {
         Ok(x) => x,
         Err(e) => {
@@ -74,7 +90,17 @@ fn prepare(args: &RunArgs) -> Result<(Settings, tokio::runtime::Runtime), ExitCo
         return Err(ExitCode::SUCCESS);
     }
     telemetry::init(settings.log_format, &settings.log_level);
-    match tokio::runtime::Runtime::new() {
+    // Always given, so tokio never reads `TOKIO_WORKER_THREADS`, which it panics on when it is
+    // not a number: `--worker-threads` is the setting, checked with the others.
+    let workers = settings.worker_threads.unwrap_or(match threads {
+        Threads::PerCore => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        Threads::One => 1,
+    });
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => Ok((settings, rt)),
         Err(e) => {
             eprintln!("gateway-leader: cannot start the runtime: {e}");
@@ -106,11 +132,11 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
     };
     match cli.command {
         Command::FencingPolicy(args) => fencing::main(&args),
-        Command::Run(args) => match prepare(&args) {
+        Command::Run(args) => match prepare(&args, Threads::PerCore) {
             Ok((settings, rt)) => outcome(rt.block_on(run::run(settings))),
             Err(code) => code,
         },
-        Command::Exec(args) => match prepare(&args.run) {
+        Command::Exec(args) => match prepare(&args.run, Threads::One) {
             Ok((settings, rt)) => match exec::check(&settings, &args.command) {
                 // With `--exec-restart never` the code is the command's own.
                 Ok(spec) => match rt.block_on(exec::exec(settings, spec)) {
@@ -124,7 +150,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
             },
             Err(code) => code,
         },
-        Command::Proxy(args) => match prepare(&args) {
+        Command::Proxy(args) => match prepare(&args, Threads::One) {
             Ok((settings, rt)) => outcome(rt.block_on(proxy::run(settings))),
             Err(code) => code,
         },

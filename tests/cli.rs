@@ -148,6 +148,36 @@ fn bad_durations_and_timing_rules() {
 }
 
 #[test]
+fn worker_threads_are_a_bounded_count_and_tokio_s_variable_is_not_read() {
+    for bad in ["0", "257", "many", " 2x"] {
+        let o = run(&["proxy", "--worker-threads", bad], &[]);
+        assert_usage_error(&o, &["--worker-threads", "from 1 to 256"]);
+    }
+    let o = run(&["run"], &[("GATEWAY_LEADER_WORKER_THREADS", "0")]);
+    assert_usage_error(&o, &["GATEWAY_LEADER_WORKER_THREADS", "from 1 to 256"]);
+    let o = run(&["proxy", "--worker-threads", "3", "--print-config"], &[]);
+    assert!(stdout(&o).contains("worker_threads = \"3\""), "{}", stdout(&o));
+    // tokio panics on this value when it reads the variable itself (exit 101); the runtime is
+    // always given its thread count instead, so the command runs and its code comes back.
+    for threads in [&[][..], &["--worker-threads", "2"]] {
+        let mut args = vec![
+            "exec",
+            "--leader-election-disable",
+            "--exec-restart",
+            "never",
+            "--lock-backend",
+            "redis",
+            "--health-addr",
+            "127.0.0.1:0",
+        ];
+        args.extend_from_slice(threads);
+        args.extend_from_slice(&["--", "/bin/sh", "-c", "exit 7"]);
+        let o = run(&args, &[("TOKIO_WORKER_THREADS", "many")]);
+        assert_eq!(o.status.code(), Some(7), "{threads:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
 fn bad_lock_name_and_namespace() {
     let o = run(&["run", "--leader-election-lock-name", "Not_A_Name"], &[]);
     assert_usage_error(&o, &["--leader-election-lock-name", "DNS-1123"]);

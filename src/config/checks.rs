@@ -75,6 +75,19 @@ pub(super) fn replica_count(v: &str) -> Result<u32, String> {
     }
 }
 
+/// The most worker threads the runtime may be given.
+pub const MAX_WORKER_THREADS: usize = 256;
+
+/// A number of runtime worker threads: a whole number from 1 to [`MAX_WORKER_THREADS`].
+pub(super) fn worker_threads(v: &str) -> Result<usize, String> {
+    match v.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_WORKER_THREADS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{v:?} is not a number of threads from 1 to {MAX_WORKER_THREADS}"
+        )),
+    }
+}
+
 /// A comma-separated list, blanks around and between the commas dropped.
 pub(super) fn comma_list(v: &str) -> Result<Vec<String>, String> {
     Ok(v.split(',')

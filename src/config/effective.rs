@@ -287,6 +287,9 @@ pub struct Settings {
     pub proxy_listen: Option<ProxyListen>,
     /// `exec`'s child.
     pub exec: ExecSettings,
+    /// The runtime's worker threads, when given (else: `run` one per core, `proxy` and `exec`
+    /// one).
+    pub worker_threads: Option<usize>,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter.

@@ -167,6 +167,7 @@ impl Layers {
                 grace: self.exec_grace()?,
                 restart: self.exec_restart()?,
             },
+            worker_threads: self.worker_threads()?,
             log_format,
             log_level: self.log_level()?,
             kube,

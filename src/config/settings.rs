@@ -29,7 +29,7 @@ use std::time::Duration;
 use super::checks::{
     bounded_file, check_identity, checked, comma_list, exec_grace, parse_bool, parse_duration,
     parse_socket_addr, replica_count, text, validate_controller_name, validate_dns_label,
-    validate_dns_subdomain, validate_filter,
+    validate_dns_subdomain, validate_filter, worker_threads,
 };
 use super::effective::{Backend, ExecRestart, LogFormat, ProxyListen, Wakeup};
 use super::error::ConfigError;
@@ -332,6 +332,12 @@ settings! {
         check: ExecRestart::parse,
         help: "exec: start the child again at the next leadership (always), or run it once and \
                exit with its code (never)",
+    },
+    worker_threads: usize {
+        flag("N"),
+        check: worker_threads,
+        help: "threads that run the program's tasks, 1 to 256 (run: one per core; proxy and \
+               exec: 1, which spends the least CPU on each proxied request)",
     },
     log_format: LogFormat {
         flag("FORMAT"),
