@@ -138,6 +138,23 @@ impl History {
     }
 }
 
+/// Electors `a`, leading on `name` (its term returned), and `b`, following, both watched by
+/// `checker`.
+async fn a_leads_b_follows(
+    server: &EtcdServer,
+    name: &str,
+    timing: Timing,
+    checker: &SplitBrainChecker,
+) -> (Elector, Elector, Term) {
+    let a = common::contender_with(server, name, "a", timing).await;
+    checker.watch(a.leadership());
+    let term = wait_leader(&a.leadership(), patience(&timing), "a").await;
+    let b = common::contender_with(server, name, "b", timing).await;
+    checker.watch(b.leadership());
+    wait_following(&b.leadership(), patience(&timing), "b").await;
+    (a, b, term)
+}
+
 fn term_of(e: &Elector) -> Option<Term> {
     match e.leadership().state() {
         LeaderState::Leader { term, .. } => Some(term),
@@ -159,12 +176,7 @@ async fn a_release_hands_the_key_to_the_follower_in_one_write() {
     .expect("valid timing");
     let name = "handover";
     let checker = SplitBrainChecker::new();
-    let a = common::contender_with(&server, name, "a", timing).await;
-    checker.watch(a.leadership());
-    let old = wait_leader(&a.leadership(), patience(&timing), "a").await;
-    let b = common::contender_with(&server, name, "b", timing).await;
-    checker.watch(b.leadership());
-    wait_following(&b.leadership(), patience(&timing), "b").await;
+    let (a, b, old) = a_leads_b_follows(&server, name, timing, &checker).await;
     let (a_holder, b_holder) = (a.candidate().holder(), b.candidate().holder());
 
     let mut raw = common::raw_client(&server).await;
@@ -248,12 +260,7 @@ async fn a_follower_whose_spare_lease_is_revoked_registers_again() {
     let timing = common::timing();
     let name = "handover";
     let checker = SplitBrainChecker::new();
-    let a = common::contender_with(&server, name, "a", timing).await;
-    checker.watch(a.leadership());
-    wait_leader(&a.leadership(), patience(&timing), "a").await;
-    let b = common::contender_with(&server, name, "b", timing).await;
-    checker.watch(b.leadership());
-    wait_following(&b.leadership(), patience(&timing), "b").await;
+    let (a, b, _) = a_leads_b_follows(&server, name, timing, &checker).await;
     let (a_holder, b_holder) = (a.candidate().holder(), b.candidate().holder());
 
     let mut raw = common::raw_client(&server).await;
