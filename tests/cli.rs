@@ -156,7 +156,11 @@ fn worker_threads_are_a_bounded_count_and_tokio_s_variable_is_not_read() {
     let o = run(&["run"], &[("GATEWAY_LEADER_WORKER_THREADS", "0")]);
     assert_usage_error(&o, &["GATEWAY_LEADER_WORKER_THREADS", "from 1 to 256"]);
     let o = run(&["proxy", "--worker-threads", "3", "--print-config"], &[]);
-    assert!(stdout(&o).contains("worker_threads = \"3\""), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("worker_threads = \"3\""),
+        "{}",
+        stdout(&o)
+    );
     // tokio panics on this value when it reads the variable itself (exit 101); the runtime is
     // always given its thread count instead, so the command runs and its code comes back.
     for threads in [&[][..], &["--worker-threads", "2"]] {
