@@ -4,110 +4,9 @@ mod common;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The binary with `args` and a clean environment for settings: no `GATEWAY_LEADER_*`, pod or
-/// `RUST_LOG` variables, and no kubeconfig to find, unless the test sets them.
-fn command(args: &[&str], env: &[(&str, &OsStr)]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gateway-leader"));
-    cmd.args(args);
-    for (k, _) in std::env::vars_os() {
-        let ours = k.to_str().is_some_and(|k| {
-            k.starts_with("GATEWAY_LEADER_")
-                || ["POD_NAME", "POD_NAMESPACE", "KUBECONFIG", "RUST_LOG"].contains(&k)
-        });
-        if ours {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("HOME", "/nonexistent");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd
-}
-
-fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let env: Vec<(&str, &OsStr)> = env.iter().map(|(k, v)| (*k, OsStr::new(v))).collect();
-    run_os(args, &env)
-}
-
-fn run_os(args: &[&str], env: &[(&str, &OsStr)]) -> Output {
-    command(args, env).output().expect("the binary runs")
-}
-
-/// Runs the binary in an empty environment under a 1 GiB address-space limit and kills it after
-/// 20 s, so that a check that does not work fails the test instead of hanging it or exhausting
-/// the machine's memory.
-fn run_bounded(args: &[&str]) -> Output {
-    let mut child = Command::new("/bin/sh")
-        .args(["-c", "ulimit -v 1048576 && exec \"$0\" \"$@\""])
-        .arg(env!("CARGO_BIN_EXE_gateway-leader"))
-        .args(args)
-        .env_clear()
-        .env("HOME", "/nonexistent")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sh runs");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("gateway-leader {args:?} still ran after 20 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().expect("output")
-}
-
-fn path_str(p: &Path) -> &str {
-    p.to_str().expect("a UTF-8 temp path")
-}
-
-/// Writes `text` to the file `name` in `dir`; returns its path.
-fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
-    let path = dir.path().join(name);
-    std::fs::write(&path, text).expect("write");
-    path_str(&path).to_string()
-}
-
-/// Runs `args` with `--print-config`, which must succeed; returns what it printed.
-fn print_config(args: &[&str], env: &[(&str, &str)]) -> String {
-    let o = run(&[args, &["--print-config"]].concat(), env);
-    assert!(o.status.success(), "{}", stderr(&o));
-    stdout(&o)
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-#[track_caller]
-fn assert_usage_error(o: &Output, needles: &[&str]) {
-    let err = stderr(o);
-    assert_eq!(
-        o.status.code(),
-        Some(2),
-        "exit code 2 expected; stderr: {err}"
-    );
-    for n in needles {
-        assert!(err.contains(n), "stderr should mention {n:?}: {err}");
-    }
-    assert_eq!(
-        err.trim().lines().count(),
-        1,
-        "one clear message expected: {err}"
-    );
-}
+use common::cli::*;
 
 #[test]
 fn unknown_backend_names_the_setting_and_the_choices() {
@@ -230,14 +129,6 @@ fn malformed_endpoints_are_refused() {
         &[],
     );
     assert_usage_error(&o, &["redis-url"]);
-}
-
-#[test]
-fn unknown_keys_in_the_config_file_are_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = write(&dir, "c.yaml", "lease_durration: 20s\n");
-    let o = run(&["run", "--config", &f], &[]);
-    assert_usage_error(&o, &["lease_durration"]);
 }
 
 #[test]
@@ -384,62 +275,6 @@ fn credentials_in_urls_are_refused_and_never_echoed() {
             && out.contains("etcd_endpoints = \"http://***@127.0.0.1:2379,http://127.0.0.1:2380\""),
         "{out}"
     );
-}
-
-#[test]
-fn a_fifo_as_config_file_is_refused_not_waited_on() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fifo = dir.path().join("c.yaml");
-    let made = Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .expect("mkfifo runs");
-    assert!(made.success());
-    let o = run_bounded(&["run", "--config", path_str(&fifo)]);
-    assert_usage_error(&o, &["--config", path_str(&fifo), "not a regular file"]);
-}
-
-#[test]
-fn endless_and_oversized_config_files_are_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    // A symlink is followed: what counts is what it points to.
-    let zero = dir.path().join("c.toml");
-    std::os::unix::fs::symlink("/dev/zero", &zero).expect("symlink");
-    let o = run_bounded(&["run", "--config", path_str(&zero)]);
-    assert_usage_error(&o, &["--config", "not a regular file"]);
-    let padding = "# padding\n".repeat(110_000);
-    let big = write(
-        &dir,
-        "big.toml",
-        &format!("lock_backend = \"etcd\"\n{padding}"),
-    );
-    let o = run_bounded(&["run", "--config", &big]);
-    assert_usage_error(&o, &["--config", "larger than 1 MiB"]);
-}
-
-#[test]
-fn a_yaml_alias_bomb_is_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    // "Billion laughs": nine levels of nine aliases expand to 9^9 strings.
-    let mut text = format!("a0: &a0 [{}]\n", ["\"lol\""; 9].join(", "));
-    for i in 1..=9 {
-        let prev = format!("*a{}", i - 1);
-        text.push_str(&format!(
-            "a{i}: &a{i} [{}]\n",
-            [prev.as_str(); 9].join(", ")
-        ));
-    }
-    let bomb = write(&dir, "c.yaml", &text);
-    let o = run_bounded(&["run", "--config", &bomb]);
-    assert_usage_error(&o, &["--config", "anchors and aliases are not accepted"]);
-    // Deep nesting is refused too, before anything recurses over it.
-    let mut text = "etcd_endpoints:\n".to_string();
-    for depth in 1..=40 {
-        text.push_str(&format!("{}-\n", "  ".repeat(depth)));
-    }
-    let deep = write(&dir, "deep.yaml", &text);
-    let o = run_bounded(&["run", "--config", &deep]);
-    assert_usage_error(&o, &["--config", "nested deeper than 16"]);
 }
 
 #[test]
