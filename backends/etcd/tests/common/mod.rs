@@ -1,6 +1,7 @@
 //! Shared test helpers: short timing, lock configs and a plain etcd client.
 #![allow(dead_code)]
 
+pub mod handover;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::Arc;
