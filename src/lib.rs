@@ -72,6 +72,17 @@ enum Threads {
     One,
 }
 
+impl Threads {
+    /// The worker threads to start: `configured` (`--worker-threads`) when given, else this
+    /// subcommand's own count.
+    fn count(self, configured: Option<usize>) -> usize {
+        configured.unwrap_or(match self {
+            Threads::PerCore => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            Threads::One => 1,
+        })
+    }
+}
+
 /// Loads the settings for a subcommand, prints them and stops for `--print-config`, and starts
 /// the logs and the runtime: `Err` is the exit code of a stop before anything was touched.
 fn prepare(
@@ -92,10 +103,7 @@ fn prepare(
     telemetry::init(settings.log_format, &settings.log_level);
     // Always given, so tokio never reads `TOKIO_WORKER_THREADS`, which it panics on when it is
     // not a number: `--worker-threads` is the setting, checked with the others.
-    let workers = settings.worker_threads.unwrap_or(match threads {
-        Threads::PerCore => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        Threads::One => 1,
-    });
+    let workers = threads.count(settings.worker_threads);
     match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()
@@ -154,5 +162,19 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
             Ok((settings, rt)) => outcome(rt.block_on(proxy::run(settings))),
             Err(code) => code,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Threads;
+
+    #[test]
+    fn proxy_and_exec_get_one_worker_run_one_per_core_and_the_setting_wins() {
+        assert_eq!(Threads::One.count(None), 1);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(Threads::PerCore.count(None), cores);
+        assert_eq!(Threads::One.count(Some(3)), 3);
+        assert_eq!(Threads::PerCore.count(Some(1)), 1);
     }
 }
