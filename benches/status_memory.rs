@@ -20,10 +20,11 @@ use std::sync::Arc;
 
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
-use gateway_api::httproutes::HttpRoute;
 use gateway_leader_status::compute::{self, Computation, World};
-use gateway_leader_status::{Desired, ObjectKey, StatusCache};
+use gateway_leader_status::stored::StoredHttpRoute;
+use gateway_leader_status::{Desired, ObjectKey, Reducer, StatusCache};
 use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::{reflector, watcher};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -102,16 +103,27 @@ fn others() -> World {
 /// Our `status.parents` as the leader wrote it: the computed entry with a real time.
 fn written_parents() -> Value {
     let mut world = others();
-    world.http_routes = vec![from::<HttpRoute>(route_json(0, &json!([])))];
+    world.http_routes = vec![from::<StoredHttpRoute>(route_json(0, &json!([])))];
     let desired = compute::compute(&world, CONTROLLER);
     let key = ObjectKey::namespaced(gateway_leader_status::Kind::HttpRoute, NS, "r-0");
     let Some(Desired::Route { parents, .. }) = desired.get(&key) else {
         panic!("the bench route gets a status");
     };
-    let mut parents = serde_json::to_value(&parents[..]).expect("parents serialize");
+    serde_json::to_value(&parents[..]).expect("parents serialize")
+}
+
+/// The scale scenario's routes get their status at about the apiserver's write rate, so their
+/// conditions' `lastTransitionTime` moves on a second every this many routes.
+const WRITES_PER_SECOND: usize = 300;
+
+/// `parents` as written to route `i`: stamped with the second its write landed in.
+fn stamped(parents: &Value, i: usize) -> Value {
+    let second = 1_796_324_401 + i64::try_from(i / WRITES_PER_SECOND).expect("route count fits");
+    let time = Timestamp::from_second(second).expect("a time").to_string();
+    let mut parents = parents.clone();
     for entry in parents.as_array_mut().into_iter().flatten() {
         for c in entry["conditions"].as_array_mut().into_iter().flatten() {
-            c["lastTransitionTime"] = json!("2026-12-03T19:00:01Z");
+            c["lastTransitionTime"] = json!(time);
         }
     }
     parents
@@ -128,15 +140,17 @@ fn main() {
     let base = others();
 
     let start = live();
-    let (reader, mut writer) = reflector::store::<HttpRoute>();
+    let (reader, mut writer) = reflector::store::<StoredHttpRoute>();
+    let mut reducer = Reducer::default();
     writer.apply_watcher_event(&watcher::Event::Init);
     for i in 0..routes {
         // Deserialized from the bytes, as the watch does, and reduced as the status writer's
         // reflector reduces it before it is stored.
-        let bytes = serde_json::to_vec(&route_json(i, &parents)).expect("route serializes");
-        let route: HttpRoute = serde_json::from_slice(&bytes).expect("route deserializes");
-        let mut route = route;
-        gateway_leader_status::reduce(&mut route);
+        let bytes =
+            serde_json::to_vec(&route_json(i, &stamped(&parents, i))).expect("route serializes");
+        let mut route: StoredHttpRoute =
+            serde_json::from_slice(&bytes).expect("route deserializes");
+        reducer.reduce(&mut route);
         writer.apply_watcher_event(&watcher::Event::InitApply(route));
     }
     writer.apply_watcher_event(&watcher::Event::InitDone);
@@ -173,13 +187,13 @@ fn main() {
     drop(meta);
     let no_meta = live();
     println!(
-        "one stored route: status {} B, rules {} B, parentRefs {} B, metadata {} B; \
-         HttpRoute {} B inline",
+        "one stored route: status {} B (shared), rules {} B, parentRefs {} B, metadata {} B; \
+         StoredHttpRoute {} B inline",
         whole - no_status,
         no_status - no_rules,
         no_rules - no_refs,
         no_refs - no_meta,
-        std::mem::size_of::<HttpRoute>(),
+        std::mem::size_of::<StoredHttpRoute>(),
     );
     let desired = cache.get(&ObjectKey::namespaced(
         gateway_leader_status::Kind::HttpRoute,

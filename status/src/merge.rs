@@ -18,7 +18,7 @@ use gateway_api::gateways::{Gateway, GatewayStatus, GatewayStatusListeners};
 use gateway_api::grpcroutes::{
     GrpcRoute, GrpcRouteStatus, GrpcRouteStatusParents, GrpcRouteStatusParentsParentRef,
 };
-use gateway_api::httproutes::{HttpRoute, HttpRouteStatus, HttpRouteStatusParentsParentRef};
+use gateway_api::httproutes::HttpRouteStatusParentsParentRef;
 use gateway_api::tlsroutes::{
     TlsRoute, TlsRouteStatus, TlsRouteStatusParents, TlsRouteStatusParentsParentRef,
 };
@@ -26,6 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Resource;
 
 use crate::desired::{Desired, RouteParentStatus};
+use crate::stored::{SharedStatus, StoredHttpRoute};
 use crate::v1_6::{self, TcpRoute, UdpRoute};
 
 mod listener_set;
@@ -224,13 +225,18 @@ trait RouteStatus: Sized + Clone + Resource {
     fn set_parents(&mut self, parents: Vec<RouteParentStatus>);
 }
 
-impl RouteStatus for HttpRoute {
+impl RouteStatus for StoredHttpRoute {
     fn parents(&self) -> Vec<RouteParentStatus> {
-        self.status.clone().unwrap_or_default().parents
+        self.status
+            .as_ref()
+            .map(|s| s.parents.to_vec())
+            .unwrap_or_default()
     }
 
     fn set_parents(&mut self, parents: Vec<RouteParentStatus>) {
-        self.status = Some(HttpRouteStatus { parents });
+        self.status = Some(SharedStatus {
+            parents: parents.into(),
+        });
     }
 }
 
@@ -315,7 +321,7 @@ route_status_like_http!(
     TlsRouteStatusParentsParentRef
 );
 
-impl StatusObject for HttpRoute {
+impl StatusObject for StoredHttpRoute {
     fn merge(&self, desired: &Desired, controller_name: &str, now: &Time) -> Merge<Self> {
         merge_route(self, desired, controller_name, now)
     }

@@ -14,7 +14,6 @@ use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
-use gateway_api::httproutes::HttpRoute;
 use gateway_api::listenersets::ListenerSet;
 use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -25,6 +24,7 @@ use kube::Resource;
 use crate::desired::Desired;
 use crate::key::{Kind, ObjectKey};
 use crate::merge::{Merge, StatusObject};
+use crate::stored::StoredHttpRoute;
 use crate::v1_6::{TcpRoute, UdpRoute};
 use crate::watch::Stores;
 
@@ -51,7 +51,7 @@ macro_rules! watched {
 watched! {
     GatewayClass => gateway_classes,
     Gateway => gateways,
-    HttpRoute => http_routes,
+    StoredHttpRoute => http_routes,
     GrpcRoute => grpc_routes,
     TlsRoute => tls_routes,
     TcpRoute => tcp_routes,
@@ -98,7 +98,7 @@ fn compare(
     match key.kind {
         Kind::GatewayClass => one::<GatewayClass>(stores, key, want, controller, seen),
         Kind::Gateway => one::<Gateway>(stores, key, want, controller, seen),
-        Kind::HttpRoute => one::<HttpRoute>(stores, key, want, controller, seen),
+        Kind::HttpRoute => one::<StoredHttpRoute>(stores, key, want, controller, seen),
         Kind::GrpcRoute => one::<GrpcRoute>(stores, key, want, controller, seen),
         Kind::TlsRoute => one::<TlsRoute>(stores, key, want, controller, seen),
         Kind::TcpRoute => one::<TcpRoute>(stores, key, want, controller, seen),

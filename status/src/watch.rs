@@ -12,7 +12,6 @@ use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
-use gateway_api::httproutes::HttpRoute;
 use gateway_api::listenersets::ListenerSet;
 use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
@@ -28,10 +27,13 @@ use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinSet};
 use tracing::{debug, warn};
 
+use crate::compute::shared::Shared;
 use crate::compute::{Served, World};
 use crate::configmap::CaBundle;
+use crate::desired::RouteParentStatus;
 use crate::key::Crd;
 use crate::secret::TlsSecret;
+use crate::stored::StoredHttpRoute;
 use crate::v1_6::{TcpRoute, UdpRoute};
 
 /// The annotation on Gateway API CRDs that names their bundle version.
@@ -133,7 +135,7 @@ where
 pub(crate) struct Stores {
     pub(crate) gateway_classes: Slot<GatewayClass>,
     pub(crate) gateways: Slot<Gateway>,
-    pub(crate) http_routes: Slot<HttpRoute>,
+    pub(crate) http_routes: Slot<StoredHttpRoute>,
     pub(crate) grpc_routes: Slot<GrpcRoute>,
     pub(crate) tls_routes: Slot<TlsRoute>,
     pub(crate) tcp_routes: Slot<TcpRoute>,
@@ -442,6 +444,9 @@ fn watch_backoff() -> watcher::ExponentialBackoff {
 pub trait Trim {
     /// Drops what is not read.
     fn trim(&mut self) {}
+
+    /// Makes parts equal to those of objects `reducer` saw before one copy.
+    fn share(&mut self, _reducer: &mut Reducer) {}
 }
 
 /// Kinds whose objects are kept whole (but for `managedFields` and the annotations).
@@ -474,7 +479,13 @@ fn trim_route_meta(meta: &mut ObjectMeta) {
 /// are often most of a route (10,000 routes of one match each: about 2 MiB). Of its filters
 /// (rule and backendRef ones), only RequestMirror names a backend that ResolvedRefs checks;
 /// its timeouts and name are not read either.
-impl Trim for HttpRoute {
+impl Trim for StoredHttpRoute {
+    fn share(&mut self, reducer: &mut Reducer) {
+        if let Some(status) = &mut self.status {
+            reducer.share_parents(&mut status.parents);
+        }
+    }
+
     fn trim(&mut self) {
         trim_route_meta(&mut self.metadata);
         for rule in self.spec.rules.iter_mut().flatten() {
@@ -528,15 +539,48 @@ macro_rules! trim_route_meta_only {
 
 trim_route_meta_only!(TlsRoute, TcpRoute, UdpRoute);
 
-/// Reduces `obj` to what the stores keep of it: the computation and the writer read neither
-/// `managedFields` (often the largest part of an object that many managers write) nor the
-/// annotations (kubectl's copy of the last applied object is the big one), nor what [`Trim`]
-/// drops (docs/architecture.md, "Memory").
-pub fn reduce<K: Resource + Trim>(obj: &mut K) {
-    let meta = obj.meta_mut();
-    meta.managed_fields = None;
-    meta.annotations = None;
-    obj.trim();
+/// Reduces objects to what the stores keep of them: the computation and the writer read
+/// neither `managedFields` (often the largest part of an object that many managers write) nor
+/// the annotations (kubectl's copy of the last applied object is the big one), nor what
+/// [`Trim`] drops; and of equal route statuses one copy is kept (docs/architecture.md,
+/// "Memory"). Each watch has its own.
+#[derive(Debug, Default)]
+pub struct Reducer {
+    statuses: Shared,
+    /// How many distinct statuses were kept after the last prune.
+    kept: usize,
+    /// How many statuses were shared since.
+    added: usize,
+}
+
+impl Reducer {
+    /// Reduces `obj`.
+    pub fn reduce<K: Resource + Trim>(&mut self, obj: &mut K) {
+        let meta = obj.meta_mut();
+        meta.managed_fields = None;
+        meta.annotations = None;
+        obj.trim();
+        obj.share(self);
+    }
+
+    /// Makes `parents` the copy kept of equal entries, or keeps it as that copy.
+    pub(crate) fn share_parents(&mut self, parents: &mut Arc<[RouteParentStatus]>) {
+        self.statuses.share_parents(parents);
+        self.added += 1;
+        // Copies no route holds any more (changed or deleted since) are let go once as many
+        // statuses went through as were kept after the last prune: O(1) a status, amortised.
+        if self.added > self.kept.max(1024) {
+            self.statuses.prune();
+            self.kept = self.statuses.len();
+            self.added = 0;
+        }
+    }
+
+    /// How many distinct statuses are kept.
+    #[cfg(test)]
+    fn kept(&self) -> usize {
+        self.statuses.len()
+    }
 }
 
 fn reflect<K>(
@@ -554,8 +598,9 @@ where
     // The writer sends its copy to the status subresource, which takes only the status from it,
     // so the stores can keep less than the whole object.
     let config = watcher::Config::default().page_size(PAGE_SIZE);
+    let mut reducer = Reducer::default();
     let stream = list_and_watch(api, config)
-        .modify(reduce)
+        .modify(move |obj| reducer.reduce(obj))
         .backoff(watch_backoff());
     let stream = reflector::reflector(writer, stream);
     let handle = drive(kind, stream, wake, state, tasks);
@@ -634,7 +679,7 @@ mod tests {
 
     #[test]
     fn a_trimmed_route_keeps_everything_the_computation_reads() {
-        let mut route: HttpRoute = serde_json::from_value(serde_json::json!({
+        let mut route: StoredHttpRoute = serde_json::from_value(serde_json::json!({
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
             "metadata": {"name": "r", "namespace": "ns", "generation": 2, "uid": "u",
                          "creationTimestamp": "2026-12-03T19:00:00Z", "labels": {"a": "b"}},
@@ -673,5 +718,56 @@ mod tests {
             .remove("filters");
         rule["filters"].as_array_mut().expect("filters").pop();
         assert_eq!(serde_json::to_value(&route).expect("json"), expected);
+    }
+
+    fn written(name: &str, second: u32) -> StoredHttpRoute {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "generation": 1,
+                         "managedFields": [{"manager": "m", "operation": "Update"}]},
+            "spec": {"parentRefs": [{"name": "gw"}]},
+            "status": {"parents": [{"controllerName": "x", "parentRef": {"name": "gw"},
+                                    "conditions": [{"type": "Accepted", "status": "True",
+                                                    "reason": "Accepted", "message": "",
+                                                    "observedGeneration": 1,
+                                                    "lastTransitionTime":
+                                                        format!("2026-12-05T01:00:{second:02}Z")}]}]}
+        }))
+        .expect("route")
+    }
+
+    fn parents(route: &StoredHttpRoute) -> &Arc<[RouteParentStatus]> {
+        &route.status.as_ref().expect("a status").parents
+    }
+
+    #[test]
+    fn routes_with_equal_statuses_share_one_copy() {
+        let mut reducer = Reducer::default();
+        let mut routes: Vec<StoredHttpRoute> = vec![written("a", 1), written("b", 1)];
+        routes.push(written("c", 2));
+        for r in &mut routes {
+            reducer.reduce(r);
+        }
+        assert!(Arc::ptr_eq(parents(&routes[0]), parents(&routes[1])));
+        // Written a second later: a status of its own, and still the one it was.
+        assert!(!Arc::ptr_eq(parents(&routes[0]), parents(&routes[2])));
+        assert_eq!(parents(&routes[2])[..], parents(&written("c", 2))[..]);
+        assert_eq!(routes[0].metadata.managed_fields, None);
+        assert_eq!(reducer.kept(), 2);
+    }
+
+    #[test]
+    fn a_status_no_route_holds_is_let_go() {
+        let mut reducer = Reducer::default();
+        let mut gone = written("gone", 59);
+        reducer.reduce(&mut gone);
+        drop(gone);
+        // Enough statuses go through to prune: the copy `kept` holds stays, the gone one not.
+        let mut kept = written("kept", 1);
+        reducer.reduce(&mut kept);
+        for _ in 0..1024 {
+            reducer.reduce(&mut written("passing", 1));
+        }
+        assert_eq!(reducer.kept(), 1);
+        assert_eq!(Arc::strong_count(parents(&kept)), 2);
     }
 }

@@ -21,7 +21,6 @@ use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
-use gateway_api::httproutes::HttpRoute;
 use gateway_api::listenersets::ListenerSet;
 use gateway_api::tlsroutes::TlsRoute;
 use gateway_leader_log::{field, message};
@@ -44,6 +43,7 @@ use crate::key::{Kind, ObjectKey};
 use crate::merge::{Merge, StatusObject};
 use crate::metrics::{KindLabel, StatusMetrics};
 use crate::observed::{self, Watched};
+use crate::stored::StoredHttpRoute;
 use crate::v1_6::{TcpRoute, UdpRoute};
 use crate::watch::Stores;
 
@@ -524,7 +524,7 @@ impl Job {
                 self.guarded(api, key, desired, self.copy(key, first)).await
             }
             Kind::HttpRoute => {
-                let api = Api::<HttpRoute>::namespaced(c(), ns);
+                let api = Api::<StoredHttpRoute>::namespaced(c(), ns);
                 self.guarded(api, key, desired, self.copy(key, first)).await
             }
             Kind::GrpcRoute => {

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::{Gateway, GatewayStatusListeners};
 use gateway_api::grpcroutes::GrpcRoute;
-use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParents};
+use gateway_api::httproutes::HttpRouteStatusParents;
 use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
 
+use crate::stored::StoredHttpRoute;
 use crate::v1_6::{TcpRoute, UdpRoute};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -94,7 +95,7 @@ pub(crate) fn http_from_all(name: &str, port: i32) -> Value {
 }
 
 /// An HTTPRoute with this spec.
-pub(crate) fn route(namespace: &str, name: &str, spec: Value) -> Arc<HttpRoute> {
+pub(crate) fn route(namespace: &str, name: &str, spec: Value) -> Arc<StoredHttpRoute> {
     route_with_status(namespace, name, spec, Value::Null)
 }
 
@@ -104,7 +105,7 @@ pub(crate) fn route_with_status(
     name: &str,
     spec: Value,
     status: Value,
-) -> Arc<HttpRoute> {
+) -> Arc<StoredHttpRoute> {
     from(json!({
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "HTTPRoute",

@@ -33,7 +33,6 @@ use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
-use gateway_api::httproutes::HttpRoute;
 use gateway_api::listenersets::ListenerSet;
 use gateway_api::referencegrants::ReferenceGrant;
 use gateway_api::tlsroutes::TlsRoute;
@@ -41,6 +40,7 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 
 use crate::desired::Desired;
 use crate::key::ObjectKey;
+use crate::stored::StoredHttpRoute;
 use crate::v1_6::{TcpRoute, UdpRoute};
 
 // What `World` holds of Secrets and ConfigMaps: reduced before they enter a watch's store, and
@@ -60,7 +60,7 @@ mod reason;
 mod refs;
 mod route;
 mod selector;
-mod shared;
+pub(crate) mod shared;
 mod verdict;
 
 #[cfg(test)]
@@ -74,7 +74,7 @@ pub struct World {
     /// All Gateways.
     pub gateways: Vec<Arc<Gateway>>,
     /// All HTTPRoutes.
-    pub http_routes: Vec<Arc<HttpRoute>>,
+    pub http_routes: Vec<Arc<StoredHttpRoute>>,
     /// All GRPCRoutes (none while their CRD is not installed).
     pub grpc_routes: Vec<Arc<GrpcRoute>>,
     /// All TLSRoutes (none while their CRD is not installed).
@@ -160,7 +160,7 @@ pub struct Computation {
     controller_name: String,
     /// What the remembered contributions were computed under.
     context: Option<Context>,
-    http_routes: Memos<HttpRoute>,
+    http_routes: Memos<StoredHttpRoute>,
     grpc_routes: Memos<GrpcRoute>,
     tls_routes: Memos<TlsRoute>,
     tcp_routes: Memos<TcpRoute>,

@@ -37,7 +37,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use gateway_api::grpcroutes::GrpcRoute;
-use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParentsParentRef};
+use gateway_api::httproutes::HttpRouteStatusParentsParentRef;
 use gateway_api::tlsroutes::TlsRoute;
 use kube::api::ObjectMeta;
 
@@ -50,6 +50,7 @@ use super::refs::{self, non_empty, BackendRef, Problem, GATEWAY_GROUP};
 use super::verdict::Verdict;
 use crate::desired::{Desired, RouteParentStatus};
 use crate::key::{Kind, ObjectKey};
+use crate::stored::StoredHttpRoute;
 use crate::v1_6::{TcpRoute, UdpRoute};
 
 mod resolved;

@@ -17,9 +17,13 @@ impl Shared {
     /// Makes `desired`, if a route's, hold the copy already kept of an equal status, or keeps
     /// its own as that copy.
     pub(crate) fn share(&mut self, desired: &mut Desired) {
-        let Desired::Route { parents, .. } = desired else {
-            return;
-        };
+        if let Desired::Route { parents, .. } = desired {
+            self.share_parents(parents);
+        }
+    }
+
+    /// Makes `parents` the copy already kept of equal entries, or keeps it as that copy.
+    pub(crate) fn share_parents(&mut self, parents: &mut Arc<[RouteParentStatus]>) {
         let bucket = self.0.entry(fingerprint(parents)).or_default();
         match bucket.iter().find(|p| p[..] == parents[..]) {
             Some(kept) => *parents = kept.clone(),
@@ -36,14 +40,13 @@ impl Shared {
     }
 
     /// How many distinct statuses are kept.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.0.values().map(Vec::len).sum()
     }
 }
 
-/// A hash of what tells two statuses apart (the placeholder times are the same in every
-/// computed status, and equality still compares them).
+/// A hash of what tells two statuses apart (a computed status has the same placeholder time in
+/// every condition; a written one, the second it was written in).
 fn fingerprint(parents: &[RouteParentStatus]) -> u64 {
     let mut h = DefaultHasher::new();
     for p in parents {
@@ -65,6 +68,7 @@ fn fingerprint(parents: &[RouteParentStatus]) -> u64 {
                 &c.reason,
                 &c.message,
                 c.observed_generation,
+                c.last_transition_time.0,
             )
                 .hash(&mut h);
         }

@@ -71,7 +71,7 @@ fn take_in(held: &mut BTreeMap<ObjectKey, Desired>, update: Update) {
 }
 
 /// The route `name` of `w`, replaced by `f`'s new object.
-fn replace_route(w: &mut World, name: &str, f: impl FnOnce(&str) -> Arc<HttpRoute>) {
+fn replace_route(w: &mut World, name: &str, f: impl FnOnce(&str) -> Arc<StoredHttpRoute>) {
     let at = w
         .http_routes
         .iter()
@@ -303,7 +303,7 @@ fn a_computation_that_remembers_gives_what_a_whole_one_gives_after_every_change(
     assert!(held.is_empty());
 }
 
-fn w_route(w: &World, name: &str) -> Arc<HttpRoute> {
+fn w_route(w: &World, name: &str) -> Arc<StoredHttpRoute> {
     w.http_routes
         .iter()
         .find(|r| r.metadata.name.as_deref() == Some(name))

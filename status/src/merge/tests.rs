@@ -160,8 +160,8 @@ pub(super) fn parent(
     }
 }
 
-fn route(parents: Vec<HttpRouteStatusParents>) -> HttpRoute {
-    HttpRoute {
+fn route(parents: Vec<HttpRouteStatusParents>) -> StoredHttpRoute {
+    StoredHttpRoute {
         metadata: ObjectMeta {
             name: Some("r".into()),
             namespace: Some("ns".into()),
@@ -169,7 +169,9 @@ fn route(parents: Vec<HttpRouteStatusParents>) -> HttpRoute {
             ..Default::default()
         },
         spec: Default::default(),
-        status: Some(HttpRouteStatus { parents }),
+        status: Some(SharedStatus {
+            parents: parents.into(),
+        }),
     }
 }
 
@@ -213,8 +215,8 @@ fn a_route_that_left_us_loses_only_our_entries() {
     };
     let out = written(r.merge(&want, US, &t(1)));
     assert_eq!(
-        out.status.expect("status").parents,
-        vec![parent(THEM, "x", true, 2)]
+        out.status.expect("status").parents[..],
+        [parent(THEM, "x", true, 2)]
     );
 }
 

@@ -53,7 +53,7 @@ macro_rules! status_controllers {
         $route
             .status
             .iter()
-            .flat_map(|s| &s.parents)
+            .flat_map(|s| s.parents.iter())
             .map(|p| p.controller_name.as_str())
             .collect()
     };
@@ -95,7 +95,7 @@ macro_rules! impl_route_with_mirrors {
     };
 }
 
-impl_route_with_mirrors!(HttpRoute, Kind::HttpRoute);
+impl_route_with_mirrors!(StoredHttpRoute, Kind::HttpRoute);
 impl_route_with_mirrors!(GrpcRoute, Kind::GrpcRoute);
 
 // === impl Route for TlsRoute ===
