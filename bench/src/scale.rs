@@ -159,18 +159,59 @@ async fn requests(cluster: &Cluster) -> Result<f64> {
         .sum())
 }
 
+/// How long the replicas may log no write before `all_written` asks the server.
+const WRITES_IDLE: Duration = Duration::from_secs(10);
+
+/// Where a route's first status can be seen on the server: the routes and our controller.
+struct OnServer<'a> {
+    api: &'a Api<HttpRoute>,
+    controller: &'a str,
+}
+
+impl OnServer<'_> {
+    /// Which of `names` hold an entry of ours in `status.parents`.
+    async fn written(&self, names: &HashSet<String>) -> Result<HashSet<String>> {
+        let mut found = HashSet::new();
+        let mut params = ListParams::default().limit(500);
+        loop {
+            let page = self.api.list(&params).await?;
+            for r in &page.items {
+                let mut entries = r.status.iter().flat_map(|s| &s.parents);
+                let ours = entries.any(|p| p.controller_name == self.controller);
+                match &r.metadata.name {
+                    Some(n) if ours && names.contains(n) => {
+                        found.insert(n.clone());
+                    }
+                    _ => {}
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(c) => params = params.continue_token(&c),
+                None => return Ok(found),
+            }
+        }
+    }
+}
+
 /// Waits until the leader of `term` has written every route in `names` since `since` (mono
 /// ms); the instant of the last of those writes.
+///
+/// A write whose leadership ended while its response was on the way is not logged as written
+/// (the writer cannot know it landed) and the next leadership finds it already shown: with
+/// `on_server`, once the replicas have logged no write for a while, the routes whose status
+/// the server shows count as written (the instant stays the last logged write's).
 async fn all_written(
     lane: &mut Lane,
     names: &HashSet<String>,
     term: Option<u64>,
     since: f64,
     limit: Duration,
+    on_server: Option<&OnServer<'_>>,
 ) -> Result<f64> {
     let deadline = tokio::time::Instant::now() + limit;
     let mut seen = HashSet::new();
     let mut last = f64::NAN;
+    let mut quiet_since = tokio::time::Instant::now();
     // The lane's events only grow: each check reads those that came since the last one, so
     // waiting for 100,000 routes does not read every event again every 200 ms.
     let mut read = 0;
@@ -188,6 +229,7 @@ async fn all_written(
                 let ours = term.is_none_or(|x| x == *t) && e.mono_ms >= since;
                 if ours && object_kind == "HTTPRoute" && names.contains(name) {
                     seen.insert(name.clone());
+                    quiet_since = tokio::time::Instant::now();
                     last = if last.is_nan() {
                         e.mono_ms
                     } else {
@@ -198,6 +240,20 @@ async fn all_written(
         }
         if seen.len() == names.len() {
             return Ok(last);
+        }
+        if let Some(server) = on_server.filter(|_| quiet_since.elapsed() >= WRITES_IDLE) {
+            let missing: HashSet<String> = names.difference(&seen).cloned().collect();
+            let shown = server.written(&missing).await?;
+            if !shown.is_empty() {
+                eprintln!(
+                    "{} routes not logged as written show our status on the server \
+                     (writes cut when a leadership ended)",
+                    shown.len()
+                );
+                seen.extend(shown);
+                continue;
+            }
+            quiet_since = tokio::time::Instant::now();
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(anyhow!(
@@ -247,7 +303,7 @@ async fn one(
     );
     let mut two = plan.clone();
     two.replicas = 2;
-    let common = crate::lane_args(plan, &ns, controller, "watch");
+    let common = crate::lane_args(plan, &ns, controller.clone(), "watch");
     let (args, proxies, files) = crate::slot_args(&two, server, cluster, &ns, &common).await?;
     let lock = format!("{ns}-lock");
     let mut lane = Lane::new(
@@ -259,7 +315,11 @@ async fn one(
         (&ns, &lock),
         (proxies, files),
     )?;
-    let result = measure(plan, &mut lane, cluster).await;
+    let on_server = OnServer {
+        api: &api,
+        controller: &controller,
+    };
+    let result = measure(plan, &mut lane, cluster, &on_server).await;
     lane.stop(plan.timing.renew_deadline + Duration::from_secs(10))
         .await;
     // The next lane's replicas watch every namespace: left here, these routes would be theirs
@@ -275,7 +335,12 @@ async fn one(
     result.with_context(|| format!("{label} (logs in {})", plan.out.join("logs").display()))
 }
 
-async fn measure(plan: &Plan, lane: &mut Lane, cluster: &Cluster) -> Result<ScaleResult> {
+async fn measure(
+    plan: &Plan,
+    lane: &mut Lane,
+    cluster: &Cluster,
+    on_server: &OnServer<'_>,
+) -> Result<ScaleResult> {
     let patience = plan.leader_patience();
     // The apiserver writes a few hundred statuses a second: give the first pass room.
     let writes_limit = Duration::from_secs(60) + Duration::from_millis(plan.routes as u64 * 20);
@@ -288,7 +353,7 @@ async fn measure(plan: &Plan, lane: &mut Lane, cluster: &Cluster) -> Result<Scal
         .unwrap_or(f64::NAN);
     let mut names: HashSet<String> = (1..plan.routes).map(route_name).collect();
     names.insert(crate::cluster::ROUTE.to_string());
-    let last = all_written(lane, &names, None, 0.0, writes_limit).await?;
+    let last = all_written(lane, &names, None, 0.0, writes_limit, Some(on_server)).await?;
     let term = leader.term;
     lane.wait(
         writes_limit,
@@ -367,7 +432,15 @@ async fn measure(plan: &Plan, lane: &mut Lane, cluster: &Cluster) -> Result<Scal
         .await?;
     let patched = mono_ms();
     let burst_names: HashSet<String> = burst.into_iter().collect();
-    let converged = all_written(lane, &burst_names, Some(new_term), started, writes_limit).await?;
+    let converged = all_written(
+        lane,
+        &burst_names,
+        Some(new_term),
+        started,
+        writes_limit,
+        None,
+    )
+    .await?;
     let n = burst_names.len() as f64;
     Ok(ScaleResult {
         backend: lane.label.trim_start_matches("scale-").to_string(),
