@@ -5,7 +5,8 @@
 #
 # Usage:   scripts/image.sh [build|check|all]      (default: all)
 #   build  The same Dockerfile, with buildah, on two local bases instead of the pulled ones:
-#          - BUILD_IMAGE: a Debian bookworm minbase made with debootstrap (gcc, libc6-dev, protoc)
+#          - BUILD_IMAGE: a Debian bookworm minbase made with debootstrap (gcc, libc6-dev, make,
+#            protoc)
 #            plus this machine's Rust toolchain in /usr/local, as rust:1-bookworm has one;
 #          - RUNTIME_IMAGE: scratch plus what distroless/cc's nonroot variant holds that the
 #            binary uses: the shared libraries it links (ldd, from the same Debian rootfs), the
@@ -63,7 +64,7 @@ ensure_tools() {
 }
 
 # The Debian rootfs both bases come from; its name says what it holds.
-packages=ca-certificates,gcc,libc6-dev,protobuf-compiler,libprotobuf-dev
+packages=ca-certificates,gcc,libc6-dev,make,protobuf-compiler,libprotobuf-dev
 rootfs="$cache/rootfs-bookworm-$(printf '%s' "$packages" | sha256sum | cut -c1-8)"
 
 ensure_rootfs() {

@@ -1,5 +1,5 @@
 # Sourced by scripts/test.sh, scripts/demo.sh and the build scripts: installs, with apt-get, what
-# building gateway-leader (the etcd-client crate needs protoc), its Redis servers and the docs'
+# building gateway-leader (the etcd-client crate needs protoc, jemalloc make), its Redis servers and the docs'
 # walkthrough need, when missing. etcd and kube-apiserver are built from their Go modules instead
 # (scripts/servers.sh).
 
@@ -13,6 +13,8 @@ as_root() {
 ensure_packages() {
   local missing=()
   command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+  # The binary's allocator, jemalloc, is built from its C sources with make.
+  command -v make >/dev/null 2>&1 || missing+=(make)
   [ -e /usr/include/google/protobuf/timestamp.proto ] || missing+=(libprotobuf-dev)
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
   # docs/operations.md's walkthrough (and its test) reads /metrics with curl.
