@@ -62,12 +62,6 @@ fn trim_route_meta(meta: &mut ObjectMeta) {
 /// (rule and backendRef ones), only RequestMirror names a backend that ResolvedRefs checks;
 /// its timeouts and name are not read either.
 impl Trim for StoredHttpRoute {
-    fn share(&mut self, reducer: &mut Reducer) {
-        if let Some(status) = &mut self.status {
-            reducer.share_parents(&mut status.parents);
-        }
-    }
-
     fn trim(&mut self) {
         trim_route_meta(&mut self.metadata);
         for rule in self.spec.rules.iter_mut().flatten() {
@@ -78,6 +72,13 @@ impl Trim for StoredHttpRoute {
             for backend in rule.backend_refs.iter_mut().flatten() {
                 keep_mirrors(&mut backend.filters, |f| f.request_mirror.is_some());
             }
+        }
+    }
+
+    /// Routes of a Gateway written in the same second have equal statuses.
+    fn share(&mut self, reducer: &mut Reducer) {
+        if let Some(status) = &mut self.status {
+            reducer.share_parents(&mut status.parents);
         }
     }
 }
@@ -158,9 +159,9 @@ impl Reducer {
         }
     }
 
-    /// How many distinct statuses are kept.
+    /// How many distinct statuses are kept now.
     #[cfg(test)]
-    fn kept(&self) -> usize {
+    fn distinct(&self) -> usize {
         self.statuses.len()
     }
 }
@@ -244,7 +245,7 @@ mod tests {
         assert!(!Arc::ptr_eq(parents(&routes[0]), parents(&routes[2])));
         assert_eq!(parents(&routes[2])[..], parents(&written("c", 2))[..]);
         assert_eq!(routes[0].metadata.managed_fields, None);
-        assert_eq!(reducer.kept(), 2);
+        assert_eq!(reducer.distinct(), 2);
     }
 
     #[test]
@@ -259,7 +260,7 @@ mod tests {
         for _ in 0..1024 {
             reducer.reduce(&mut written("passing", 1));
         }
-        assert_eq!(reducer.kept(), 1);
+        assert_eq!(reducer.distinct(), 1);
         assert_eq!(Arc::strong_count(parents(&kept)), 2);
     }
 }
