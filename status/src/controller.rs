@@ -166,8 +166,11 @@ async fn compute_loop(
     loop {
         let began = Instant::now();
         // Only what changed is computed again (routes whose object changed, or every route when
-        // anything else did), and only that is compared and cached.
-        let update = computation.run(&stores.world(bundle_version.clone()));
+        // anything else did), and only that is compared and cached; the watches tell which
+        // routes changed, so an unchanged route costs nothing at all.
+        let (world, changes) = stores.world(bundle_version.clone());
+        let update = computation.run_changes(&world, &changes);
+        drop((world, changes));
         let computed = began.elapsed();
         // A watched copy that no longer shows its desired status (written by someone else, or
         // seen late) is a change to write, like a new desired status.

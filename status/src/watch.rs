@@ -1,6 +1,7 @@
 //! Watching what the statuses are computed from: one kube-runtime reflector per kind; the
 //! Gateway API kinds only while their CRDs are installed (see the `installed` module).
 
+use std::collections::HashSet;
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,7 +27,7 @@ use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinSet};
 use tracing::{debug, warn};
 
-use crate::compute::{Served, World};
+use crate::compute::{Changed, Changes, RouteChanges, Served, World};
 use crate::configmap::CaBundle;
 use crate::key::Crd;
 use crate::reduce::{Reducer, Trim};
@@ -62,10 +63,45 @@ struct Wake {
 /// A running watch: its store and its progress.
 type Running<K> = (Store<K>, Arc<WatchState>);
 
-/// The store of a kind that is watched only while its CRD is installed; empty otherwise.
-pub(crate) struct Slot<K: Resource + 'static>(Arc<Mutex<Option<Running<K>>>>)
+/// The store of a kind that is watched only while its CRD is installed; empty otherwise. A
+/// route kind's slot also notes which of its objects changed since the computation last asked
+/// ([`Slot::changes`]), so that a change of one route costs the computation that route.
+pub(crate) struct Slot<K: Resource + 'static>(Arc<Mutex<SlotState<K>>>)
 where
     K::DynamicType: Eq + Hash + Clone;
+
+struct SlotState<K: Resource + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    running: Option<Running<K>>,
+    /// What changed since the computation last asked; `None` for the kinds it reads whole.
+    journal: Option<Journal<K>>,
+}
+
+/// The objects of a kind that changed since the computation last asked.
+struct Journal<K: Resource + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    /// Anything may have changed: the kind was listed (again), started or stopped.
+    whole: bool,
+    /// Objects applied or deleted since; each at most once, so it holds no more entries than
+    /// the kind has objects.
+    changed: HashSet<ObjectRef<K>>,
+}
+
+impl<K: Resource + 'static> Journal<K>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn whole() -> Self {
+        Journal {
+            whole: true,
+            changed: HashSet::new(),
+        }
+    }
+}
 
 impl<K: Resource + 'static> Clone for Slot<K>
 where
@@ -82,11 +118,23 @@ where
     K::DynamicType: Default + Eq + Hash + Clone,
 {
     fn new() -> Self {
-        Slot(Arc::new(Mutex::new(None)))
+        Slot(Arc::new(Mutex::new(SlotState {
+            running: None,
+            journal: None,
+        })))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Running<K>>> {
-        // A panic while holding it leaves a plain Option behind: still consistent.
+    /// A slot that notes what changed, for [`Slot::changes`].
+    fn journaled() -> Self {
+        Slot(Arc::new(Mutex::new(SlotState {
+            running: None,
+            journal: Some(Journal::whole()),
+        })))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState<K>> {
+        // A panic while holding it leaves consistent state behind: each change is one
+        // assignment or one insertion.
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -94,37 +142,95 @@ where
 
     fn start(&self, api: Api<K>, wake: &Wake, tasks: &mut JoinSet<()>) -> AbortHandle {
         let state = Arc::new(WatchState::default());
-        let (store, handle) = reflect(api, wake, state.clone(), tasks);
-        *self.lock() = Some((store, state));
+        let slot = self.clone();
+        let note = move |event: &watcher::Event<K>| slot.note(event);
+        let (store, handle) = reflect(api, wake, state.clone(), note, tasks);
+        let mut s = self.lock();
+        s.running = Some((store, state));
+        if let Some(j) = &mut s.journal {
+            *j = Journal::whole();
+        }
         handle
     }
 
     fn stop(&self) {
-        *self.lock() = None;
+        let mut s = self.lock();
+        s.running = None;
+        if let Some(j) = &mut s.journal {
+            *j = Journal::whole();
+        }
+    }
+
+    /// Notes what a watch event changed (after the store took it in).
+    fn note(&self, event: &watcher::Event<K>) {
+        let mut s = self.lock();
+        let Some(j) = &mut s.journal else { return };
+        match event {
+            watcher::Event::Apply(o) | watcher::Event::Delete(o) if !j.whole => {
+                j.changed.insert(ObjectRef::from_obj(o));
+            }
+            // A (re)list may have dropped objects whose deletion no event told.
+            watcher::Event::InitDone => *j = Journal::whole(),
+            _ => {}
+        }
     }
 
     /// The kind's objects once its first list is in; nothing before (or without its CRD).
     fn snapshot(&self) -> Vec<Arc<K>> {
-        match &*self.lock() {
+        match &self.lock().running {
             Some((store, state)) if state.synced.load(Ordering::Acquire) => store.state(),
             _ => vec![],
         }
     }
 
+    /// What changed since the last call, for a journaled slot: every object after a (re)list,
+    /// a start or a stop (none before the first list is in), else each object applied or
+    /// deleted since, as the store holds it now. A slot without a journal gives every object.
+    pub(crate) fn changes(&self) -> Changes<K> {
+        let mut s = self.lock();
+        let SlotState { running, journal } = &mut *s;
+        let store = running
+            .as_ref()
+            .filter(|(_, state)| state.synced.load(Ordering::Acquire))
+            .map(|(store, _)| store);
+        let all = || Changes::All(store.map_or_else(Vec::new, Store::state));
+        let Some(j) = journal else {
+            return all();
+        };
+        if std::mem::take(&mut j.whole) {
+            j.changed = HashSet::new();
+            return all();
+        }
+        let changed = std::mem::take(&mut j.changed);
+        let Some(store) = store else {
+            return Changes::Only(vec![]);
+        };
+        let changed = changed.into_iter().filter_map(|r| {
+            let object = store.get(&r);
+            Some(Changed {
+                namespace: r.namespace?,
+                name: r.name,
+                object,
+            })
+        });
+        Changes::Only(changed.collect())
+    }
+
     /// The watched copy of one object, if the kind is watched and the store holds it (also
     /// before the first list is complete: a write from it carries its `resourceVersion`).
     pub(crate) fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
-        self.lock().as_ref().and_then(|(store, _)| store.get(key))
+        let s = self.lock();
+        s.running.as_ref().and_then(|(store, _)| store.get(key))
     }
 
     /// Whether the kind is watched (its CRD is served).
     fn is_watched(&self) -> bool {
-        self.lock().is_some()
+        self.lock().running.is_some()
     }
 
     /// The watch's state, if it runs.
     fn state(&self) -> Option<Arc<WatchState>> {
-        self.lock().as_ref().map(|(_, s)| s.clone())
+        self.lock().running.as_ref().map(|(_, s)| s.clone())
     }
 }
 
@@ -149,16 +255,19 @@ pub(crate) struct Stores {
 }
 
 impl Stores {
-    /// A snapshot for one computation.
-    pub(crate) fn world(&self, bundle_version: Option<String>) -> World {
-        World {
+    /// A snapshot for one computation of everything but the routes (the `World`'s route lists
+    /// are empty), and what changed among the routes since the last call.
+    pub(crate) fn world(&self, bundle_version: Option<String>) -> (World, RouteChanges) {
+        let changes = RouteChanges {
+            http_routes: self.http_routes.changes(),
+            grpc_routes: self.grpc_routes.changes(),
+            tls_routes: self.tls_routes.changes(),
+            tcp_routes: self.tcp_routes.changes(),
+            udp_routes: self.udp_routes.changes(),
+        };
+        let world = World {
             gateway_classes: self.gateway_classes.snapshot(),
             gateways: self.gateways.snapshot(),
-            http_routes: self.http_routes.snapshot(),
-            grpc_routes: self.grpc_routes.snapshot(),
-            tls_routes: self.tls_routes.snapshot(),
-            tcp_routes: self.tcp_routes.snapshot(),
-            udp_routes: self.udp_routes.snapshot(),
             served: Served {
                 tcp_route: self.tcp_routes.is_watched(),
                 udp_route: self.udp_routes.is_watched(),
@@ -171,7 +280,9 @@ impl Stores {
             backend_tls_policies: self.backend_tls_policies.snapshot(),
             config_maps: self.config_maps.0.state(),
             bundle_version,
-        }
+            ..World::default()
+        };
+        (world, changes)
     }
 
     /// Starts watching `crd`'s kind on `tasks`.
@@ -272,11 +383,11 @@ pub(crate) fn spawn(client: &Client, changed: Arc<Notify>, tasks: &mut JoinSet<(
     Stores {
         gateway_classes: Slot::new(),
         gateways: Slot::new(),
-        http_routes: Slot::new(),
-        grpc_routes: Slot::new(),
-        tls_routes: Slot::new(),
-        tcp_routes: Slot::new(),
-        udp_routes: Slot::new(),
+        http_routes: Slot::journaled(),
+        grpc_routes: Slot::journaled(),
+        tls_routes: Slot::journaled(),
+        tcp_routes: Slot::journaled(),
+        udp_routes: Slot::journaled(),
         reference_grants: Slot::new(),
         listener_sets: Slot::new(),
         backend_tls_policies: Slot::new(),
@@ -295,7 +406,7 @@ where
     K::DynamicType: Default + Eq + Hash + Clone,
 {
     let state = Arc::new(WatchState::default());
-    let (store, _) = reflect(api, wake, state.clone(), tasks);
+    let (store, _) = reflect(api, wake, state.clone(), |_| {}, tasks);
     (store, state)
 }
 
@@ -328,6 +439,7 @@ where
         stream,
         wake,
         state.clone(),
+        |_| {},
         tasks,
     );
     (reader, state)
@@ -436,10 +548,12 @@ fn watch_backoff() -> watcher::ExponentialBackoff {
         .into()
 }
 
+/// A reflector of `api`'s kind on `tasks`; `note` sees each event after the store took it in.
 fn reflect<K>(
     api: Api<K>,
     wake: &Wake,
     state: Arc<WatchState>,
+    note: impl FnMut(&watcher::Event<K>) + Send + 'static,
     tasks: &mut JoinSet<()>,
 ) -> (Store<K>, AbortHandle)
 where
@@ -456,17 +570,18 @@ where
         .modify(move |obj| reducer.reduce(obj))
         .backoff(watch_backoff());
     let stream = reflector::reflector(writer, stream);
-    let handle = drive(kind, stream, wake, state, tasks);
+    let handle = drive(kind, stream, wake, state, note, tasks);
     (reader, handle)
 }
 
-/// Runs a reflector's stream on `tasks`: every event wakes the computation, and the watch's
-/// progress (first list, failure) is reported in `state`.
+/// Runs a reflector's stream on `tasks`: every event is shown to `note` and wakes the
+/// computation, and the watch's progress (first list, failure) is reported in `state`.
 fn drive<K>(
     kind: String,
     stream: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
     wake: &Wake,
     state: Arc<WatchState>,
+    mut note: impl FnMut(&watcher::Event<K>) + Send + 'static,
     tasks: &mut JoinSet<()>,
 ) -> AbortHandle
 where
@@ -488,6 +603,7 @@ where
                     {
                         wake.progress.notify_one();
                     }
+                    note(&event);
                     wake.changed.notify_one();
                 }
                 // A first failure may be a deleted CRD (its watch then fails with a bare 404
@@ -525,3 +641,6 @@ pub(crate) async fn bundle_version(client: &Client) -> Option<String> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
