@@ -167,7 +167,16 @@ where
         let Some(j) = &mut s.journal else { return };
         match event {
             watcher::Event::Apply(o) | watcher::Event::Delete(o) if !j.whole => {
-                j.changed.insert(ObjectRef::from_obj(o));
+                // Name and namespace only: `from_obj` would also copy the resourceVersion and
+                // uid, two more allocations per event that the lookup does not use.
+                let meta = o.meta();
+                if let Some(name) = &meta.name {
+                    let r = ObjectRef::new(name);
+                    j.changed.insert(match &meta.namespace {
+                        Some(ns) => r.within(ns),
+                        None => r,
+                    });
+                }
             }
             // A (re)list may have dropped objects whose deletion no event told.
             watcher::Event::InitDone => *j = Journal::whole(),
