@@ -414,10 +414,14 @@ impl Computation {
             index: &index,
             reach,
         };
-        let (counts, u) = (&mut self.counts, &mut update);
-        let mut gone = self.http_routes.refresh(http_routes, run, &env, counts, u);
-        gone.extend(self.grpc_routes.refresh(grpc_routes, run, &env, counts, u));
-        gone.extend(self.tls_routes.refresh(tls_routes, run, &env, counts, u));
+        let sink = &mut memos::Sink {
+            counts: &mut self.counts,
+            update: &mut update,
+            shared: &mut self.shared,
+        };
+        let mut gone = self.http_routes.refresh(http_routes, run, &env, sink);
+        gone.extend(self.grpc_routes.refresh(grpc_routes, run, &env, sink));
+        gone.extend(self.tls_routes.refresh(tls_routes, run, &env, sink));
         // HTTPRoutes and GRPCRoutes with hostnames in common on a listener: one of each pair.
         let contested = contest::contested(self.grpc_routes.contributions());
         let blocked = if contested.is_empty() {
@@ -428,10 +432,10 @@ impl Computation {
             self.grpc_routes.entrants(&contested, &mut entrants);
             contest::blocked(&entrants)
         };
-        self.http_routes.settle(&blocked, &env, counts, u);
-        self.grpc_routes.settle(&blocked, &env, counts, u);
-        gone.extend(self.tcp_routes.refresh(tcp_routes, run, &env, counts, u));
-        gone.extend(self.udp_routes.refresh(udp_routes, run, &env, counts, u));
+        self.http_routes.settle(&blocked, &env, sink);
+        self.grpc_routes.settle(&blocked, &env, sink);
+        gone.extend(self.tcp_routes.refresh(tcp_routes, run, &env, sink));
+        gone.extend(self.udp_routes.refresh(udp_routes, run, &env, sink));
         // Only BackendTLSPolicies need to know which Gateways reach which Services.
         let reached = if reach {
             let contributions = self
@@ -451,9 +455,6 @@ impl Computation {
         policy::compute(world, name, &reached, &index, &mut update.desired);
         gateway::emit(gateways, &mut update.desired);
         listenerset::emit(sets, &mut update.desired);
-        for desired in update.desired.values_mut() {
-            self.shared.share(desired);
-        }
         // Routes forgotten this run that were not computed again under the same key.
         update
             .removed
