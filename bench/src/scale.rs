@@ -29,7 +29,7 @@ use crate::lane::Lane;
 use crate::lockserver::LockServer;
 use gateway_leader_log::Event;
 use leader_lock::clock::mono_ms;
-use testkit::process::rss_mib;
+use testkit::process::{peak_rss_mib, rss_mib};
 
 /// Requests the bench sends at once when it creates or changes routes.
 const CONCURRENCY: usize = 16;
@@ -53,6 +53,9 @@ pub struct ScaleResult {
     pub initial_ms: f64,
     /// The leader's and the follower's resident memory once settled (MiB).
     pub rss_mib: Vec<f64>,
+    /// The most each of them held since it started, read at the same time (MiB): the initial
+    /// lists and the first computation peak above the settled figure.
+    pub peak_rss_mib: Vec<f64>,
     /// SIGTERM → the new leader's leading line (ms).
     pub takeover_ms: f64,
     /// The new leader's leading line → its check of every cached status done (ms).
@@ -100,19 +103,26 @@ pub fn main(rt: &tokio::runtime::Runtime, plan: &Plan, exe: &Path) -> ExitCode {
 fn table(results: &[ScaleResult]) -> String {
     let mut t = String::from(
         "| backend | routes | all written (s) | RSS leader / follower (MiB) \
+         | peak RSS leader / follower (MiB) \
          | signal → leader (ms) | leader → changed route written (ms) | check done (ms) \
          | requests | new leader RSS (MiB) | burst | apiserver writes/s | status writes/s |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in results {
-        let rss: Vec<String> = r.rss_mib.iter().map(|m| format!("{m:.0}")).collect();
+        let mib = |v: &[f64]| {
+            v.iter()
+                .map(|m| format!("{m:.0}"))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
         t.push_str(&format!(
-            "| {} | {} | {:.1} | {} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} \
+            "| {} | {} | {:.1} | {} | {} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} \
              | {} | {:.0} | {:.0} ({:.0} %) |\n",
             r.backend,
             r.routes,
             r.initial_ms / 1e3,
-            rss.join(" / "),
+            mib(&r.rss_mib),
+            mib(&r.peak_rss_mib),
             r.takeover_ms,
             r.change_write_ms,
             r.check_ms,
@@ -376,6 +386,10 @@ async fn measure(
         .iter()
         .map(|(_, pid)| rss_mib(*pid).unwrap_or(f64::NAN))
         .collect();
+    let peak_rss: Vec<f64> = by_role
+        .iter()
+        .map(|(_, pid)| peak_rss_mib(*pid).unwrap_or(f64::NAN))
+        .collect();
     // The takeover: SIGTERM, then one route changed at once.
     let before = requests(cluster).await?;
     let signalled = lane.signal(leader.slot, Signal::SIGTERM)?;
@@ -447,6 +461,7 @@ async fn measure(
         routes: plan.routes,
         initial_ms: last - led_at,
         rss_mib: rss,
+        peak_rss_mib: peak_rss,
         takeover_ms: new.mono_ms - signalled,
         check_ms: checked.mono_ms - new.mono_ms,
         change_write_ms: change.mono_ms - new.mono_ms,

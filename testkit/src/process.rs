@@ -220,10 +220,21 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
 
 /// Resident memory of a process in MiB, from /proc/PID/status.
 pub fn rss_mib(pid: u32) -> Option<f64> {
+    status_mib(pid, "VmRSS:")
+}
+
+/// The most resident memory a process has held since it started, in MiB (the kernel's high
+/// water mark, `VmHWM` in /proc/PID/status): a peak no sampling can miss.
+pub fn peak_rss_mib(pid: u32) -> Option<f64> {
+    status_mib(pid, "VmHWM:")
+}
+
+/// A `field` of /proc/PID/status that the kernel gives in kB, in MiB.
+fn status_mib(pid: u32, field: &str) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kb: f64 = status
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
+        .find(|l| l.starts_with(field))?
         .split_whitespace()
         .nth(1)?
         .parse()
@@ -282,6 +293,14 @@ mod tests {
     fn this_process_has_used_cpu_and_memory() {
         assert!(cpu_seconds(std::process::id()).is_some_and(|s| s >= 0.0));
         assert!(rss_mib(std::process::id()).is_some_and(|m| m > 0.0));
+        let (now, peak) = (
+            rss_mib(std::process::id()),
+            peak_rss_mib(std::process::id()),
+        );
+        assert!(
+            peak.is_some_and(|p| now.is_some_and(|n| p >= n)),
+            "{now:?} {peak:?}"
+        );
         assert_eq!(cpu_seconds(u32::MAX), None, "no such process");
     }
 }
