@@ -12,6 +12,9 @@
 //! - **computation**: what a [`Computation`] remembers per route (its memo and contribution);
 //! - **cache**: the [`StatusCache`] of desired statuses.
 //!
+//! and then the whole heap after each step beside its peak during the step: a computation's
+//! garbage (the statuses it makes before they are shared) shows in the peak, not in what stays.
+//!
 //! ```sh
 //! cargo bench --bench status_memory -- 10000
 //! ```
@@ -41,6 +44,12 @@ fn from<T: DeserializeOwned>(v: Value) -> Arc<T> {
 
 fn live() -> u64 {
     dhat::HeapStats::get().curr_bytes as u64
+}
+
+/// The most the heap has held so far: each step holds more than the one before it, so read after
+/// a step it is that step's peak.
+fn peak() -> u64 {
+    dhat::HeapStats::get().max_bytes as u64
 }
 
 /// One route as the apiserver sends it, its status holding `parents`.
@@ -154,7 +163,7 @@ fn main() {
         writer.apply_watcher_event(&watcher::Event::InitApply(route));
     }
     writer.apply_watcher_event(&watcher::Event::InitDone);
-    let stored = live();
+    let (stored, stored_peak) = (live(), peak());
 
     let mut world = base.clone();
     world.http_routes = reader.state();
@@ -164,12 +173,12 @@ fn main() {
     let update = computation.run(&world);
     assert_eq!(update.routes_computed, routes, "every route computed");
     drop(update);
-    let computed = live();
+    let (computed, computed_peak) = (live(), peak());
 
     let cache = StatusCache::new();
     cache.replace_all(compute::compute(&world, CONTROLLER));
     assert!(cache.len() > routes, "every route has a status");
-    let cached = live();
+    let (cached, cached_peak) = (live(), peak());
 
     // One stored route's parts, by what taking each away frees.
     let mut one = (*reader.state()[0]).clone();
@@ -214,5 +223,15 @@ fn main() {
     println!("  computation  {:>8.0} B", per(computed - snapshot));
     println!("  cache        {:>8.0} B", per(cached - computed));
     println!("  total        {:>8.0} B", per(cached - start));
+    // What a step holds at its height beside what it keeps: a replica's RSS follows the height.
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    println!("the heap after each step / at its peak during it (MiB):");
+    for (step, kept, height) in [
+        ("store", stored, stored_peak),
+        ("computation", computed, computed_peak),
+        ("cache", cached, cached_peak),
+    ] {
+        println!("  {step:<12} {:>8.1} / {:>8.1}", mib(kept), mib(height));
+    }
     drop((cache, computation, world, reader, writer));
 }
