@@ -382,14 +382,13 @@ async fn measure(
     // The leader's first, then the follower's.
     let mut by_role = pids.clone();
     by_role.sort_by_key(|(s, _)| *s != leader.slot);
-    let rss: Vec<f64> = by_role
+    let (rss, peak_rss): (Vec<f64>, Vec<f64>) = by_role
         .iter()
-        .map(|(_, pid)| rss_mib(*pid).unwrap_or(f64::NAN))
-        .collect();
-    let peak_rss: Vec<f64> = by_role
-        .iter()
-        .map(|(_, pid)| peak_rss_mib(*pid).unwrap_or(f64::NAN))
-        .collect();
+        .map(|(_, pid)| {
+            let mib = |read: fn(u32) -> Option<f64>| read(*pid).unwrap_or(f64::NAN);
+            (mib(rss_mib), mib(peak_rss_mib))
+        })
+        .unzip();
     // The takeover: SIGTERM, then one route changed at once.
     let before = requests(cluster).await?;
     let signalled = lane.signal(leader.slot, Signal::SIGTERM)?;
