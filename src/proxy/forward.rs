@@ -33,6 +33,7 @@ use hyper::body::Incoming;
 use leader_lock::gate::GateError;
 use leader_lock::leadership::NotLeader;
 use leader_lock::{LeaderState, Leadership, WritePermit};
+use leader_lock_kubernetes::{PoolBody, RelayClient};
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, timeout, timeout_at, Instant, Sleep};
 use tokio_util::sync::CancellationToken;
@@ -70,8 +71,9 @@ const HOP_BY_HOP: &[HeaderName] = &[
 
 /// What every request of one proxy shares.
 pub(super) struct Shared {
-    /// The replica's own, ungated client: the gate is here.
-    pub client: kube::Client,
+    /// The replica's own credentials, ungated (the gate is here) and without retries (the
+    /// caller's client retries).
+    pub client: RelayClient,
     pub leadership: Leadership,
     /// This replica's identity, named in refusals.
     pub identity: String,
@@ -303,8 +305,8 @@ fn upstream_request(
 /// The apiserver's response for the caller: status, headers (less the hop-by-hop ones) and
 /// body as they came.
 fn downstream_response(
-    resp: Response<kube::client::Body>,
-    body: impl FnOnce(kube::client::Body) -> ProxyBody,
+    resp: Response<PoolBody>,
+    body: impl FnOnce(PoolBody) -> ProxyBody,
 ) -> Response<ProxyBody> {
     let (mut parts, b) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
@@ -385,7 +387,7 @@ fn refusal(shared: &Shared, reason: &NotLeader, more: &str) -> Response<ProxyBod
 }
 
 /// A 502 for a request that did not get an answer from the apiserver.
-fn unreachable_apiserver(e: &kube::Error) -> Response<ProxyBody> {
+fn unreachable_apiserver(e: &super::BoxError) -> Response<ProxyBody> {
     debug!(error = %e, "the apiserver did not answer");
     status(
         StatusCode::BAD_GATEWAY,
@@ -396,8 +398,8 @@ fn unreachable_apiserver(e: &kube::Error) -> Response<ProxyBody> {
 }
 
 /// Whether the client failed because the body's permit expired (`DeadlineBody`).
-fn caused_by_deadline(e: &kube::Error) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+fn caused_by_deadline(e: &super::BoxError) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
     while let Some(c) = cause {
         if c.downcast_ref::<GateError>().is_some() {
             return true;

@@ -25,6 +25,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use leader_lock::{clock, Identity, Leadership};
+use leader_lock_kubernetes::RelayClient;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
@@ -77,7 +78,7 @@ impl Proxy {
     /// socket.
     pub async fn serve(
         listen: &ProxyListen,
-        client: kube::Client,
+        client: RelayClient,
         leadership: Leadership,
         identity: &Identity,
         metrics: Arc<Metrics>,
@@ -296,13 +297,14 @@ pub fn write_kubeconfig(bound: &Bound, path: &Path) -> anyhow::Result<()> {
 
 /// The client a proxy of `replica` sends with: its configuration, over HTTP/2 when the
 /// apiserver negotiates it, so that its callers' watches share a few connections (as many
-/// streams on each as the apiserver allows) instead of one TLS connection each.
+/// streams on each as the apiserver allows) instead of one TLS connection each; no retries,
+/// which are the caller's ([`RelayClient`]).
 ///
 /// # Errors
 /// The TLS or authentication settings cannot be used (the replica's own client was built from
 /// the same ones).
-pub fn upstream_client(replica: &Replica) -> anyhow::Result<kube::Client> {
-    leader_lock_kubernetes::multiplexed_client(replica.kube_config()?)
+pub fn upstream_client(replica: &Replica) -> anyhow::Result<RelayClient> {
+    RelayClient::new(replica.kube_config()?)
         .context("a client for the proxy's requests to the apiserver")
 }
 

@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod answers;
 mod bad_input;
 mod client_go;
 mod upgrades;

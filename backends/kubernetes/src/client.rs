@@ -16,9 +16,11 @@ use kube::{Client, Config};
 use leader_lock::backend::LockError;
 use leader_lock::gate::DeadlineBody;
 use tower::retry::RetryLayer;
-use tower::util::BoxService;
-use tower::{BoxError, ServiceBuilder, ServiceExt};
+use tower::util::{BoxCloneSyncService, BoxService};
+use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 use tracing::info;
+
+use crate::multiplex::PoolBody;
 
 /// The service under every client [`client_builder`] makes: kube's layers over a hyper client.
 pub type ClientService = BoxService<Request<Body>, Response<hyper::body::Incoming>, BoxError>;
@@ -55,7 +57,7 @@ pub fn client_builder(config: Config) -> Result<ClientBuilder<ClientService>, ku
     let pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .build(with_timeouts(&config, https));
     Ok(ClientBuilder::new(
-        layers(&config, pool)?,
+        BoxService::new(layers(&config, pool)?),
         config.default_namespace,
     ))
 }
@@ -86,10 +88,87 @@ pub fn client_builder(config: Config) -> Result<ClientBuilder<ClientService>, ku
 /// # }
 /// ```
 pub fn multiplexed_client(config: Config) -> Result<Client, kube::Error> {
-    let http = http_connector(&config)?;
+    let namespace = config.default_namespace.clone();
+    Ok(ClientBuilder::new(multiplexed(&config)?, namespace).build())
+}
+
+/// A sender of other programs' requests to the apiserver, for a proxy: [`multiplexed_client`]'s
+/// connections and kube's layers (base URI, authentication, extra headers; a gated write's body
+/// bound by its permit's deadline), with two things left out that a proxy must not have or
+/// need not pay for:
+///
+/// - **retries**: a 429 or 503 goes back to the caller as the apiserver sent it, `Retry-After`
+///   included, and the caller's own client retries (client-go does). A proxy that retried as
+///   well would multiply the attempts and hold the caller past its own timeouts.
+/// - **a task between the caller and the connection**: kube's [`Client`] hands every request to
+///   a `tower::Buffer` worker task and back, two more wakes a request; here the caller's task
+///   drives the request to the connection itself.
+///
+/// The answer's body streams as the apiserver sends it ([`PoolBody`]); an upgrade (`kubectl
+/// exec`) is taken with [`hyper::upgrade::on`] on the response.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// let config = kube::Config::infer().await?;
+/// let relay = leader_lock_kubernetes::RelayClient::new(config)?;
+/// let req = http::Request::get("/version").body(kube::client::Body::empty())?;
+/// let resp = relay.send(req).await?;
+/// println!("{}", resp.status());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RelayClient {
+    service: BoxCloneSyncService<Request<Body>, Response<PoolBody>, BoxError>,
+}
+
+impl RelayClient {
+    /// A relay with `config`'s server, TLS and credentials; `config.default_retry` is ignored.
+    ///
+    /// # Errors
+    /// As [`client_builder`]: a proxy is set, or the TLS or auth settings could not be used.
+    pub fn new(mut config: Config) -> Result<Self, kube::Error> {
+        config.default_retry = false;
+        Ok(RelayClient {
+            service: BoxCloneSyncService::new(multiplexed(&config)?),
+        })
+    }
+
+    /// Sends `request` (its URI a path and query: the base URI is the configuration's) and
+    /// returns the apiserver's answer, whatever its status; `Err` when none came (the
+    /// connection failed, or a gated body's permit expired before it was sent).
+    ///
+    /// # Errors
+    /// No answer from the apiserver, as above.
+    pub async fn send(&self, request: Request<Body>) -> Result<Response<PoolBody>, BoxError> {
+        self.service.clone().oneshot(request).await
+    }
+}
+
+impl std::fmt::Debug for RelayClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayClient").finish_non_exhaustive()
+    }
+}
+
+/// kube's layers over the pool of [`multiplexed_client`]: HTTP/2 for the long-running requests
+/// when the server negotiates it, HTTP/1.1 for the others.
+fn multiplexed(
+    config: &Config,
+) -> Result<
+    impl Service<Request<Body>, Response = Response<PoolBody>, Error = BoxError, Future: Send>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    kube::Error,
+> {
+    let http = http_connector(config)?;
     let fallback =
         hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(with_timeouts(
-            &config,
+            config,
             config.rustls_https_connector_with_connector(http.clone())?,
         ));
     let mut builder = hyper_rustls::HttpsConnectorBuilder::new()
@@ -103,9 +182,8 @@ pub fn multiplexed_client(config: Config) -> Result<Client, kube::Error> {
         builder =
             builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
     }
-    let h2 = with_timeouts(&config, builder.enable_all_versions().wrap_connector(http));
-    let pool = crate::multiplex::Multiplexed::new(h2, fallback);
-    Ok(ClientBuilder::new(layers(&config, pool)?, config.default_namespace).build())
+    let h2 = with_timeouts(config, builder.enable_all_versions().wrap_connector(http));
+    layers(config, crate::multiplex::Multiplexed::new(h2, fallback))
 }
 
 /// A TCP connector with `TCP_NODELAY`, refusing a proxy in `config`.
@@ -140,9 +218,16 @@ fn with_timeouts(
 fn layers<P, B>(
     config: &Config,
     pool: P,
-) -> Result<BoxService<Request<Body>, Response<B>, BoxError>, kube::Error>
+) -> Result<
+    impl Service<Request<Body>, Response = Response<B>, Error = BoxError, Future: Send>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    kube::Error,
+>
 where
-    P: tower::Service<Request<DeadlineBody<Body>>, Response = Response<B>> + Clone + Send + 'static,
+    P: Service<Request<DeadlineBody<Body>>, Response = Response<B>> + Clone + Send + Sync + 'static,
     P::Future: Send + 'static,
     P::Error: Into<BoxError>,
     B: Send + 'static,
@@ -159,8 +244,7 @@ where
         .map_err(|e: P::Error| -> BoxError { e.into() })
         // Innermost: the connection's task reads a write's body only before its deadline.
         .map_request(DeadlineBody::bound)
-        .service(pool)
-        .boxed())
+        .service(pool))
 }
 
 /// Installs rustls' ring provider for the process unless one is installed already.

@@ -51,14 +51,23 @@ type ReqBody = leader_lock::gate::DeadlineBody<kube::client::Body>;
 
 /// HTTP/2 connections from `connector` (whose TLS offers `h2`) for long-running requests, and
 /// `fallback`, an HTTP/1.1 pool, for the others and for a server that does not negotiate `h2`.
-#[derive(Clone)]
+///
+/// Cloned for every request (tower's `Service::call` takes `&mut self`): one reference count.
 pub(crate) struct Multiplexed<C, F> {
-    connector: C,
-    fallback: F,
-    shared: Arc<Shared>,
+    shared: Arc<Shared<C, F>>,
 }
 
-struct Shared {
+impl<C, F> Clone for Multiplexed<C, F> {
+    fn clone(&self) -> Self {
+        Multiplexed {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+struct Shared<C, F> {
+    connector: C,
+    fallback: F,
     connections: Mutex<Vec<Connection2>>,
     /// One dial at a time: requests that found no free stream wait for it and share the new
     /// connection instead of each opening one.
@@ -92,9 +101,9 @@ impl Drop for Stream {
 impl<C, F> Multiplexed<C, F> {
     pub(crate) fn new(connector: C, fallback: F) -> Self {
         Multiplexed {
-            connector,
-            fallback,
             shared: Arc::new(Shared {
+                connector,
+                fallback,
                 connections: Mutex::new(Vec::new()),
                 dialing: tokio::sync::Mutex::new(()),
                 failed: Mutex::new(None),
@@ -104,7 +113,7 @@ impl<C, F> Multiplexed<C, F> {
     }
 }
 
-impl Shared {
+impl<C, F> Shared<C, F> {
     /// A stream on a connection that has room for one more, the first such.
     fn take(&self) -> Option<(http2::SendRequest<ReqBody>, Stream)> {
         let mut connections = self.connections.lock().unwrap_or_else(|p| p.into_inner());
@@ -179,7 +188,7 @@ where
     F::Future: Send,
     F::Error: Into<BoxError>,
 {
-    async fn send(self, req: Request<ReqBody>) -> Result<Response<Counted>, BoxError> {
+    async fn send(self, req: Request<ReqBody>) -> Result<Response<PoolBody>, BoxError> {
         let mut req = req;
         // A connection that closes between `take` and the send gives the request back: one
         // more go, on a connection made for it if need be.
@@ -196,7 +205,7 @@ where
             };
             match send.try_send_request(req).await {
                 Ok(resp) => {
-                    return Ok(resp.map(|inner| Counted {
+                    return Ok(resp.map(|inner| PoolBody {
                         inner,
                         _stream: Some(stream),
                     }))
@@ -250,6 +259,7 @@ where
         uri: &Uri,
     ) -> Result<Option<(http2::SendRequest<ReqBody>, Stream)>, BoxError> {
         let io = self
+            .shared
             .connector
             .clone()
             .oneshot(origin(uri)?)
@@ -288,14 +298,15 @@ where
         Ok(Some((send, stream)))
     }
 
-    async fn fallback(&self, req: Request<ReqBody>) -> Result<Response<Counted>, BoxError> {
+    async fn fallback(&self, req: Request<ReqBody>) -> Result<Response<PoolBody>, BoxError> {
         let resp = self
+            .shared
             .fallback
             .clone()
             .oneshot(req)
             .await
             .map_err(Into::into)?;
-        Ok(resp.map(|inner| Counted {
+        Ok(resp.map(|inner| PoolBody {
             inner,
             _stream: None,
         }))
@@ -312,7 +323,7 @@ where
     F::Future: Send,
     F::Error: Into<BoxError>,
 {
-    type Response = Response<Counted>;
+    type Response = Response<PoolBody>;
     type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
@@ -326,15 +337,16 @@ where
 }
 
 pin_project! {
-    /// A response body that holds its stream's place on the connection until it is dropped.
-    pub struct Counted {
+    /// The body of a response from the apiserver, as its bytes arrive. A response that came
+    /// over HTTP/2 holds its stream's place on the connection until this is dropped.
+    pub struct PoolBody {
         #[pin]
         inner: Incoming,
         _stream: Option<Stream>,
     }
 }
 
-impl Body for Counted {
+impl Body for PoolBody {
     type Data = Bytes;
     type Error = hyper::Error;
 
