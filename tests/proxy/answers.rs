@@ -109,7 +109,7 @@ async fn an_apiserver_503_reaches_the_caller_once_without_a_retry() {
         assert_eq!(
             audited(&server, audit_verb, &list) - before,
             1,
-            "{method} {list}: the apiserver saw it more than once"
+            "{method} {list}: the apiserver did not see it exactly once"
         );
     }
     p.replica.terminate();
