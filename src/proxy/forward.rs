@@ -33,7 +33,6 @@ use hyper::body::Incoming;
 use leader_lock::gate::GateError;
 use leader_lock::leadership::NotLeader;
 use leader_lock::{LeaderState, Leadership, WritePermit};
-use leader_lock_kubernetes::{PoolBody, RelayClient};
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, timeout, timeout_at, Instant, Sleep};
 use tokio_util::sync::CancellationToken;
@@ -42,6 +41,8 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use super::classify::{classify, Verb};
+use super::pool::PoolBody;
+use super::relay::RelayClient;
 use super::status::status;
 use super::upgrade::{self, Asked};
 use super::ProxyBody;

@@ -11,6 +11,8 @@
 pub mod classify;
 mod forward;
 mod listen;
+mod pool;
+pub mod relay;
 mod status;
 mod upgrade;
 
@@ -25,7 +27,6 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use leader_lock::{clock, Identity, Leadership};
-use leader_lock_kubernetes::RelayClient;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
@@ -36,6 +37,7 @@ use tracing::{debug, info, warn};
 use crate::config::{ProxyListen, Settings};
 use crate::metrics::Metrics;
 use crate::replica::{Kubernetes, Replica, Started, PROCESS_SHUTDOWN_BUDGET};
+use relay::RelayClient;
 
 pub use forward::MAX_BODY;
 pub use listen::Bound;

@@ -73,7 +73,7 @@ impl Asked {
 pub(super) fn relay(
     shared: &Arc<Shared>,
     verb: Verb,
-    mut resp: Response<leader_lock_kubernetes::PoolBody>,
+    mut resp: Response<super::pool::PoolBody>,
     asked: Asked,
     permit: WritePermit,
     token: TaskTrackerToken,

@@ -5,22 +5,16 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use http::{Request, Response};
-use hyper_rustls::HttpsConnector;
-use hyper_timeout::TimeoutConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use kube::client::retry::RetryPolicy;
 use kube::client::{Body, ClientBuilder, ConfigExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use leader_lock::backend::LockError;
-use leader_lock::gate::DeadlineBody;
-use tower::retry::RetryLayer;
-use tower::util::{BoxCloneSyncService, BoxService};
-use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+use tower::util::BoxService;
+use tower::BoxError;
 use tracing::info;
 
-use crate::multiplex::PoolBody;
+use crate::stack::{layers, tcp_connector, with_timeouts};
 
 /// The service under every client [`client_builder`] makes: kube's layers over a hyper client.
 pub type ClientService = BoxService<Request<Body>, Response<hyper::body::Incoming>, BoxError>;
@@ -53,198 +47,13 @@ pub type ClientService = BoxService<Request<Body>, Response<hyper::body::Incomin
 /// # }
 /// ```
 pub fn client_builder(config: Config) -> Result<ClientBuilder<ClientService>, kube::Error> {
-    let https = config.rustls_https_connector_with_connector(http_connector(&config)?)?;
+    let https = config.rustls_https_connector_with_connector(tcp_connector(&config)?)?;
     let pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .build(with_timeouts(&config, https));
     Ok(ClientBuilder::new(
         BoxService::new(layers(&config, pool)?),
         config.default_namespace,
     ))
-}
-
-/// A client on [`client_builder`]'s stack whose long-running requests (watches, followed logs)
-/// go over HTTP/2 when the apiserver negotiates it, as client-go sends its requests: they share
-/// a few connections, each carrying as many at once as the apiserver allows
-/// (`--http2-max-streams-per-connection`, 100 by default), a new one opened when all are full.
-/// For a program with many watches open at once, such as a proxy for other processes: one TLS
-/// connection each would cost its buffers, and the apiserver a connection each. Other requests
-/// take the HTTP/1.1 pool of [`client`], over which kube-apiserver answers a GET or a large
-/// list sooner; so does everything when the server does not negotiate `h2`.
-///
-/// A watch that its caller stops reading buffers at most 1 MiB before the apiserver waits, and
-/// never holds up the connection's other streams.
-///
-/// # Errors
-/// As [`client_builder`]: a proxy is set, or the TLS or auth settings could not be used.
-///
-/// # Examples
-///
-/// ```no_run
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let config = kube::Config::infer().await?;
-/// let client = leader_lock_kubernetes::multiplexed_client(config)?;
-/// # let _ = client;
-/// # Ok(())
-/// # }
-/// ```
-pub fn multiplexed_client(config: Config) -> Result<Client, kube::Error> {
-    let namespace = config.default_namespace.clone();
-    Ok(ClientBuilder::new(multiplexed(&config)?, namespace).build())
-}
-
-/// A sender of other programs' requests to the apiserver, for a proxy: [`multiplexed_client`]'s
-/// connections and kube's layers (base URI, authentication, extra headers; a gated write's body
-/// bound by its permit's deadline), with two things left out that a proxy must not have or
-/// need not pay for:
-///
-/// - **retries**: a 429 or 503 goes back to the caller as the apiserver sent it, `Retry-After`
-///   included, and the caller's own client retries (client-go does). A proxy that retried as
-///   well would multiply the attempts and hold the caller past its own timeouts.
-/// - **a task between the caller and the connection**: kube's [`Client`] hands every request to
-///   a `tower::Buffer` worker task and back, two more wakes a request; here the caller's task
-///   drives the request to the connection itself.
-///
-/// The answer's body streams as the apiserver sends it ([`PoolBody`]); an upgrade (`kubectl
-/// exec`) is taken with [`hyper::upgrade::on`] on the response.
-///
-/// # Examples
-///
-/// ```no_run
-/// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-/// let config = kube::Config::infer().await?;
-/// let relay = leader_lock_kubernetes::RelayClient::new(config)?;
-/// let req = http::Request::get("/version").body(kube::client::Body::empty())?;
-/// let resp = relay.send(req).await?;
-/// println!("{}", resp.status());
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone)]
-pub struct RelayClient {
-    service: BoxCloneSyncService<Request<Body>, Response<PoolBody>, BoxError>,
-}
-
-impl RelayClient {
-    /// A relay with `config`'s server, TLS and credentials; `config.default_retry` is ignored.
-    ///
-    /// # Errors
-    /// As [`client_builder`]: a proxy is set, or the TLS or auth settings could not be used.
-    pub fn new(mut config: Config) -> Result<Self, kube::Error> {
-        config.default_retry = false;
-        Ok(RelayClient {
-            service: BoxCloneSyncService::new(multiplexed(&config)?),
-        })
-    }
-
-    /// Sends `request` (its URI a path and query: the base URI is the configuration's) and
-    /// returns the apiserver's answer, whatever its status; `Err` when none came (the
-    /// connection failed, or a gated body's permit expired before it was sent).
-    ///
-    /// # Errors
-    /// No answer from the apiserver, as above.
-    pub async fn send(&self, request: Request<Body>) -> Result<Response<PoolBody>, BoxError> {
-        self.service.clone().oneshot(request).await
-    }
-}
-
-impl std::fmt::Debug for RelayClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RelayClient").finish_non_exhaustive()
-    }
-}
-
-/// kube's layers over the pool of [`multiplexed_client`]: HTTP/2 for the long-running requests
-/// when the server negotiates it, HTTP/1.1 for the others.
-fn multiplexed(
-    config: &Config,
-) -> Result<
-    impl Service<Request<Body>, Response = Response<PoolBody>, Error = BoxError, Future: Send>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    kube::Error,
-> {
-    let http = http_connector(config)?;
-    let fallback =
-        hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(with_timeouts(
-            config,
-            config.rustls_https_connector_with_connector(http.clone())?,
-        ));
-    let mut builder = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config.rustls_client_config()?)
-        .https_or_http();
-    if let Some(name) = &config.tls_server_name {
-        // As kube's own connector resolves it.
-        let name = rustls::pki_types::ServerName::try_from(name.clone()).map_err(|e| {
-            kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e))
-        })?;
-        builder =
-            builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
-    }
-    let h2 = with_timeouts(config, builder.enable_all_versions().wrap_connector(http));
-    layers(config, crate::multiplex::Multiplexed::new(h2, fallback))
-}
-
-/// A TCP connector with `TCP_NODELAY`, refusing a proxy in `config`.
-fn http_connector(config: &Config) -> Result<HttpConnector, kube::Error> {
-    if let Some(proxy) = &config.proxy_url {
-        // What `Client::try_from` answers in a build without kube's `http-proxy`/`socks5`.
-        return Err(kube::Error::ProxyProtocolDisabled {
-            proxy_url: proxy.clone(),
-            protocol_feature: "kube/http-proxy",
-        });
-    }
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    Ok(http)
-}
-
-/// `connector` with `config`'s connect, read and write timeouts.
-fn with_timeouts(
-    config: &Config,
-    connector: HttpsConnector<HttpConnector>,
-) -> TimeoutConnector<HttpsConnector<HttpConnector>> {
-    let mut connector = TimeoutConnector::new(connector);
-    connector.set_connect_timeout(config.connect_timeout);
-    connector.set_read_timeout(config.read_timeout);
-    connector.set_write_timeout(config.write_timeout);
-    connector
-}
-
-/// kube's layers (base URI, retry, authentication, extra headers) over `pool`, whose requests'
-/// bodies are bound by their permits' deadlines.
-fn layers<P, B>(
-    config: &Config,
-    pool: P,
-) -> Result<
-    impl Service<Request<Body>, Response = Response<B>, Error = BoxError, Future: Send>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    kube::Error,
->
-where
-    P: Service<Request<DeadlineBody<Body>>, Response = Response<B>> + Clone + Send + Sync + 'static,
-    P::Future: Send + 'static,
-    P::Error: Into<BoxError>,
-    B: Send + 'static,
-{
-    Ok(ServiceBuilder::new()
-        .layer(config.base_uri_layer())
-        .option_layer(
-            config
-                .default_retry
-                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
-        )
-        .option_layer(config.auth_layer()?)
-        .layer(config.extra_headers_layer()?)
-        .map_err(|e: P::Error| -> BoxError { e.into() })
-        // Innermost: the connection's task reads a write's body only before its deadline.
-        .map_request(DeadlineBody::bound)
-        .service(pool))
 }
 
 /// Installs rustls' ring provider for the process unless one is installed already.

@@ -90,14 +90,12 @@ mod error;
 mod events;
 mod gate;
 mod lease;
-mod multiplex;
 mod spec;
+pub mod stack;
 
 pub use client::{
-    client, client_builder, install_crypto_provider, multiplexed_client, ClientOptions,
-    ClientService, KubeconfigSource, RelayClient,
+    client, client_builder, install_crypto_provider, ClientOptions, ClientService, KubeconfigSource,
 };
 pub use events::{spawn_leader_events, LeaderEventsConfig, EVENT_POST_TIMEOUT};
 pub use gate::{gated_client, permit_client};
 pub use lease::{LeaseLock, DEFAULT_FIELD_MANAGER, DEFAULT_MAX_LEASE_DURATION};
-pub use multiplex::PoolBody;

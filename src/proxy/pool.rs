@@ -53,7 +53,7 @@ type ReqBody = leader_lock::gate::DeadlineBody<kube::client::Body>;
 /// `fallback`, an HTTP/1.1 pool, for the others and for a server that does not negotiate `h2`.
 ///
 /// Cloned for every request (tower's `Service::call` takes `&mut self`): one reference count.
-pub(crate) struct Multiplexed<C, F> {
+pub struct Multiplexed<C, F> {
     shared: Arc<Shared<C, F>>,
 }
 
@@ -99,7 +99,7 @@ impl Drop for Stream {
 // === impl Multiplexed ===
 
 impl<C, F> Multiplexed<C, F> {
-    pub(crate) fn new(connector: C, fallback: F) -> Self {
+    pub fn new(connector: C, fallback: F) -> Self {
         Multiplexed {
             shared: Arc::new(Shared {
                 connector,
@@ -378,7 +378,7 @@ mod tests {
     /// connect timeout together, not one each in turn.
     #[tokio::test]
     async fn the_watches_waiting_for_a_dial_that_fails_fail_with_it() {
-        crate::install_crypto_provider();
+        leader_lock_kubernetes::install_crypto_provider();
         // Accepts connections and never answers: the TLS handshake waits for the timeout.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -396,14 +396,14 @@ mod tests {
         let mut config = kube::Config::new(format!("https://{addr}").parse().expect("a URL"));
         config.connect_timeout = Some(Duration::from_secs(1));
         config.accept_invalid_certs = true;
-        let client = crate::multiplexed_client(config).expect("a client");
+        let client = super::super::relay::RelayClient::new(config).expect("a client");
         let watches = (0..5).map(|_| {
             let client = client.clone();
             async move {
                 let req = Request::get("/api/v1/configmaps?watch=true")
-                    .body(Vec::new())
+                    .body(kube::client::Body::empty())
                     .expect("a request");
-                client.request_text(req).await
+                client.send(req).await.map(|r| r.status())
             }
         });
         let answers = futures::future::join_all(watches).await;
