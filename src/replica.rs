@@ -293,7 +293,7 @@ impl Replica {
         if let (Some(ns), Some(client)) = (&connected.lease_namespace, &client) {
             // Whether the apiserver fences this Lease's holder (deploy/components/server-fencing),
             // said once; it never holds up the start.
-            tokio::spawn(crate::fencing::report(
+            tokio::spawn(crate::fencing::check::report_fence(
                 client.clone(),
                 ns.clone(),
                 settings.lock_name.clone(),
