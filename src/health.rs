@@ -22,7 +22,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use gateway_leader_log::{field, message};
-use gateway_leader_status::Readiness;
+use leader_lock::readiness::Readiness;
 use leader_lock::{LeaderState, Leadership};
 use tokio::sync::watch;
 use tokio::time::Instant;

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use backon::{ExponentialBuilder, Retryable};
-use gateway_leader_status::Readiness;
 use leader_lock::backend::LockError;
+use leader_lock::readiness::Readiness;
 use leader_lock::wrap::{InstrumentedLock, PollingLock};
 use leader_lock::{clock, Elector, ElectorConfig, Identity, Leadership, Term};
 use leader_lock_kubernetes::{LeaderEventsConfig, EVENT_POST_TIMEOUT};

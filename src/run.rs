@@ -1,8 +1,9 @@
 //! `gateway-leader run`: the status writer guarded by the elector, until SIGTERM or Ctrl-C.
 
 use gateway_leader_log::{field, message};
-use gateway_leader_status::{Readiness, StatusController, WriterConfig};
+use gateway_leader_status::{StatusController, WriterConfig};
 use leader_lock::clock;
+use leader_lock::readiness::Readiness;
 use leader_lock::{Identity, LeaderState, Leadership};
 use tokio::sync::watch;
 use tracing::{debug, info};

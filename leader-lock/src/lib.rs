@@ -94,6 +94,7 @@ pub mod leadership;
 mod lock;
 pub mod memory;
 mod observe;
+pub mod readiness;
 mod record;
 pub mod timing;
 pub mod wrap;

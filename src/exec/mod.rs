@@ -18,7 +18,7 @@ use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use gateway_leader_status::Readiness;
+use leader_lock::readiness::Readiness;
 use tokio::sync::watch;
 use tracing::{error, info};
 

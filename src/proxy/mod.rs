@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use gateway_leader_log::{field, message};
-use gateway_leader_status::Readiness;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use leader_lock::readiness::Readiness;
 use leader_lock::{clock, Identity, Leadership};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Semaphore};

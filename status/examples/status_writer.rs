@@ -22,7 +22,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_leader_status::{Readiness, StatusController, StatusMetrics, WriterConfig};
+use gateway_leader_status::{StatusController, StatusMetrics, WriterConfig};
+use leader_lock::readiness::Readiness;
 use leader_lock::{Elector, ElectorConfig, Identity, Timing};
 use leader_lock_kubernetes::LeaseLock;
 use prometheus_client::registry::Registry;

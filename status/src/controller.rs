@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::Client;
+use leader_lock::readiness::Readiness;
 use leader_lock::Leadership;
 use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
@@ -12,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 use crate::cache::StatusCache;
-use crate::installed::{self, Readiness};
+use crate::installed;
 use crate::writer::{StatusWriter, WriterConfig};
 use crate::{compute, observed, watch};
 
@@ -81,6 +82,7 @@ impl StatusController {
         let mut background = JoinSet::new();
         let stores = watch::spawn(&client, changed.clone(), &mut background);
         let looked = Arc::new(Notify::new());
+        readiness.send_replace(installed::not_synced());
         let ready = readiness.subscribe();
         background.spawn(installed::supervise(
             client.clone(),

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
+use leader_lock::readiness::Readiness;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
@@ -45,29 +46,9 @@ const FIRST_RECHECK: Duration = Duration::from_secs(1);
 pub(crate) const INSTALL_HINT: &str = "kubectl apply --server-side -f \
     https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.6.1/standard-install.yaml";
 
-/// Whether the status writer can do its job: the `/readyz` answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Readiness {
-    /// Not yet, and why.
-    Waiting(String),
-    /// Every required kind is served and its watch has its first list.
-    Ready,
-}
-
-impl Default for Readiness {
-    fn default() -> Self {
-        Readiness::Waiting("the Gateway API watches have not synced yet".into())
-    }
-}
-
-impl Readiness {
-    /// Why the writer is not ready; `None` when it is.
-    pub fn problem(&self) -> Option<&str> {
-        match self {
-            Readiness::Waiting(why) => Some(why),
-            Readiness::Ready => None,
-        }
-    }
+/// What the status writer reports until its required watches have their first lists.
+pub(crate) fn not_synced() -> Readiness {
+    Readiness::Waiting("the Gateway API watches have not synced yet".into())
 }
 
 /// What one discovery found: the served kinds, or why it could not tell.
@@ -125,7 +106,7 @@ fn readiness(served: Option<&BTreeSet<Crd>>, stores: &Stores, was_ready: bool) -
         ));
     }
     if !stores.first_lists_done(!was_ready) {
-        return Readiness::default();
+        return not_synced();
     }
     Readiness::Ready
 }

@@ -6,10 +6,11 @@
 //! valid leader writes and a stale read never overwrites a newer status. See
 //! `docs/architecture.md` for the flow from watch to write and `docs/library.md` for embedding.
 //!
-//! An embedder needs the controller, its [`WriterConfig`], the [`Readiness`] it reports and,
-//! optionally, the [`StatusMetrics`] it counts in; [`StatusController::cache`] shows the
-//! statuses this replica computed ([`StatusCache`], keyed by [`ObjectKey`]). The computation is
-//! public on its own ([`compute`]): pure, so it can be run and timed without a cluster.
+//! An embedder needs the controller, its [`WriterConfig`], the readiness it reports
+//! ([`leader_lock::readiness::Readiness`]) and, optionally, the [`StatusMetrics`] it counts in;
+//! [`StatusController::cache`] shows the statuses this replica computed ([`StatusCache`], keyed
+//! by [`ObjectKey`]). The computation is public on its own ([`compute`]): pure, so it can be run
+//! and timed without a cluster.
 //!
 //! Inside, one module per step: which kinds the cluster serves (`installed`), one reflector per
 //! kind (`watch`), the computation ([`compute`]), the cache, the watched copies a write starts
@@ -21,7 +22,8 @@
 //! ```no_run
 //! # async fn run(kube: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
-//! use gateway_leader_status::{Readiness, StatusController, WriterConfig};
+//! use gateway_leader_status::{StatusController, WriterConfig};
+//! use leader_lock::readiness::Readiness;
 //! use leader_lock::{Elector, ElectorConfig, Identity, MemoryStore, Timing};
 //!
 //! // Any lock: a Lease (leader-lock-kubernetes) in production.
@@ -65,7 +67,6 @@ mod writer;
 pub use cache::StatusCache;
 pub use controller::StatusController;
 pub use desired::Desired;
-pub use installed::Readiness;
 pub use key::{Kind, ObjectKey};
 pub use metrics::{KindLabel, StatusMetrics};
 pub use reduce::{Reducer, Trim};
