@@ -177,11 +177,12 @@ impl Metrics {
         out
     }
 
-    /// Counts a request through the proxy.
-    pub fn proxy_request(&self, verb: crate::proxy::classify::Verb, outcome: ProxyOutcome) {
+    /// Counts a request through the proxy: `verb` as the apiserver's authorizer names it
+    /// ([`ProxyLabels::verb`]).
+    pub fn proxy_request(&self, verb: &'static str, outcome: ProxyOutcome) {
         self.proxy_requests
             .get_or_create(&ProxyLabels {
-                verb: verb.as_str(),
+                verb,
                 outcome: outcome.as_str(),
             })
             .inc();
@@ -295,12 +296,11 @@ mod tests {
 
     #[test]
     fn proxy_requests_are_counted_by_verb_and_outcome_and_the_added_time_observed() {
-        use crate::proxy::classify::Verb;
         let m = Metrics::new("x");
-        m.proxy_request(Verb::Create, ProxyOutcome::Refused);
-        m.proxy_request(Verb::Create, ProxyOutcome::Refused);
-        m.proxy_request(Verb::Watch, ProxyOutcome::Forwarded);
-        m.proxy_request(Verb::Patch, ProxyOutcome::Cut);
+        m.proxy_request("create", ProxyOutcome::Refused);
+        m.proxy_request("create", ProxyOutcome::Refused);
+        m.proxy_request("watch", ProxyOutcome::Forwarded);
+        m.proxy_request("patch", ProxyOutcome::Cut);
         m.proxy_added(Duration::from_micros(150));
         let text = m.encode();
         for line in [

@@ -19,34 +19,31 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName};
+use http::header::{self, HeaderName};
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use leader_lock::gate::GateError;
 use leader_lock::leadership::NotLeader;
-use leader_lock::{LeaderState, Leadership, WritePermit};
+use leader_lock::{LeaderState, WritePermit};
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, timeout, timeout_at, Instant, Sleep};
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::task_tracker::TaskTrackerToken;
-use tokio_util::task::TaskTracker;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
+use super::body::{BoxError, ProxyBody};
 use super::classify::{classify, Verb};
+use super::exchange::{strip_hop_by_hop, Recorder, Shared};
 use super::pool::PoolBody;
-use super::relay::RelayClient;
 use super::status::status;
 use super::upgrade::{self, Asked};
-use super::ProxyBody;
-use crate::metrics::{Metrics, ProxyOutcome};
+use crate::metrics::ProxyOutcome;
 
 /// The largest request body the proxy reads: the apiserver's own default
 /// (`--max-request-body-bytes`, 3 MiB), which refuses larger ones anyway.
@@ -56,39 +53,6 @@ const READ_BODY_TIMEOUT: Duration = Duration::from_secs(60);
 /// What a refused client is told to wait before it tries again: client-go retries a 503 that
 /// carries it, and a new leader is usually there within a second of a graceful handover.
 const RETRY_AFTER_SECS: u64 = 1;
-/// At most one refusal is logged per this long; the others are counted in the next line.
-const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(1);
-
-/// The headers that concern one connection only (RFC 9110 section 7.6.1), never forwarded.
-const HOP_BY_HOP: &[HeaderName] = &[
-    header::CONNECTION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::PROXY_AUTHORIZATION,
-    header::PROXY_AUTHENTICATE,
-];
-
-/// What every request of one proxy shares.
-pub(super) struct Shared {
-    /// The replica's own credentials, ungated (the gate is here) and without retries (the
-    /// caller's client retries).
-    pub client: RelayClient,
-    pub leadership: Leadership,
-    /// This replica's identity, named in refusals.
-    pub identity: String,
-    pub metrics: Arc<Metrics>,
-    /// One token per gated exchange in flight: the drain waits for them.
-    pub gated: TaskTracker,
-    /// The latest deadline of a permit a gated exchange took: none but an upgraded stream runs
-    /// past it, so the drain waits no longer (a client that stops reading a write's answer
-    /// holds its token) and then cuts the streams.
-    pub latest_deadline: Mutex<Option<Instant>>,
-    pub refusals: RefusalLog,
-    /// Cancelled when the drain ends: the upgraded streams still open are cut.
-    pub cut_streams: CancellationToken,
-}
 
 /// Answers one request; never fails (every failure is an HTTP answer).
 pub(super) async fn handle(
@@ -120,11 +84,11 @@ async fn pass(
     let body = match timeout(READ_BODY_TIMEOUT, read_body(body)).await {
         Ok(Ok(b)) => b,
         Ok(Err(answer)) => {
-            shared.metrics.proxy_request(verb, ProxyOutcome::Rejected);
+            shared.count(verb, ProxyOutcome::Rejected);
             return answer;
         }
         Err(_) => {
-            shared.metrics.proxy_request(verb, ProxyOutcome::Rejected);
+            shared.count(verb, ProxyOutcome::Rejected);
             return status(
                 StatusCode::REQUEST_TIMEOUT,
                 "Timeout",
@@ -137,12 +101,12 @@ async fn pass(
     let sent = Instant::now();
     match shared.client.send(upstream).await {
         Ok(resp) => {
-            shared.metrics.proxy_request(verb, ProxyOutcome::Forwarded);
+            shared.count(verb, ProxyOutcome::Forwarded);
             shared.metrics.proxy_added(sent.duration_since(arrived));
             downstream_response(resp, |b| b.map_err(Into::into).boxed_unsync())
         }
         Err(e) => {
-            shared.metrics.proxy_request(verb, ProxyOutcome::Failed);
+            shared.count(verb, ProxyOutcome::Failed);
             unreachable_apiserver(&e)
         }
     }
@@ -159,7 +123,7 @@ async fn gated(
     let permit = match shared.leadership.check() {
         Ok(p) => p,
         Err(reason) => {
-            shared.metrics.proxy_request(verb, ProxyOutcome::Refused);
+            shared.count(verb, ProxyOutcome::Refused);
             shared.refusals.note(&req, verb, &reason);
             let mut resp = refusal(shared, &reason, "");
             if !req.body().is_end_stream() {
@@ -186,11 +150,11 @@ async fn gated(
     let body = match timeout_at(permit.valid_until, read_body(body)).await {
         Ok(Ok(b)) => b,
         Ok(Err(answer)) => {
-            shared.metrics.proxy_request(verb, ProxyOutcome::Rejected);
+            shared.count(verb, ProxyOutcome::Rejected);
             return answer;
         }
         Err(_) => {
-            shared.metrics.proxy_request(verb, ProxyOutcome::Cut);
+            shared.count(verb, ProxyOutcome::Cut);
             warn!(term = %permit.term, method = %parts.method, path = parts.uri.path(),
                 "write cut: its body was still arriving at the end of the leadership's \
                  validity; nothing was sent");
@@ -208,7 +172,7 @@ async fn gated(
     // 3. Checked again right before it goes; nothing awaits between this and `send`'s first
     //    poll, and the client's innermost layer checks the permit's deadline as it writes.
     if let Err(reason) = permit.check() {
-        shared.metrics.proxy_request(verb, ProxyOutcome::Refused);
+        shared.count(verb, ProxyOutcome::Refused);
         return refusal(shared, &reason, "");
     }
     parts.extensions.insert(permit.clone());
@@ -221,7 +185,7 @@ async fn gated(
     let sent = Instant::now();
     // 4. The response's head before the deadline; its body cut at it.
     let cut = |shared: &Shared| {
-        shared.metrics.proxy_request(verb, ProxyOutcome::Cut);
+        shared.count(verb, ProxyOutcome::Cut);
         warn!(term = %permit.term, %method, path, "write cut at the end of the leadership's \
             validity while waiting for the apiserver: it may or may not have been applied");
         status(
@@ -241,7 +205,7 @@ async fn gated(
         // error then does not name it: past the deadline, any failure is the cut.
         Ok(Err(e)) if caused_by_deadline(&e) || Instant::now() >= permit.valid_until => cut(shared),
         Ok(Err(e)) => {
-            shared.metrics.proxy_request(verb, ProxyOutcome::Failed);
+            shared.count(verb, ProxyOutcome::Failed);
             unreachable_apiserver(&e)
         }
         Ok(Ok(resp)) => {
@@ -314,22 +278,6 @@ fn downstream_response(
     Response::from_parts(parts, body(b))
 }
 
-/// Removes the hop-by-hop headers, those `Connection` names included.
-pub(super) fn strip_hop_by_hop(h: &mut HeaderMap) {
-    let named: Vec<HeaderName> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for n in named.iter().chain(HOP_BY_HOP) {
-        h.remove(n);
-    }
-    h.remove("keep-alive");
-    h.remove("proxy-connection");
-}
-
 /// The request body, whole, for kube's client; an answer for the caller when it cannot be.
 async fn read_body(body: Incoming) -> Result<kube::client::Body, Response<ProxyBody>> {
     if body.is_end_stream() {
@@ -388,7 +336,7 @@ fn refusal(shared: &Shared, reason: &NotLeader, more: &str) -> Response<ProxyBod
 }
 
 /// A 502 for a request that did not get an answer from the apiserver.
-fn unreachable_apiserver(e: &super::BoxError) -> Response<ProxyBody> {
+fn unreachable_apiserver(e: &BoxError) -> Response<ProxyBody> {
     debug!(error = %e, "the apiserver did not answer");
     status(
         StatusCode::BAD_GATEWAY,
@@ -399,7 +347,7 @@ fn unreachable_apiserver(e: &super::BoxError) -> Response<ProxyBody> {
 }
 
 /// Whether the client failed because the body's permit expired (`DeadlineBody`).
-fn caused_by_deadline(e: &super::BoxError) -> bool {
+fn caused_by_deadline(e: &BoxError) -> bool {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
     while let Some(c) = cause {
         if c.downcast_ref::<GateError>().is_some() {
@@ -410,48 +358,11 @@ fn caused_by_deadline(e: &super::BoxError) -> bool {
     false
 }
 
-/// Logs refused writes at info, at most one line per [`REFUSAL_LOG_EVERY`].
-#[derive(Default)]
-pub(super) struct RefusalLog {
-    last: Mutex<Option<Instant>>,
-    suppressed: AtomicU64,
-}
-
-impl RefusalLog {
-    fn note<B>(&self, req: &Request<B>, verb: Verb, reason: &NotLeader) {
-        let now = Instant::now();
-        {
-            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-            if last.is_some_and(|at| now.duration_since(at) < REFUSAL_LOG_EVERY) {
-                self.suppressed.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            *last = Some(now);
-        }
-        let also = self.suppressed.swap(0, Ordering::Relaxed);
-        info!(verb = verb.as_str(), method = %req.method(), path = req.uri().path(),
-            %reason, refused_since_last_line = also, "write refused: not the leader");
-    }
-}
-
 /// What a gated response holds until its body ends.
 struct Held {
     permit: WritePermit,
     _token: TaskTrackerToken,
     record: Recorder,
-}
-
-/// Counts a gated exchange when it ends, with how it ended.
-pub(super) struct Recorder {
-    pub metrics: Arc<Metrics>,
-    pub verb: Verb,
-    pub outcome: ProxyOutcome,
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        self.metrics.proxy_request(self.verb, self.outcome);
-    }
 }
 
 pin_project! {
@@ -470,10 +381,10 @@ pin_project! {
 impl<B> Body for PermitBody<B>
 where
     B: Body<Data = Bytes>,
-    B::Error: Into<super::BoxError>,
+    B::Error: Into<BoxError>,
 {
     type Data = Bytes;
-    type Error = super::BoxError;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
-use super::ProxyBody;
+use super::body::ProxyBody;
 
 /// A `Status` answer: `code`, the apiserver's `reason` for it (`ServiceUnavailable`,
 /// `RequestEntityTooLarge`, ...) and a message for a person. `retry_after` (seconds) goes in

@@ -1,7 +1,7 @@
 //! Upgraded connections (`kubectl exec`, `attach`, `port-forward`, and the pods, services and
 //! nodes `proxy` subresources over SPDY/3.1 or WebSocket) through the leader's proxy.
 //!
-//! A request for one is gated like any write ([`super::forward`]): refused unsent by a replica
+//! A request for one is gated like any write (`super::forward`): refused unsent by a replica
 //! without a valid leadership, sent under a permit by the leader, the `101` awaited before the
 //! permit's deadline. Then:
 //!
@@ -32,9 +32,10 @@ use tokio::sync::watch;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::{debug, info, warn};
 
+use super::body::ProxyBody;
 use super::classify::Verb;
-use super::forward::{strip_hop_by_hop, Recorder, Shared};
-use super::ProxyBody;
+use super::exchange::{strip_hop_by_hop, Recorder, Shared};
+use super::pool::PoolBody;
 use crate::metrics::ProxyOutcome;
 use crate::validity::{ended, still_valid};
 
@@ -73,7 +74,7 @@ impl Asked {
 pub(super) fn relay(
     shared: &Arc<Shared>,
     verb: Verb,
-    mut resp: Response<super::pool::PoolBody>,
+    mut resp: Response<PoolBody>,
     asked: Asked,
     permit: WritePermit,
     token: TaskTrackerToken,
