@@ -1,7 +1,10 @@
 //! Builds the configured backend's lock: validated first, connected only afterwards.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use anyhow::Context;
+use backon::{ExponentialBuilder, Retryable};
 use leader_lock::backend::{LeaderLock, LockError};
 #[cfg(feature = "etcd")]
 use leader_lock_etcd::{EtcdConfig, EtcdLock};
@@ -11,11 +14,15 @@ use leader_lock_kubernetes::LeaseLock;
 use leader_lock_redis::{RedisConfig, RedisLock, SentinelConfig};
 
 use crate::config::{env_var, flag, Backend, ConfigError, Settings, SETTINGS};
+use crate::kube_client::KubeClient;
+#[cfg(feature = "kubernetes")]
+use crate::program::PROGRAM;
+use crate::shutdown::ShutdownSignals;
 
 /// Per-request timeout for backend calls: well inside the renew deadline. (etcd's is the lock's
 /// default, `EtcdConfig::request_timeout_for`.)
 #[cfg(any(feature = "kubernetes", feature = "redis"))]
-fn request_timeout(s: &Settings) -> std::time::Duration {
+fn request_timeout(s: &Settings) -> Duration {
     s.timing.renew_deadline / 2
 }
 
@@ -219,7 +226,7 @@ pub fn lease_namespace(s: &Settings, client_default: &str) -> String {
 fn lease_lock(s: &Settings, client: &kube::Client, namespace: &str) -> LeaseLock {
     LeaseLock::new(client.clone(), namespace, &s.lock_name)
         .with_request_timeout(request_timeout(s))
-        .with_field_manager(crate::PROGRAM)
+        .with_field_manager(PROGRAM)
 }
 
 /// Connects to the configured backend; the Kubernetes lock uses `kube`, the client the status
@@ -265,6 +272,41 @@ pub async fn connect(
         // `validate` refused it at startup, before anything was touched.
         #[allow(unreachable_patterns)]
         other => Err(LockError::refused(not_built(other).to_string())),
+    }
+}
+
+/// [`connect`]s, waiting while the backend cannot be reached (as Kubernetes' own client does),
+/// with a backoff from 200 ms to 10 s; only a refusal (credentials, permissions) ends the wait.
+/// `None` when a signal arrived first: nothing was held.
+///
+/// # Errors
+/// The backend refused.
+pub async fn connect_when_reachable(
+    s: &Settings,
+    kube: Option<&KubeClient>,
+    signals: &mut ShutdownSignals,
+) -> anyhow::Result<Option<Connected>> {
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(10))
+        .with_jitter()
+        .without_max_times();
+    let client = kube.map(|k| (&k.client, k.default_namespace()));
+    let connecting = (|| connect(s, client))
+        .retry(backoff)
+        .when(|e| matches!(e, LockError::Unavailable { .. } | LockError::Timeout(_)))
+        .notify(|e, after| {
+            tracing::warn!(backend = %s.backend, error = %e.chain(), retry_in = ?after,
+                "lock backend unreachable; retrying")
+        });
+    tokio::select! {
+        r = connecting => r
+            .map(Some)
+            .with_context(|| format!("connecting to the {} lock backend", s.backend)),
+        sig = signals.recv() => {
+            tracing::info!(signal = sig, "stopped before the lock backend could be reached");
+            Ok(None)
+        }
     }
 }
 

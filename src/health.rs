@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -23,12 +24,13 @@ use axum::routing::get;
 use axum::Router;
 use gateway_leader_log::{field, message};
 use leader_lock::readiness::Readiness;
-use leader_lock::{LeaderState, Leadership};
+use leader_lock::{Identity, LeaderState, Leadership};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::info;
 
+use crate::config::Settings;
 use crate::metrics::Metrics;
 
 /// What the endpoints look at.
@@ -241,6 +243,99 @@ pub async fn serve(
             .await;
     });
     Ok((bound, task))
+}
+
+/// What a replica's health server needs besides its metrics and the work's readiness.
+#[derive(Debug, Clone)]
+pub struct HealthConfig {
+    /// Where to serve (port 0 picks one).
+    pub addr: SocketAddr,
+    /// [`Health::grace`].
+    pub grace: Duration,
+    /// [`Health::leader`].
+    pub leader: LeaderInfo,
+    /// [`Health::readiness_follows_leadership`].
+    pub readiness_follows_leadership: bool,
+}
+
+// === impl HealthConfig ===
+
+impl HealthConfig {
+    /// The health settings of `settings` for the replica `identity`.
+    pub fn from_settings(settings: &Settings, identity: &Identity) -> Self {
+        HealthConfig {
+            addr: settings.health_addr,
+            grace: settings.timing.retry_period,
+            leader: LeaderInfo {
+                identity: identity.to_string(),
+                backend: if settings.disabled {
+                    "disabled".to_string()
+                } else {
+                    settings.backend.to_string()
+                },
+                lock: settings.lock_name.clone(),
+            },
+            readiness_follows_leadership: settings.readiness_follows_leadership,
+        }
+    }
+}
+
+/// A replica's running health server: it answers from the start (not ready until the lock
+/// answers and the work is ready, which the kubelet must be able to see), follows the
+/// leadership once there is one, and stops last, or when dropped.
+pub struct Server {
+    leadership: watch::Sender<Option<Leadership>>,
+    stop: DropGuard,
+    task: tokio::task::JoinHandle<()>,
+}
+
+// === impl Server ===
+
+impl Server {
+    /// Binds `config.addr` and serves `metrics` and the work's readiness `ready`.
+    ///
+    /// # Errors
+    /// When the address cannot be bound.
+    pub async fn start(
+        config: HealthConfig,
+        metrics: Arc<Metrics>,
+        ready: watch::Receiver<Readiness>,
+    ) -> anyhow::Result<Server> {
+        let (leadership, rx) = watch::channel(None);
+        let stop = CancellationToken::new();
+        let health = Health {
+            leadership: rx,
+            metrics,
+            synced: ready,
+            grace: config.grace,
+            leader: config.leader,
+            readiness_follows_leadership: config.readiness_follows_leadership,
+        };
+        let (_, task) = serve(config.addr, health, stop.clone())
+            .await
+            .with_context(|| {
+                format!(
+                    "serving health and metrics on {} (--health-addr)",
+                    config.addr
+                )
+            })?;
+        Ok(Server {
+            leadership,
+            stop: stop.drop_guard(),
+            task,
+        })
+    }
+
+    /// From now on the endpoints look at `leadership`.
+    pub fn follow(&self, leadership: Leadership) {
+        self.leadership.send_replace(Some(leadership));
+    }
+
+    /// Stops serving and waits for the server to end.
+    pub async fn stop(self) {
+        drop(self.stop);
+        let _ = self.task.await;
+    }
 }
 
 #[cfg(test)]

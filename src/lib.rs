@@ -1,10 +1,6 @@
 //! gateway-leader: leader election for Gateway API controllers, so that only one replica writes
 //! statuses. See the README for the settings and `docs/` for each backend.
 
-/// The program's name where Kubernetes shows who wrote: the Lease's field manager, the source
-/// component of the leader-election Events, the prefix of the status writes' field manager.
-pub const PROGRAM: &str = "gateway-leader";
-
 // A replica without any lock cannot be elected: say so, rather than fail on the code that picks
 // the lock.
 #[cfg(not(any(feature = "kubernetes", feature = "etcd", feature = "redis")))]
@@ -16,13 +12,16 @@ compile_error!(
 pub mod backend;
 pub mod cli;
 pub mod config;
+pub mod election;
 pub mod exec;
 pub mod fencing;
 pub mod health;
+pub mod kube_client;
 pub mod metrics;
+pub mod program;
 pub mod proxy;
-pub mod replica;
 pub mod run;
+pub mod shutdown;
 pub mod telemetry;
 mod validity;
 
@@ -33,18 +32,7 @@ use clap::Parser;
 
 use crate::cli::{Cli, Command, RunArgs};
 use crate::config::{ConfigError, Env, Layers, Settings};
-
-/// Exit code for bad input (flags, environment, config file), as clap uses: nothing was touched.
-/// A clean stop exits 0, a failure at run time 1.
-pub const EXIT_USAGE: u8 = 2;
-
-/// The hostname: this replica's name when neither the setting nor `POD_NAME` gives one.
-pub fn hostname() -> String {
-    gethostname::gethostname()
-        .to_string_lossy()
-        .trim()
-        .to_string()
-}
+use crate::program::{hostname, EXIT_USAGE};
 
 /// Loads and validates the settings of `run` from flags, the environment (as
 /// `std::env::vars_os` gives it) and the config file.

@@ -169,7 +169,7 @@ fn the_deployments_command_lines_are_valid_settings_and_fit_the_grace_period() {
 fn shutdown_budget(config: &str) -> Duration {
     let renew = humantime::parse_duration(printed(config, "renew_deadline").expect("renew"))
         .expect("a duration");
-    gateway_leader::replica::graceful_stop_budget(renew)
+    gateway_leader::shutdown::graceful_stop_budget(renew)
 }
 
 #[test]

@@ -391,7 +391,7 @@ fn every_setting_the_chart_passes_is_one_the_binary_takes() {
             .as_u64()
             .expect("grace");
         assert!(
-            Duration::from_secs(grace) > gateway_leader::replica::graceful_stop_budget(renew),
+            Duration::from_secs(grace) > gateway_leader::shutdown::graceful_stop_budget(renew),
             "{what}: grace {grace}s"
         );
         // The probes, the container's port and the Service agree on the health port.

@@ -159,7 +159,7 @@ fn the_grace_period_check_is_the_binarys_stop_budget() {
     let mut wrong = Vec::new();
     for renew in [5u64, 10, 11, 12, 40] {
         let budget =
-            gateway_leader::replica::graceful_stop_budget(std::time::Duration::from_secs(renew));
+            gateway_leader::shutdown::graceful_stop_budget(std::time::Duration::from_secs(renew));
         let budget = budget.as_secs();
         for (grace, ok) in [(budget, false), (budget + 1, true)] {
             let values = json!({

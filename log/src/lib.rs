@@ -45,5 +45,5 @@ pub mod message;
 pub use event::{mono_ms, Event};
 
 /// A log filter (`--log-level`) under which the binary logs every line declared here: info, and
-/// the debug [`message::RENEWED`] of its leadership logger (`gateway_leader::run`).
-pub const EVERY_LINE_FILTER: &str = "info,gateway_leader::run=debug";
+/// the debug [`message::RENEWED`] of its leadership logger (`gateway_leader::election`).
+pub const EVERY_LINE_FILTER: &str = "info,gateway_leader::election=debug";

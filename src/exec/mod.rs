@@ -17,14 +17,20 @@ pub mod supervise;
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use leader_lock::readiness::Readiness;
+use leader_lock::{clock, Identity, Leadership};
 use tokio::sync::watch;
 use tracing::{error, info};
 
-use crate::config::{ExecRestart, ProxyListen, Settings};
+use crate::config::{Backend, ExecRestart, ProxyListen, Settings};
+use crate::election::Election;
+use crate::health::{self, HealthConfig};
+use crate::kube_client::KubeClient;
+use crate::metrics::Metrics;
 use crate::proxy::{self, Proxy};
-use crate::replica::{Kubernetes, Replica, Started};
+use crate::shutdown::ShutdownSignals;
 use child::{exit_code, Spec, Stopped};
 use supervise::{supervise, Outcome};
 
@@ -99,53 +105,66 @@ pub async fn exec(settings: Settings, spec: Spec) -> anyhow::Result<u8> {
         version = env!("CARGO_PKG_VERSION"),
         "starting gateway-leader exec"
     );
+    let mut signals = ShutdownSignals::install()?;
+    let identity = Identity::new(&settings.identity);
+    // The proxy forwards to the apiserver; without it, only a Lease lock talks to Kubernetes:
+    // `exec` can hold an etcd or Redis lock on a machine with no cluster at all.
+    let kube = if settings.proxy_listen.is_some()
+        || (!settings.disabled && settings.backend == Backend::Kubernetes)
+    {
+        Some(KubeClient::connect(&settings.kube, &identity).await?)
+    } else {
+        info!(backend = %settings.backend, "not connecting to Kubernetes: nothing here needs it");
+        None
+    };
+    let metrics = Metrics::new(&settings.lock_name);
     // Nothing to sync: ready as soon as the lock answers.
     let (_ready, ready) = watch::channel(Readiness::Ready);
-    // The proxy forwards to the apiserver; without it, only a Lease lock talks to Kubernetes.
-    let kubernetes = if settings.proxy_listen.is_some() {
-        Kubernetes::Needed
-    } else {
-        Kubernetes::IfLocked
+    let health = HealthConfig::from_settings(&settings, &identity);
+    let health = health::Server::start(health, metrics.clone(), ready).await?;
+    let started = Election::start(
+        &settings,
+        &identity,
+        kube.as_ref(),
+        &metrics,
+        &mut signals,
+        &health,
+    );
+    let Some(mut election) = started.await? else {
+        return Ok(0);
     };
-    let mut replica = match Replica::start(&settings, ready, kubernetes).await? {
-        Started::Replica(r) => r,
-        Started::Stopped => return Ok(0),
-    };
-    let identity = replica.identity.to_string();
-    let leadership = replica.leadership.clone();
+    let leadership = election.leadership().clone();
     // With --proxy-listen the command's Kubernetes writes go through the write gate too: it gets
     // a KUBECONFIG pointing at the proxy, kept in a directory only this user can read.
     let mut spec = spec;
-    let served = match &settings.proxy_listen {
-        Some(listen) => match serve_proxy(listen, &replica, &mut spec).await {
-            Ok(served) => Some(served),
-            Err(e) => {
-                let deadline = replica.release(async {}).await;
-                replica.finish(deadline).await;
-                return Err(e);
+    let served = match (&settings.proxy_listen, &kube) {
+        (Some(listen), Some(kube)) => {
+            let metrics = metrics.clone();
+            match serve_proxy(listen, kube, &leadership, &identity, metrics, &mut spec).await {
+                Ok(served) => Some(served),
+                Err(e) => {
+                    election.stop().await;
+                    return Err(e);
+                }
             }
-        },
-        None => None,
+        }
+        _ => None,
     };
-    let outcome = supervise(
-        &spec,
-        &identity,
-        settings.exec,
-        &leadership,
-        replica.signals.recv(),
-    )
-    .await;
+    let identity = identity.to_string();
+    let outcome = supervise(&spec, &identity, settings.exec, &leadership, signals.recv()).await;
     // No command runs any more: only now may the lock go, once the proxy's writes in flight
     // have finished.
     let deadline = match &served {
-        Some((proxy, _)) => replica.release(proxy.drain()).await,
-        None => replica.release(async {}).await,
+        Some((proxy, _)) => election.release(proxy.drain()).await,
+        None => election.release(async {}).await,
     };
     if let Some((proxy, dir)) = served {
         proxy.stop().await;
         drop(dir);
     }
-    replica.finish(deadline).await;
+    election.finish(deadline).await;
+    health.stop().await;
+    info!(mono_ms = clock::mono_ms(), "replica stopped");
     let code = match outcome {
         Ok(Outcome::Signal(stopped)) => match (settings.exec.restart, stopped) {
             (ExecRestart::Never, Some(stopped)) => stopped_code(stopped),
@@ -169,18 +188,15 @@ pub async fn exec(settings: Settings, spec: Spec) -> anyhow::Result<u8> {
 /// Returns the proxy and the directory that holds the kubeconfig (removed when dropped).
 async fn serve_proxy(
     listen: &ProxyListen,
-    replica: &Replica,
+    kube: &KubeClient,
+    leadership: &Leadership,
+    identity: &Identity,
+    metrics: Arc<Metrics>,
     spec: &mut Spec,
 ) -> anyhow::Result<(Proxy, tempfile::TempDir)> {
     use anyhow::Context;
-    let proxy = Proxy::serve(
-        listen,
-        proxy::upstream_client(replica)?,
-        replica.leadership.clone(),
-        &replica.identity,
-        replica.metrics.clone(),
-    )
-    .await?;
+    let upstream = proxy::upstream_client(kube)?;
+    let proxy = Proxy::serve(listen, upstream, leadership.clone(), identity, metrics).await?;
     let dir = tempfile::Builder::new()
         .prefix("gateway-leader-exec-")
         .tempdir()

@@ -11,7 +11,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use crate::config::{validate_dns_label, validate_dns_subdomain};
-use crate::EXIT_USAGE;
+use crate::program::EXIT_USAGE;
 
 /// The component's policy, as the base applies it.
 const POLICY: &str = include_str!("../../deploy/components/server-fencing/policy.yaml");

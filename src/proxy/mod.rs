@@ -30,13 +30,17 @@ mod status;
 mod upgrade;
 
 use anyhow::Context;
-use leader_lock::clock;
 use leader_lock::readiness::Readiness;
+use leader_lock::{clock, Identity};
 use tokio::sync::watch;
 use tracing::info;
 
 use crate::config::{ProxyListen, Settings};
-use crate::replica::{Kubernetes, Replica, Started, PROCESS_SHUTDOWN_BUDGET};
+use crate::election::Election;
+use crate::health::{self, HealthConfig};
+use crate::kube_client::KubeClient;
+use crate::metrics::Metrics;
+use crate::shutdown::{ShutdownSignals, PROCESS_SHUTDOWN_BUDGET};
 
 pub use forward::MAX_BODY;
 pub use kubeconfig::{kubeconfig, write_kubeconfig};
@@ -44,21 +48,24 @@ pub use listen::Bound;
 use relay::RelayClient;
 pub use server::{Proxy, HEAD_TIMEOUT, MAX_CONNECTIONS, MAX_HEAD};
 
-/// The client a proxy of `replica` sends with: its configuration, over HTTP/2 when the
-/// apiserver negotiates it, so that its callers' watches share a few connections (as many
-/// streams on each as the apiserver allows) instead of one TLS connection each; no retries,
-/// which are the caller's ([`RelayClient`]).
+/// The client a proxy sends with: the replica's configuration, over HTTP/2 when the apiserver
+/// negotiates it, so that its callers' watches share a few connections (as many streams on
+/// each as the apiserver allows) instead of one TLS connection each; no retries, which are the
+/// caller's ([`RelayClient`]).
 ///
 /// # Errors
 /// The TLS or authentication settings cannot be used (the replica's own client was built from
 /// the same ones).
-pub fn upstream_client(replica: &Replica) -> anyhow::Result<RelayClient> {
-    RelayClient::new(replica.kube_config()?)
+pub fn upstream_client(kube: &KubeClient) -> anyhow::Result<RelayClient> {
+    RelayClient::new(kube.config.clone())
         .context("a client for the proxy's requests to the apiserver")
 }
 
 /// Runs `gateway-leader proxy` until a shutdown signal: elects as `run` does, serves the proxy,
 /// and on the way out stops accepting, lets the gated exchanges in flight finish, then releases.
+///
+/// # Errors
+/// As `run`, and when the proxy's address cannot be bound.
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let listen = match &settings.proxy_listen {
         Some(l) => l.clone(),
@@ -75,45 +82,51 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         version = env!("CARGO_PKG_VERSION"),
         "starting gateway-leader proxy"
     );
+    let mut signals = ShutdownSignals::install()?;
+    let identity = Identity::new(&settings.identity);
+    let kube = KubeClient::connect(&settings.kube, &identity).await?;
+    let metrics = Metrics::new(&settings.lock_name);
     // Ready once the proxy listens: it has no watches to sync.
     let (ready_tx, ready_rx) = watch::channel(Readiness::Waiting(
         "the proxy is not listening yet".to_string(),
     ));
-    let mut replica = match Replica::start(&settings, ready_rx, Kubernetes::Needed).await? {
-        Started::Replica(r) => r,
-        Started::Stopped => return Ok(()),
+    let health = HealthConfig::from_settings(&settings, &identity);
+    let health = health::Server::start(health, metrics.clone(), ready_rx).await?;
+    let started = Election::start(
+        &settings,
+        &identity,
+        Some(&kube),
+        &metrics,
+        &mut signals,
+        &health,
+    );
+    let Some(mut election) = started.await? else {
+        return Ok(());
     };
-    let served = match upstream_client(&replica) {
-        Ok(upstream) => {
-            Proxy::serve(
-                &listen,
-                upstream,
-                replica.leadership.clone(),
-                &replica.identity,
-                replica.metrics.clone(),
-            )
-            .await
-        }
+    let leadership = election.leadership().clone();
+    let served = match upstream_client(&kube) {
+        Ok(upstream) => Proxy::serve(&listen, upstream, leadership, &identity, metrics).await,
         Err(e) => Err(e),
     };
     let proxy = match served {
         Ok(p) => p,
         Err(e) => {
-            let deadline = replica.release(async {}).await;
-            replica.finish(deadline).await;
+            election.stop().await;
             return Err(e);
         }
     };
     ready_tx.send_replace(Readiness::Ready);
-    let sig = replica.signals.recv().await;
+    let sig = signals.recv().await;
     info!(
         signal = sig,
         budget = ?PROCESS_SHUTDOWN_BUDGET,
         mono_ms = clock::mono_ms(),
         "shutting down: no new connections, draining the writes in flight, then releasing"
     );
-    let deadline = replica.release(proxy.drain()).await;
+    let deadline = election.release(proxy.drain()).await;
     proxy.stop().await;
-    replica.finish(deadline).await;
+    election.finish(deadline).await;
+    health.stop().await;
+    info!(mono_ms = clock::mono_ms(), "replica stopped");
     Ok(())
 }

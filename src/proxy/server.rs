@@ -107,7 +107,7 @@ impl Proxy {
     /// deadline of their permits (past it, none may go on); the upgraded streams still open
     /// then are cut (renewals would keep them open, and the release must not wait for them).
     /// Reads keep streaming until [`stop`](Self::stop). Run it as the drain of
-    /// `Replica::release`.
+    /// `Election::release`.
     ///
     /// # Cancel safety
     /// Cancel safe: it only waits.
