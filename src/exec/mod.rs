@@ -173,12 +173,15 @@ pub async fn exec(settings: Settings, spec: Spec) -> anyhow::Result<u8> {
         Ok(Outcome::Ended(stopped)) => stopped_code(stopped),
         Ok(Outcome::ElectorStopped) => anyhow::bail!("the elector stopped by itself"),
         Err(e) => {
-            error!(error = %e, "the command could not be started");
-            eprintln!("gateway-leader: {e}");
-            match e.source.kind() {
+            let code = match e.source.kind() {
                 std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
                 _ => EXIT_CANNOT_RUN,
-            }
+            };
+            // The message, then its cause.
+            let e = anyhow::Error::new(e);
+            error!(error = format!("{e:#}"), "the command could not be started");
+            eprintln!("gateway-leader: {e:#}");
+            code
         }
     };
     Ok(code)

@@ -49,7 +49,7 @@ pub enum Outcome {
 
 /// The command could not be started.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot start {program}: {source}")]
+#[error("cannot start {program}")]
 pub struct SpawnError {
     /// The program, as given.
     pub program: String,

@@ -347,6 +347,11 @@ async fn a_command_that_cannot_start_is_an_error() {
     .await
     .expect_err("no such program");
     assert_eq!(e.source.kind(), std::io::ErrorKind::NotFound);
+    // The cause is the error's source, not part of its message: a chain prints it once.
+    let cause = e.source.to_string();
+    assert!(!e.to_string().contains(&cause), "{e}");
+    let chain = format!("{:#}", anyhow::Error::new(e));
+    assert_eq!(chain.matches(&cause).count(), 1, "{chain}");
 }
 
 #[tokio::test(start_paused = true)]
