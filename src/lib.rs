@@ -54,9 +54,9 @@ enum Threads {
     PerCore,
     /// One: `proxy` and `exec`, which forward bytes and wait. Each proxied request wakes several
     /// tasks (the client's connection, the apiserver's, the response's body); on one thread a
-    /// wake is a queue push, across threads a futex and a context switch. The bench measured 75
-    /// against 87 to 91 microseconds of CPU per proxied write (docs/benchmarks.md, "The
-    /// Kubernetes API proxy").
+    /// wake is a queue push, across threads a futex and a context switch, which costs more CPU
+    /// per proxied write than a second thread gains (docs/benchmarks.md, "Where a proxied
+    /// write's time goes, and one worker thread").
     One,
 }
 

@@ -2,9 +2,9 @@
 
 use std::process::ExitCode;
 
-// jemalloc, not glibc's malloc: a third less resident memory at 50,000 routes, where the stores'
-// small allocations and the watch events' transient ones interleave (docs/benchmarks.md, "The
-// allocator").
+// jemalloc, not glibc's malloc: less resident memory at tens of thousands of routes, where the
+// stores' small allocations and the watch events' transient ones interleave (docs/benchmarks.md,
+// "The allocator").
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
