@@ -3,8 +3,9 @@
 # Lease; controller-runtime-manager: a controller-runtime Manager with leader election;
 # client-go-proxy-client: an informer and typed writes through two proxies), at the
 # client-go and controller-runtime versions their go.mod pins (scripts/versions.sh says the same),
-# and caches them outside the repository. The interop test (bench/tests/interop.rs) runs them
-# beside gateway-leader replicas on one Lease; tests/proxy/client_go.rs runs client-go-proxy-client.
+# and caches them outside the repository. The interop test
+# (benches/gateway-leader-bench/tests/interop/) runs them beside gateway-leader replicas on one
+# Lease; tests/proxy/client_go.rs runs client-go-proxy-client.
 #
 # Usage:   dir=$(scripts/build-peers.sh | tail -n1)      # a folder holding the programs
 #          scripts/build-peers.sh --cached               # its path, or exit 1 without building

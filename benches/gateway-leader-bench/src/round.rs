@@ -132,7 +132,11 @@ pub async fn run(
         }
         Scenario::Partition => lane.partition(old.slot, true)?,
         Scenario::Chaos => return Err(anyhow!("chaos is drawn per round, not run as such")),
-        Scenario::Scale => return Err(anyhow!("scale runs on its own (bench/src/scale.rs)")),
+        Scenario::Scale => {
+            return Err(anyhow!(
+                "scale runs on its own (benches/gateway-leader-bench/src/scale.rs)"
+            ))
+        }
         s => return Err(anyhow!("{s} is run by the member rounds")),
     };
     // The lock's server is back (or, after a Sentinel failover, the replica was promoted): a

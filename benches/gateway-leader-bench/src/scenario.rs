@@ -50,7 +50,7 @@ pub enum Scenario {
     SentinelFailover,
     /// Two replicas over `--routes` HTTPRoutes: memory, a graceful takeover's requests and
     /// check time, the first write of a route changed at the takeover, and a burst of changes
-    /// (runs alone; `bench/src/scale.rs`).
+    /// (runs alone; `benches/gateway-leader-bench/src/scale.rs`).
     Scale,
 }
 
