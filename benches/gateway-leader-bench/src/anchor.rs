@@ -6,6 +6,10 @@
 //! resigns: it deletes its key), and the round times signal → the other printing its election.
 //! Each round a fresh campaigner joins the one that now leads, so every round has one leader and
 //! one waiter, as a lane has.
+//!
+//! The one implementation of these rounds: [`run`] times them beside etcd × graceful, and
+//! `etcd-handover` ([`crate::etcd_handover`]) one at a time ([`Election`]) between handovers of
+//! our elector.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -31,11 +35,11 @@ pub const TOOL: &str = "etcdctl elect";
 const ELECTION: &str = "gateway-leader-bench/anchor/etcdctl-elect";
 
 /// How long a new waiter is left, once it watches, before the leader is signalled, as
-/// `benches/etcd_release_latency.rs` leaves its own: a fresh etcdctl signalled as soon as its
-/// watch is open is slower to take over for reasons inside that process, not the release
+/// `etcd-handover` leaves a follower of ours: a fresh etcdctl signalled as soon as its watch is
+/// open is slower to take over for reasons inside that process, not the release
 /// (docs/benchmarks.md has the figures). Our own rounds likewise start with every follower
 /// following (`Lane::settle`), so both measure a settled waiter.
-const SETTLE: Duration = Duration::from_millis(150);
+pub const SETTLE: Duration = Duration::from_millis(150);
 
 /// How long a campaigner may take to be elected, or to start campaigning, on a busy machine.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -234,8 +238,9 @@ async fn elected(rx: &mut UnboundedReceiver<Elected>, proposal: &str) -> Result<
 
 /// Waits until the round is set as our rounds are (a leader, and a follower that follows it):
 /// both campaigners' keys are under the election, and the waiter watches for the leader's key
-/// to go (etcd's `etcd_debugging_mvcc_watcher_total`: the anchor runs alone on the server, and
-/// the leader has no watch left once elected).
+/// to go (etcd's `etcd_debugging_mvcc_watcher_total`: in `run` the anchor is alone on the
+/// server, and the leader has no watch left once elected). Beside `etcd-handover`'s electors,
+/// whose watches count too, it is the keys and [`SETTLE`] that make the round wait.
 async fn settled(client: &mut etcd_client::Client, endpoints: &str) -> Result<()> {
     let first = endpoints.split(',').next().unwrap_or_default().trim();
     let hostport = first
@@ -270,6 +275,80 @@ async fn settled(client: &mut etcd_client::Client, endpoints: &str) -> Result<()
     }
 }
 
+/// An `etcdctl elect` election with a leader, handed over one round at a time; its processes'
+/// output in `logs`. Every process it started is killed when it is dropped.
+pub struct Election {
+    etcdctl: PathBuf,
+    endpoints: String,
+    logs: PathBuf,
+    client: etcd_client::Client,
+    elected_tx: UnboundedSender<Elected>,
+    elected_rx: UnboundedReceiver<Elected>,
+    leader: Campaigner,
+    /// Campaigners started so far: the next one's proposal is `p<started>`.
+    started: usize,
+}
+
+impl Election {
+    /// Starts the first campaigner against `endpoints` and waits for its election.
+    ///
+    /// # Errors
+    /// `logs` cannot be created, etcd is not reached, or the first campaigner is not elected.
+    pub async fn start(etcdctl: &Path, endpoints: &str, logs: &Path) -> Result<Election> {
+        std::fs::create_dir_all(logs).with_context(|| format!("creating {}", logs.display()))?;
+        let eps: Vec<&str> = endpoints.split(',').map(str::trim).collect();
+        let client = etcd_client::Client::connect(eps, None)
+            .await
+            .context("connecting to etcd for the anchor")?;
+        let (elected_tx, mut elected_rx) = unbounded_channel();
+        let leader = Campaigner::start(etcdctl, endpoints, "p0", logs, elected_tx.clone())?;
+        elected(&mut elected_rx, &leader.proposal).await?;
+        Ok(Election {
+            etcdctl: etcdctl.to_path_buf(),
+            endpoints: endpoints.to_string(),
+            logs: logs.to_path_buf(),
+            client,
+            elected_tx,
+            elected_rx,
+            leader,
+            started: 1,
+        })
+    }
+
+    /// One handover: a fresh campaigner joins; once the round is set ([`settled`], then
+    /// [`SETTLE`]) the leader gets SIGTERM. Returns signal → the new campaigner's election, in
+    /// ms. On an error the leader stays as it was and the new campaigner is killed.
+    ///
+    /// # Errors
+    /// A campaigner does not start, the round is not set, or the election or the old leader's
+    /// exit does not come in time.
+    pub async fn handover(&mut self) -> Result<f64> {
+        let proposal = format!("p{}", self.started);
+        self.started += 1;
+        let waiter = Campaigner::start(
+            &self.etcdctl,
+            &self.endpoints,
+            &proposal,
+            &self.logs,
+            self.elected_tx.clone(),
+        )?;
+        settled(&mut self.client, &self.endpoints).await?;
+        tokio::time::sleep(SETTLE).await;
+        let at = self.leader.terminate()?;
+        let led = elected(&mut self.elected_rx, &waiter.proposal).await?;
+        self.leader.wait_exit(PATIENCE).await?;
+        self.leader = waiter;
+        Ok(led - at)
+    }
+
+    /// Stops the leader as the rounds do (it resigns), then lets every process go.
+    pub async fn stop(mut self) {
+        if self.leader.terminate().is_ok() {
+            let _ = self.leader.wait_exit(PATIENCE).await;
+        }
+    }
+}
+
 /// Runs `rounds` rounds of the anchor against `endpoints`, its processes' output in `logs`.
 /// A round that fails ends the anchor (its error is in that round's sample); what was measured
 /// before stays.
@@ -279,34 +358,14 @@ pub async fn run(
     rounds: usize,
     logs: &Path,
 ) -> Result<Vec<Sample>> {
-    std::fs::create_dir_all(logs).with_context(|| format!("creating {}", logs.display()))?;
-    let eps: Vec<&str> = endpoints.split(',').map(str::trim).collect();
-    let mut client = etcd_client::Client::connect(eps, None)
-        .await
-        .context("connecting to etcd for the anchor")?;
-    let (tx, mut rx) = unbounded_channel();
-    let start =
-        |n: usize| Campaigner::start(etcdctl, endpoints, &format!("p{n}"), logs, tx.clone());
-    let mut leader = start(0)?;
-    elected(&mut rx, &leader.proposal).await?;
+    let mut election = Election::start(etcdctl, endpoints, logs).await?;
     let mut samples = Vec::new();
     for round in 0..rounds {
         let mut sample = Sample::begun(round, Scenario::Graceful, (0, 0));
-        let r = async {
-            let waiter = start(round + 1)?;
-            settled(&mut client, endpoints).await?;
-            tokio::time::sleep(SETTLE).await;
-            let at = leader.terminate()?;
-            let led = elected(&mut rx, &waiter.proposal).await?;
-            leader.wait_exit(PATIENCE).await?;
-            Ok::<_, anyhow::Error>((led - at, waiter))
-        }
-        .await;
-        match r {
-            Ok((ms, waiter)) => {
+        match election.handover().await {
+            Ok(ms) => {
                 sample.to_leader_ms = Some(ms);
                 samples.push(sample);
-                leader = waiter;
             }
             Err(e) => {
                 sample.error = Some(format!("{e:#}"));
@@ -315,9 +374,7 @@ pub async fn run(
             }
         }
     }
-    if leader.terminate().is_ok() {
-        let _ = leader.wait_exit(PATIENCE).await;
-    }
+    election.stop().await;
     Ok(samples)
 }
 

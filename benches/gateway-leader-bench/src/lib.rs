@@ -11,7 +11,8 @@
 //! One concept per file: [`args`] (flags and their check), [`scenario`], [`lockserver`] (the
 //! lock's server), [`cluster`] (the apiserver and the route), [`lane`] (the replicas of one
 //! lock), [`round`] (one failover, and one etcd member fault), [`cost`] (steady state),
-//! [`anchor`] (`etcdctl elect` beside etcd × graceful), [`peer_anchor`] (client-go and
+//! [`anchor`] (`etcdctl elect` beside etcd × graceful, and in [`etcd_handover`], the
+//! `etcd-handover` command: our elector's handover beside it), [`peer_anchor`] (client-go and
 //! controller-runtime beside Kubernetes × graceful and × crash), [`floor`] (a bare Lease
 //! takeover beside Kubernetes × graceful), [`held`] (what the apiserver held: who wrote under
 //! which Lease), [`plot`], [`scale`] and [`scale_plot`] (thousands of routes), [`stats`], [`checker`], [`report`].
@@ -21,6 +22,7 @@ pub mod args;
 pub mod checker;
 pub mod cluster;
 pub mod cost;
+pub mod etcd_handover;
 pub mod floor;
 pub mod held;
 pub mod lane;

@@ -1,11 +1,13 @@
 //! The `gateway-leader-bench` command: `run` measures failover on each lock backend with real
 //! `gateway-leader` replicas and servers and checks their logs for split brain
-//! (docs/benchmarks.md); `local-apiserver` starts a throwaway kube-apiserver to try
+//! (docs/benchmarks.md); `etcd-handover` times our etcd elector's graceful handover beside
+//! `etcdctl elect`'s (docs/etcd.md); `local-apiserver` starts a throwaway kube-apiserver to try
 //! gateway-leader by hand (docs/operations.md).
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use gateway_leader_bench::etcd_handover::EtcdHandoverArgs;
 use gateway_leader_bench::local::LocalArgs;
 use gateway_leader_bench::scale_plot::PlotScaleArgs;
 use gateway_leader_bench::{BenchArgs, EXIT_USAGE};
@@ -23,6 +25,9 @@ enum Command {
     /// Measure failover on each lock backend with real replicas and servers, and check the
     /// replicas' logs for split brain (see docs/benchmarks.md).
     Run(Box<BenchArgs>),
+    /// Time our etcd elector's graceful handover beside `etcdctl elect`'s on one throwaway etcd,
+    /// rounds alternating (see docs/etcd.md, "Graceful handover beside `etcdctl elect`").
+    EtcdHandover(EtcdHandoverArgs),
     /// Start a throwaway kube-apiserver with the Gateway API CRDs on this machine and keep it up
     /// until Ctrl-C, to try gateway-leader by hand (see docs/operations.md).
     LocalApiserver(LocalArgs),
@@ -44,6 +49,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Run(args) => gateway_leader_bench::main(*args),
+        Command::EtcdHandover(args) => gateway_leader_bench::etcd_handover::main(args),
         Command::LocalApiserver(args) => gateway_leader_bench::local::main(args),
         Command::PlotScale(args) => gateway_leader_bench::scale_plot::main(args),
     }
