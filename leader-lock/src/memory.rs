@@ -150,8 +150,7 @@ impl MemoryStore {
     }
 
     fn parse(raw: &str, version: u64) -> Result<LockRecord, LockError> {
-        let s: Stored =
-            serde_json::from_str(raw).map_err(|e| LockError::malformed_from(e.to_string(), e))?;
+        let s = Self::decode(raw)?;
         if s.holder.is_empty() {
             return Err(LockError::malformed("empty holder"));
         }
@@ -163,6 +162,19 @@ impl MemoryStore {
             renew_time: Some(SystemTime::UNIX_EPOCH + Duration::from_millis(s.renewed_ms)),
             version: version.to_string(),
         })
+    }
+
+    /// The stored JSON as a [`Stored`]. The message says what is wrong and the JSON error
+    /// stays the source alone, so that a chain of errors ([`LockError::chain`]) shows it once.
+    fn decode(raw: &str) -> Result<Stored, LockError> {
+        serde_json::from_str(raw)
+            .map_err(|e| LockError::malformed_from("the stored value is not a lock record", e))
+    }
+
+    /// A [`Stored`] as the JSON the store keeps; the JSON error, if any, is the source alone.
+    fn encode(s: &Stored) -> Result<String, LockError> {
+        serde_json::to_string(s)
+            .map_err(|e| LockError::malformed_from("the lock record cannot be encoded", e))
     }
 }
 
@@ -216,12 +228,10 @@ impl LeaderLock for MemoryLock {
                 }
                 return match parsed {
                     Ok(rec) if rec.holder == me => {
-                        let mut s: Stored = serde_json::from_str(raw)
-                            .map_err(|e| LockError::malformed_from(e.to_string(), e))?;
+                        let mut s = MemoryStore::decode(raw)?;
                         s.renewed_ms = millis(SystemTime::now());
                         s.lease_ms = c.lease_duration.as_millis() as u64;
-                        let raw = serde_json::to_string(&s)
-                            .map_err(|e| LockError::malformed_from(e.to_string(), e))?;
+                        let raw = MemoryStore::encode(&s)?;
                         slot.value = Some((raw, now + c.lease_duration));
                         slot.version += 1;
                         Ok(Attempt::leader(rec.term))
@@ -263,8 +273,7 @@ impl LeaderLock for MemoryLock {
             acquired_ms: t,
             renewed_ms: t,
         };
-        let raw = serde_json::to_string(&stored)
-            .map_err(|e| LockError::malformed_from(e.to_string(), e))?;
+        let raw = MemoryStore::encode(&stored)?;
         slot.value = Some((raw.clone(), now + c.lease_duration));
         slot.vanished = false;
         slot.version += 1;
@@ -321,5 +330,36 @@ impl LeaderLock for MemoryLock {
         Ok(BroadcastStream::new(rx)
             .map(|r| Ok(r.unwrap_or(LockEvent::Resynced)))
             .boxed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    /// A record that is not JSON: the message says so, and the JSON error is only the source,
+    /// so that the chain a log line shows names it once.
+    #[tokio::test]
+    async fn the_cause_is_in_the_source_not_twice() {
+        let store = MemoryStore::new();
+        store.put_raw("x", "not json", Duration::from_secs(10));
+        let e = store
+            .lock("x")
+            .get()
+            .await
+            .expect_err("garbage is no record");
+        assert!(matches!(e, LockError::Malformed { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "malformed lock record: the stored value is not a lock record"
+        );
+        let source = e.source().expect("the JSON error is kept").to_string();
+        assert!(!source.is_empty());
+        assert_eq!(
+            e.chain().to_string(),
+            format!("malformed lock record: the stored value is not a lock record: {source}")
+        );
     }
 }
