@@ -45,11 +45,11 @@ pub const SHUTDOWN_BUDGET: Duration = Duration::from_secs(20);
 /// its watches, a last Kubernetes Event): a successor is taking over at that moment, and its
 /// acquisition and first writes should have the servers to themselves.
 ///
-/// Measured on a local apiserver (docs/benchmarks.md, "The apiserver's floor"): a takeover and
-/// its first status write take 10–30 ms there, and the requests of the replica that had just
-/// released (two Events and a read, its watches closing) made them 4–6 ms slower than two bare
-/// clients' in the same run; 2 ms with this wait. A second covers a takeover on a loaded
-/// cluster with room; it only delays the exit of a process that no longer leads.
+/// Without it, the released replica's own requests (two Events and a read, its watches
+/// closing) reach the apiserver at the moment the successor takes the Lease and writes, and
+/// slow that takeover down (docs/benchmarks.md, "The apiserver's floor"). A second covers a
+/// takeover on a loaded cluster with room; it only delays the exit of a process that no longer
+/// leads.
 pub const AFTER_RELEASE_QUIET: Duration = Duration::from_secs(1);
 
 /// How an elector runs.

@@ -87,8 +87,9 @@ pub enum TimingError {
 }
 
 /// The shortest retry period. A leader renews and a follower polls once per period, so this caps
-/// each replica at 10 requests a second; anything faster only loads the backend (`1ns` meant
-/// about 1,600 etcd calls a second) without making a takeover noticeably quicker.
+/// each replica at 10 requests a second; anything faster only loads the backend without making
+/// a takeover noticeably quicker (docs/benchmarks.md, "What the figures mean for choosing timing
+/// settings").
 pub const MIN_RETRY_PERIOD: Duration = Duration::from_millis(100);
 
 /// The longest lease. A crashed leader blocks the election for up to a lease, so more than an hour
