@@ -28,9 +28,9 @@ pub type ClientService = BoxService<Request<Body>, Response<hyper::body::Incomin
 ///
 /// `Client::try_from(config)` builds the same stack but leaves Nagle's algorithm on (kube-rs
 /// issue #2056): a small request written in two segments then waits for the apiserver's delayed
-/// ACK, about 40 ms, which showed as the first status write of a new leader coming 46–56 ms after
-/// it led in one takeover in three (`docs/benchmarks.md`). Add layers with
-/// [`ClientBuilder::with_layer`], then [`ClientBuilder::build`].
+/// ACK, about 40 ms, which delays a new leader's first status write (docs/benchmarks.md,
+/// "Graceful takeovers on a quiet machine"). Add layers with [`ClientBuilder::with_layer`], then
+/// [`ClientBuilder::build`].
 ///
 /// # Errors
 /// A proxy in `config` (`proxy-url` in the kubeconfig): this build has no proxy support and

@@ -394,7 +394,8 @@ fn login(info: ConnectionInfo, username: Option<&str>, password: Option<&str>) -
 ///
 /// redis-rs 1.x leaves Nagle's algorithm on (redis-rs issue #2195, changed only in 2.0): a
 /// command written in more than one segment then waits for the server's delayed ACK, about 40 ms,
-/// which showed as a new leader's first write coming late in one takeover in three.
+/// which delays a new leader's first write (docs/benchmarks.md, "Graceful takeovers on a quiet
+/// machine").
 fn tcp_settings() -> TcpSettings {
     TcpSettings::default().set_nodelay(true)
 }
