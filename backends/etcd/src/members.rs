@@ -199,16 +199,17 @@ impl Members {
     /// When the member left behind was the Raft leader and is down (it refused) or frozen, the
     /// others still name it until they elect another one (etcd's election timeout and more),
     /// and a write sent to them meanwhile is forwarded to it and hangs for a whole request
-    /// timeout even if the election ends a moment later: with 5 s / 3 s / 1 s that tail made
-    /// the leading replica step down about once in 13 kills, and once in 5 freezes. So while
-    /// every member that answers names the member left behind or no leader, they are asked
-    /// again every [`ELECTION_POLL`] (for at most an attempt's budget; the elector ends the
-    /// attempt sooner when the leadership's validity runs out), and the write goes out as soon
-    /// as one knows the new leader: when the member left behind refused and does not answer its
-    /// status (it is down), or when one of the others names no leader (an election is under
-    /// way). A member that only timed out, while the others all still name it, is not waited
-    /// for: it may be cut off from us only, still leading them; nor is one that refused a
-    /// request and then answers its status (a passing "unavailable" from a live leader).
+    /// timeout even if the election ends a moment later: at a tight timing, long enough to step
+    /// the leading replica down (docs/etcd.md, "A cluster of members"; docs/benchmarks.md,
+    /// "Production topologies"). So while every member that answers names the member left
+    /// behind or no leader, they are asked again every [`ELECTION_POLL`] (for at most an
+    /// attempt's budget; the elector ends the attempt sooner when the leadership's validity
+    /// runs out), and the write goes out as soon as one knows the new leader: when the member
+    /// left behind refused and does not answer its status (it is down), or when one of the
+    /// others names no leader (an election is under way). A member that only timed out, while
+    /// the others all still name it, is not waited for: it may be cut off from us only, still
+    /// leading them; nor is one that refused a request and then answers its status (a passing
+    /// "unavailable" from a live leader).
     async fn choose(&self) {
         let _one = self.choosing.lock().await;
         let left = self.left.swap(usize::MAX, Ordering::AcqRel);
