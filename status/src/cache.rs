@@ -31,10 +31,10 @@ struct State {
     /// A new leadership's re-check of every cached status; never also in `dirty`.
     recheck: BTreeSet<ObjectKey>,
     /// Objects whose watched copy was not last seen showing their desired status (or either
-    /// has changed since): what a new leadership has to check. Kept rather than the objects
-    /// that are shown, so that a takeover costs what is left to check, not a pass over every
-    /// cached status (at 50,000 routes, that pass held the lock for 20 ms while the changed
-    /// route waited).
+    /// has changed since): what a new leadership has to check, few in a steady state. A
+    /// takeover then costs what is left to check, and the lock is not held through a pass over
+    /// every cached status while the route changed at the takeover waits for it
+    /// (docs/benchmarks.md, "The curve").
     unshown: HashSet<ObjectKey>,
 }
 
