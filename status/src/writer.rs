@@ -78,10 +78,10 @@ pub struct WriterConfig {
     pub field_manager: String,
     /// This replica's identity, for the log lines of writes [default: empty].
     pub identity: String,
-    /// How many writes may be in flight at once [default: 32: the test apiserver's throughput
-    /// flattens out at 16–64 on 2 cores, and a writer that keeps as many writes in flight as
-    /// the client changing the routes does writes their statuses only about as fast as the
-    /// changes arrive, finishing well after them (docs/benchmarks.md, "The curve")].
+    /// How many writes may be in flight at once [default: 32: about where more no longer raise
+    /// the apiserver's throughput, and a writer that keeps only as many writes in flight as the
+    /// client changing the routes does writes their statuses only about as fast as the changes
+    /// arrive, finishing well after them (docs/benchmarks.md, "The curve")].
     pub concurrency: usize,
     /// Delay before a write that kept failing on the server is tried again [default: 5 s].
     pub requeue_after: Duration,

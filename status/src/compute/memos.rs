@@ -163,7 +163,7 @@ impl Sink<'_> {
     /// Takes a route just computed: its contribution into the counts, and its status, if it
     /// has one of ours, as the copy of an equal one already kept, at once: a run that computes
     /// every route then holds one status per distinct status, not one per route until the run
-    /// ends (at 50,000 routes, 37 MiB more at a replica's startup peak).
+    /// ends, which would raise a replica's startup peak (docs/benchmarks.md, "The startup peak").
     fn computed(&mut self, contribution: &route::Contribution, desired: Option<Desired>) {
         self.update.routes_computed += 1;
         if let (Some(key), Some(mut desired)) = (&contribution.key, desired) {
