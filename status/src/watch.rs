@@ -422,7 +422,7 @@ where
 /// How many Secrets (or ConfigMaps) one page of their watch's initial list holds.
 ///
 /// Each object arrives whole (up to 1 MiB) and is reduced at once, so a page is the most such
-/// data held at a time: 50 pages of at most 50 MiB, instead of kube-runtime's 500.
+/// data held at a time: 50 objects, at most 50 MiB, against 500 MiB at kube-runtime's 500.
 pub(crate) const SECRET_PAGE_SIZE: u32 = 50;
 
 /// The watch of a core kind whose objects are reduced before they enter the store (Secrets to
