@@ -30,7 +30,7 @@ pub const NOT_SETTINGS: &[&str] = &[
     // inherits them.
     EXEC_TERM_ENV,
     EXEC_IDENTITY_ENV,
-    // The repository's own test and build tooling (scripts/, testkit, tests/, bench/): a
+    // The repository's own test and build tooling (scripts/, testkit, tests/, benches/): a
     // developer's shell or CI exports them while the binary runs.
     "GATEWAY_LEADER_BLESS",
     "GATEWAY_LEADER_CACHE_DIR",
