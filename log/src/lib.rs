@@ -45,5 +45,7 @@ pub mod message;
 pub use event::{mono_ms, Event};
 
 /// A log filter (`--log-level`) under which the binary logs every line declared here: info, and
-/// the debug [`message::RENEWED`] of its leadership logger (`gateway_leader::election`).
-pub const EVERY_LINE_FILTER: &str = "info,gateway_leader::election=debug";
+/// the debug [`message::RENEWED`] of its leadership logger (`gateway_leader::election`; and
+/// `gateway_leader::run`, where older builds log it, which the bench runs with `--binary` beside
+/// a new one).
+pub const EVERY_LINE_FILTER: &str = "info,gateway_leader::election=debug,gateway_leader::run=debug";
