@@ -144,6 +144,8 @@ pub async fn exec(settings: Settings, spec: Spec) -> anyhow::Result<u8> {
                 Ok(served) => Some(served),
                 Err(e) => {
                     election.stop().await;
+                    health.stop().await;
+                    info!(mono_ms = clock::mono_ms(), "replica stopped");
                     return Err(e);
                 }
             }

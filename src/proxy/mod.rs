@@ -112,6 +112,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         Ok(p) => p,
         Err(e) => {
             election.stop().await;
+            health.stop().await;
+            info!(mono_ms = clock::mono_ms(), "replica stopped");
             return Err(e);
         }
     };
