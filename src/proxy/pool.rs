@@ -374,44 +374,6 @@ mod tests {
         Request::get(uri).body(()).expect("a request")
     }
 
-    /// An apiserver that cannot be reached costs the watches waiting for a connection one
-    /// connect timeout together, not one each in turn.
-    #[tokio::test]
-    async fn the_watches_waiting_for_a_dial_that_fails_fail_with_it() {
-        leader_lock_kubernetes::install_crypto_provider();
-        // Accepts connections and never answers: the TLS handshake waits for the timeout.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("a port");
-        let addr = listener.local_addr().expect("its address");
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let counted = accepted.clone();
-        let silent = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((s, _)) = listener.accept().await {
-                counted.fetch_add(1, Ordering::SeqCst);
-                held.push(s);
-            }
-        });
-        let mut config = kube::Config::new(format!("https://{addr}").parse().expect("a URL"));
-        config.connect_timeout = Some(Duration::from_secs(1));
-        config.accept_invalid_certs = true;
-        let client = super::super::relay::RelayClient::new(config).expect("a client");
-        let watches = (0..5).map(|_| {
-            let client = client.clone();
-            async move {
-                let req = Request::get("/api/v1/configmaps?watch=true")
-                    .body(kube::client::Body::empty())
-                    .expect("a request");
-                client.send(req).await.map(|r| r.status())
-            }
-        });
-        let answers = futures::future::join_all(watches).await;
-        assert!(answers.iter().all(Result::is_err), "{answers:?}");
-        assert_eq!(accepted.load(Ordering::SeqCst), 1, "{answers:?}");
-        silent.abort();
-    }
-
     #[test]
     fn watches_and_followed_logs_are_long_running_and_other_requests_are_not() {
         for uri in [

@@ -1,5 +1,5 @@
 //! The proxy's sender: other programs' requests to the apiserver, with this replica's
-//! credentials, over the pool of [`super::pool`].
+//! credentials, over the proxy's HTTP/2 pool (`pool.rs`).
 
 use http::{Request, Response};
 use hyper_util::rt::TokioExecutor;
@@ -9,10 +9,11 @@ use leader_lock_kubernetes::stack::{layers, tcp_connector, with_timeouts};
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Service, ServiceExt};
 
-use super::pool::{Multiplexed, PoolBody};
+use super::pool::Multiplexed;
+pub use super::pool::PoolBody;
 
-/// A sender of other programs' requests to the apiserver, for a proxy: the pool's
-/// connections ([`super::pool`]) and kube's layers (base URI, authentication, extra headers; a gated write's body
+/// A sender of other programs' requests to the apiserver, for a proxy: the pool's connections
+/// and kube's layers (base URI, authentication, extra headers; a gated write's body
 /// bound by its permit's deadline), with two things left out that a proxy must not have or
 /// need not pay for:
 ///
@@ -73,7 +74,7 @@ impl std::fmt::Debug for RelayClient {
     }
 }
 
-/// kube's layers over the pool ([`super::pool`]): HTTP/2 for the long-running requests
+/// kube's layers over the pool: HTTP/2 for the long-running requests
 /// when the server negotiates it, HTTP/1.1 for the others.
 fn multiplexed(
     config: &Config,
@@ -104,4 +105,51 @@ fn multiplexed(
     }
     let h2 = with_timeouts(config, builder.enable_all_versions().wrap_connector(http));
     layers(config, Multiplexed::new(h2, fallback))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// An apiserver that cannot be reached costs the watches waiting for a connection one
+    /// connect timeout together, not one each in turn.
+    #[tokio::test]
+    async fn the_watches_waiting_for_a_dial_that_fails_fail_with_it() {
+        leader_lock_kubernetes::install_crypto_provider();
+        // Accepts connections and never answers: the TLS handshake waits for the timeout.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let addr = listener.local_addr().expect("its address");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                held.push(s);
+            }
+        });
+        let mut config = kube::Config::new(format!("https://{addr}").parse().expect("a URL"));
+        config.connect_timeout = Some(Duration::from_secs(1));
+        config.accept_invalid_certs = true;
+        let client = RelayClient::new(config).expect("a client");
+        let watches = (0..5).map(|_| {
+            let client = client.clone();
+            async move {
+                let req = Request::get("/api/v1/configmaps?watch=true")
+                    .body(kube::client::Body::empty())
+                    .expect("a request");
+                client.send(req).await.map(|r| r.status())
+            }
+        });
+        let answers = futures::future::join_all(watches).await;
+        assert!(answers.iter().all(Result::is_err), "{answers:?}");
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "{answers:?}");
+        silent.abort();
+    }
 }

@@ -23,8 +23,9 @@ pub type ClientService = BoxService<Request<Body>, Response<hyper::body::Incomin
 /// authentication, extra headers such as the user agent) over a rustls connection pool whose TCP
 /// connections have `TCP_NODELAY` set, with `config`'s connect, read and write timeouts. The
 /// body of a write that a gate let through ([`gated_client`](crate::gated_client)) is bound by
-/// its permit's deadline ([`DeadlineBody`]): the request cannot leave after that deadline, even
-/// from a process that was frozen with it queued on a connection.
+/// its permit's deadline ([`DeadlineBody`](leader_lock::gate::DeadlineBody)): the request cannot
+/// leave after that deadline, even from a process that was frozen with it queued on a
+/// connection.
 ///
 /// `Client::try_from(config)` builds the same stack but leaves Nagle's algorithm on (kube-rs
 /// issue #2056): a small request written in two segments then waits for the apiserver's delayed
