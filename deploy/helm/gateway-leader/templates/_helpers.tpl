@@ -81,7 +81,7 @@ Event; docs/operations.md, "The shutdown budget").
 {{- if and .Values.sidecar.enabled (not .Values.sidecar.controller.image) -}}
 {{- fail "sidecar.controller.image is required with sidecar.enabled: the controller that runs beside the proxy" -}}
 {{- end -}}
-{{- /* src/replica.rs graceful_stop_budget: the binary never takes more than 25 s. */ -}}
+{{- /* src/shutdown.rs graceful_stop_budget: the binary never takes more than 25 s. */ -}}
 {{- $stop := min (add (mul $renew 2) 3000) 25000 -}}
 {{- if le (mul (int .Values.terminationGracePeriodSeconds) 1000) $stop -}}
 {{- fail (printf "terminationGracePeriodSeconds (%v) must be longer than a graceful stop: the smaller of 2 x renewDeadline + 3s and 25s = %dms" .Values.terminationGracePeriodSeconds $stop) -}}
