@@ -355,7 +355,7 @@ mod tests {
         let (_stx, srx) = watch::channel(if synced {
             Readiness::Ready
         } else {
-            Readiness::default()
+            Readiness::Waiting("the watches have not synced yet".into())
         });
         (
             Health {
