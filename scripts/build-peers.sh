@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Go peers in testkit/peers/ (client-go-elector: client-go's leaderelection over a
 # Lease; controller-runtime-manager: a controller-runtime Manager with leader election;
-# client-go-proxy-client: an informer and typed writes through two proxies), at the
+# client-go-proxy-client: an informer and typed writes through two proxies; refusal-probe: what
+# client-go, controller-runtime and kubectl do with each answer a proxy could refuse a write
+# with, docs/sidecar.md), at the
 # client-go and controller-runtime versions their go.mod pins (scripts/versions.sh says the same),
 # and caches them outside the repository. The interop test
 # (benches/gateway-leader-bench/tests/interop/) runs them beside gateway-leader replicas on one
@@ -35,7 +37,7 @@ binaries_ok() {
   local dir
   dir=$(dirname "$1")
   [ -x "$dir/client-go-elector" ] && [ -x "$dir/controller-runtime-manager" ] \
-    && [ -x "$dir/client-go-proxy-client" ]
+    && [ -x "$dir/client-go-proxy-client" ] && [ -x "$dir/refusal-probe" ]
 }
 
 # Both built programs carry the pinned modules (their build info, `go version -m`).
@@ -73,6 +75,7 @@ $CLIENT_GO_VERSION and controller-runtime $CONTROLLER_RUNTIME_VERSION"
 install_built "$work/client-go-elector" "$BUILD_DIR/client-go-elector"
 install_built "$work/controller-runtime-manager" "$BUILD_DIR/controller-runtime-manager"
 install_built "$work/client-go-proxy-client" "$BUILD_DIR/client-go-proxy-client"
+install_built "$work/refusal-probe" "$BUILD_DIR/refusal-probe"
 trap - ERR
 rm -rf "$work"
 prune_builds peers
