@@ -50,9 +50,6 @@ use crate::metrics::ProxyOutcome;
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 /// How long a read's body (rare: most reads have none) may take to arrive.
 const READ_BODY_TIMEOUT: Duration = Duration::from_secs(60);
-/// What a refused client is told to wait before it tries again: client-go retries a 503 that
-/// carries it, and a new leader is usually there within a second of a graceful handover.
-const RETRY_AFTER_SECS: u64 = 1;
 
 /// Answers one request; never fails (every failure is an HTTP answer).
 pub(super) async fn handle(
@@ -93,7 +90,6 @@ async fn pass(
                 StatusCode::REQUEST_TIMEOUT,
                 "Timeout",
                 "the request body did not arrive in time",
-                None,
             );
         }
     };
@@ -196,7 +192,6 @@ async fn gated(
                  not have been applied",
                 method, permit.term, shared.identity
             ),
-            None,
         )
     };
     match timeout_at(permit.valid_until, shared.client.send(upstream)).await {
@@ -289,19 +284,17 @@ async fn read_body(body: Incoming) -> Result<kube::client::Body, Response<ProxyB
             StatusCode::PAYLOAD_TOO_LARGE,
             "RequestEntityTooLarge",
             &format!("the request body is larger than {MAX_BODY} bytes"),
-            None,
         )),
         Err(e) => Err(status(
             StatusCode::BAD_REQUEST,
             "BadRequest",
             &format!("the request body could not be read: {e}"),
-            None,
         )),
     }
 }
 
 /// A 503 for a write this replica may not make now: names this replica, the holder it last saw
-/// and the term.
+/// and the term, and asks for no wait (`status`), so the caller has the error at once.
 fn refusal(shared: &Shared, reason: &NotLeader, more: &str) -> Response<ProxyBody> {
     let seen = match shared.leadership.state() {
         LeaderState::Follower { holder, term } => format!(
@@ -331,7 +324,6 @@ fn refusal(shared: &Shared, reason: &NotLeader, more: &str) -> Response<ProxyBod
              ({reason}){seen}{ago}{more}; send writes through the leader's proxy",
             shared.identity
         ),
-        Some(RETRY_AFTER_SECS),
     )
 }
 
@@ -342,7 +334,6 @@ fn unreachable_apiserver(e: &BoxError) -> Response<ProxyBody> {
         StatusCode::BAD_GATEWAY,
         "InternalError",
         &format!("the apiserver did not answer the proxy: {e}"),
-        None,
     )
 }
 

@@ -1,5 +1,11 @@
 //! The proxy's own answers: a Kubernetes `Status` object, as the apiserver answers its errors,
-//! so that kubectl and client-go show the message and honour `Retry-After`.
+//! so that kubectl and client-go show the message.
+//!
+//! None carries `Retry-After`: client-go (and with it controller-runtime and kubectl) sends a
+//! 429 or 5xx that carries one again, up to ten times and a second apart, before its caller
+//! sees the error. A refused write would then hold the controller's writer for ten seconds and
+//! reach the proxy eleven times; without it, the caller has the error in under a millisecond
+//! and retries on its own terms (docs/sidecar.md, "What a refusal costs the caller").
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
@@ -8,15 +14,9 @@ use http_body_util::{BodyExt, Full};
 use super::body::ProxyBody;
 
 /// A `Status` answer: `code`, the apiserver's `reason` for it (`ServiceUnavailable`,
-/// `RequestEntityTooLarge`, ...) and a message for a person. `retry_after` (seconds) goes in
-/// the `Retry-After` header and in `details.retryAfterSeconds`, where client-go reads it.
-pub(super) fn status(
-    code: StatusCode,
-    reason: &str,
-    message: &str,
-    retry_after: Option<u64>,
-) -> Response<ProxyBody> {
-    let mut body = serde_json::json!({
+/// `RequestEntityTooLarge`, ...) and a message for a person.
+pub(super) fn status(code: StatusCode, reason: &str, message: &str) -> Response<ProxyBody> {
+    let body = serde_json::json!({
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
@@ -25,20 +25,13 @@ pub(super) fn status(
         "reason": reason,
         "code": code.as_u16(),
     });
-    if let Some(secs) = retry_after {
-        body["details"] = serde_json::json!({ "retryAfterSeconds": secs });
-    }
     let bytes = Bytes::from(body.to_string());
     let mut resp = Response::new(Full::new(bytes).map_err(|e| match e {}).boxed_unsync());
     *resp.status_mut() = code;
-    let headers = resp.headers_mut();
-    headers.insert(
+    resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    if let Some(secs) = retry_after {
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    }
     resp
 }
 
@@ -47,15 +40,15 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_refusal_is_a_kubernetes_status_with_retry_after() {
+    async fn a_refusal_is_a_kubernetes_status_that_asks_for_no_wait() {
         let resp = status(
             StatusCode::SERVICE_UNAVAILABLE,
             "ServiceUnavailable",
             "not the leader",
-            Some(2),
         );
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
+        // client-go resends a 5xx that carries it, ten times a second apart.
+        assert!(!resp.headers().contains_key(header::RETRY_AFTER));
         let body = resp.into_body().collect().await.expect("body").to_bytes();
         let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
         assert_eq!(v["kind"], "Status");
@@ -64,6 +57,6 @@ mod tests {
         assert_eq!(v["reason"], "ServiceUnavailable");
         assert_eq!(v["code"], 503);
         assert_eq!(v["message"], "not the leader");
-        assert_eq!(v["details"]["retryAfterSeconds"], 2);
+        assert!(v.get("details").is_none(), "{v}");
     }
 }

@@ -75,6 +75,14 @@ async fn client_go_syncs_through_a_follower_and_its_writes_land_only_through_the
     let metrics = http_get(b.replica.health_addr(PATIENCE), "/metrics");
     let needle = r#"verb="watch",outcome="forwarded"}"#;
     assert!(metrics.contains(needle), "{needle} not in {metrics}");
+    // client-go sent each refused write once: the refusal asks for no wait, which it would
+    // otherwise spend resending it ten times.
+    for verb in ["create", "update", "patch"] {
+        let line = format!(
+            "gateway_leader_proxy_requests_total{{verb=\"{verb}\",outcome=\"refused\"}} 1\n"
+        );
+        assert!(metrics.contains(&line), "{verb}: {metrics}");
+    }
     for p in [&mut a, &mut b] {
         p.replica.terminate();
         assert_eq!(blocking(|| p.replica.wait_exit(PATIENCE)), Some(0));

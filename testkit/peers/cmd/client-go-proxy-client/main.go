@@ -2,8 +2,8 @@
 // proxies, with client-go's own machinery: a shared informer that lists and watches ConfigMaps
 // through --follower-kubeconfig, and typed-client writes (create, update, patch) through both.
 //
-// Through the follower's proxy every write must fail with the proxy's 503 Status (client-go
-// retries it as Retry-After says, then returns the error); through the leader's proxy every
+// Through the follower's proxy every write must fail with the proxy's 503 Status (which asks
+// for no wait, so client-go returns the error at once); through the leader's proxy every
 // write must land, and the informer, still fed by the follower's proxy, must see each object
 // at the resourceVersion the leader's last write returned.
 //
@@ -91,7 +91,7 @@ func main() {
 	}
 
 	r := report{Refused: []refusal{}, Written: map[string]string{}, Seen: map[string]string{}}
-	// Writes through the follower: all refused (each retried by client-go, so side by side).
+	// Writes through the follower: all refused, side by side.
 	refused, err := followerWrites(ctx, follower, ns, prefix)
 	if err != nil {
 		fail(err)
