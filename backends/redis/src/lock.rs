@@ -451,7 +451,7 @@ impl LeaderLock for RedisLock {
 
     /// In three steps: 1. what this client knows decides whether to ask at all (a leader always
     /// does; a follower whose watch heard every renew does not); 2. the acquire script, which
-    /// renews, takes, or says why not; 3. what its reply means for us ([`RedisLock::settle`]).
+    /// renews, takes, or says why not; 3. what its reply means for us (`RedisLock::settle`).
     async fn try_acquire_or_renew(&self, candidate: &Candidate) -> Result<Attempt, LockError> {
         let me = candidate.holder();
         let lease_ms = u64::try_from(candidate.lease_duration.as_millis()).unwrap_or(u64::MAX);
