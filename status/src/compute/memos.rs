@@ -60,9 +60,10 @@ impl<R> Changes<R> {
     }
 }
 
-/// What changed among the routes since the last run of a [`Computation`], kind by kind, for
-/// [`Computation::run_changes`]: a watch event that changed one route of 50,000 then costs
-/// that route, not a lookup of every route (docs/architecture.md, "Computing what changed").
+/// What changed among the routes since the last run of a [`Computation`](super::Computation),
+/// kind by kind, for [`Computation::run_changes`](super::Computation::run_changes): a watch
+/// event that changed one route of 50,000 then costs that route, not a lookup of every route
+/// (docs/architecture.md, "Computing what changed").
 #[derive(Debug, Clone, Default)]
 pub struct RouteChanges {
     /// HTTPRoutes.
