@@ -56,25 +56,29 @@ impl Election {
         signals: &mut ShutdownSignals,
         health: &health::Server,
     ) -> anyhow::Result<Option<Election>> {
-        let election = Election::start_inner(settings, identity, kube, metrics, signals).await?;
-        if let Some(e) = &election {
-            health.follow(e.leadership.clone());
-        }
-        Ok(election)
+        let election = if settings.disabled {
+            info!(identity = %identity, term = %Term::DISABLED,
+                "leader election disabled: this replica always writes");
+            Election::always_leader(metrics)
+        } else {
+            match Election::elect(settings, identity, kube, metrics, signals).await? {
+                Some(election) => election,
+                None => return Ok(None),
+            }
+        };
+        health.follow(election.leadership.clone());
+        Ok(Some(election))
     }
 
-    async fn start_inner(
+    /// The lock, connected once its backend answers, and the elector on it; `None` when a
+    /// signal arrived first.
+    async fn elect(
         settings: &Settings,
         identity: &Identity,
         kube: Option<&KubeClient>,
         metrics: &Arc<Metrics>,
         signals: &mut ShutdownSignals,
     ) -> anyhow::Result<Option<Election>> {
-        if settings.disabled {
-            info!(identity = %identity, term = %Term::DISABLED,
-                "leader election disabled: this replica always writes");
-            return Ok(Some(Election::always_leader(metrics)));
-        }
         info!(
             backend = %settings.backend,
             lock = %settings.lock_name,
