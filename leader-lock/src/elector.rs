@@ -13,10 +13,14 @@
 //! 5. The loop never spins: it wakes on a timer, a lock event or a cancel. A watch task that dies
 //!    (even by a panic) is reported and restarted with backoff; the loop polls meanwhile.
 //! 6. A cancel is answered at once, even during an attempt, so a shutdown never waits for one.
+//! 7. A withdrawn [`Candidacy`] attempts nothing: a leader stops publishing its leadership,
+//!    waits for the permits in flight (no longer than their validity), then releases, so no write
+//!    of it lands after a successor's first.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
@@ -108,6 +112,7 @@ pub struct Elector {
     lock: Arc<dyn LeaderLock>,
     candidate: Candidate,
     config: ElectorConfig,
+    candidacy: Candidacy,
 }
 
 impl Elector {
@@ -129,6 +134,7 @@ impl Elector {
             lease_duration: config.timing.lease_duration,
         };
         let token = cancel.child_token();
+        let (candidacy, campaigning) = watch::channel(true);
         let run = Run {
             lock: lock.clone(),
             candidate: candidate.clone(),
@@ -139,6 +145,8 @@ impl Elector {
             last_term: None,
             seen: None,
             answered: false,
+            campaigning,
+            leadership: leadership.clone(),
         };
         let task = tokio::spawn(run.run(token));
         Ok(Elector {
@@ -149,7 +157,16 @@ impl Elector {
             lock,
             candidate,
             config,
+            candidacy: Candidacy(Arc::new(candidacy)),
         })
+    }
+
+    /// The switch that makes this elector stand aside and campaign again: for a replica whose
+    /// leadership is worth nothing while something it serves is down (a controller that stopped
+    /// renewing its own election through `gateway-leader proxy`), so that it never holds the
+    /// other replicas back.
+    pub fn candidacy(&self) -> Candidacy {
+        self.candidacy.clone()
     }
 
     /// A handle that writers use to check leadership before each write.
@@ -311,6 +328,62 @@ impl Elector {
     }
 }
 
+/// Whether an [`Elector`] campaigns; cheap to clone, shared by its clones.
+///
+/// A withdrawn candidacy attempts nothing. A leader that withdraws stops publishing its
+/// leadership at once (every `check()` fails from then on), waits for the permits in flight
+/// (no longer than the validity they were given), then releases the lock so that a follower
+/// takes over at once, as a graceful shutdown does; a follower withdraws its candidacy from the
+/// lock ([`LeaderLock::withdraw`]). Either way it keeps following: the holder it publishes stays
+/// current while its watch runs. [`resume`](Self::resume) makes it attempt at once.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use leader_lock::{Elector, ElectorConfig, Identity, MemoryStore, Timing};
+///
+/// let config = ElectorConfig {
+///     identity: Identity::new("pod-a"),
+///     timing: Timing::default(),
+///     release_on_shutdown: true,
+/// };
+/// let elector = Elector::spawn(Arc::new(MemoryStore::new().lock("x")), config)?;
+/// let leadership = elector.leadership();
+/// drop(leadership.wait_leader().await?);
+/// let candidacy = elector.candidacy();
+/// candidacy.withdraw(); // what it serves is down: let another replica lead
+/// let mut states = leadership.subscribe();
+/// states.wait_for(|_| !leadership.is_leader()).await?;
+/// candidacy.resume(); // back: campaign again
+/// drop(leadership.wait_leader().await?);
+/// elector.shutdown().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Candidacy(Arc<watch::Sender<bool>>);
+
+impl Candidacy {
+    /// Stands aside: a leader hands the lock over (see the type's docs), a follower stops
+    /// attempting. Does nothing when already withdrawn.
+    pub fn withdraw(&self) {
+        self.0.send_if_modified(|c| std::mem::replace(c, false));
+    }
+
+    /// Campaigns again, with an attempt at once. Does nothing when campaigning already.
+    pub fn resume(&self) {
+        self.0.send_if_modified(|c| !std::mem::replace(c, true));
+    }
+
+    /// Whether the elector campaigns.
+    pub fn is_campaigning(&self) -> bool {
+        *self.0.borrow()
+    }
+}
+
 /// Dropped without [`shutdown`](Elector::shutdown) or [`abort`](Elector::abort) (an embedder's
 /// task that ended early, a panic unwinding), the elector stops as `abort` does: the loop is
 /// cancelled, nothing is released (the lease expires on its own) and [`LeaderState::Stopped`] is
@@ -361,6 +434,10 @@ struct Run {
     /// (an etcd follower's candidacy); a watch that showed the holder renewing before it would
     /// otherwise put it off for as long as the holder renews.
     answered: bool,
+    /// Whether to attempt at all ([`Candidacy`]).
+    campaigning: watch::Receiver<bool>,
+    /// The permits in flight, which a withdrawal waits for before it releases.
+    leadership: Leadership,
 }
 
 /// Why the loop woke up.
@@ -377,7 +454,13 @@ enum Wake {
     WatchEnded,
     /// Time to start a new watch task.
     RestartWatch,
+    /// The [`Candidacy`] was withdrawn or resumed.
+    Candidacy,
 }
+
+/// How far off the next attempt is put while the candidacy is withdrawn: never, in practice
+/// (a resume wakes the loop), near enough not to overflow an `Instant`.
+const ASIDE: Duration = Duration::from_secs(24 * 3600);
 
 impl Run {
     async fn run(mut self, cancel: CancellationToken) -> Ended {
@@ -400,6 +483,8 @@ impl Run {
                 },
                 _ = sleep_until(restart.unwrap_or(next)), if restart.is_some() =>
                     Wake::RestartWatch,
+                // The sender lives as long as the elector, whose drop cancels this loop.
+                Ok(()) = self.campaigning.changed() => Wake::Candidacy,
             };
             match wake {
                 Wake::Cancelled => {
@@ -413,7 +498,9 @@ impl Run {
                     continue;
                 }
                 Wake::Event(ev) => {
-                    if !self.should_attempt_on(ev.as_ref(), &me, &mut next) {
+                    if !self.should_attempt_on(ev.as_ref(), &me, &mut next)
+                        || !*self.campaigning.borrow()
+                    {
                         continue;
                     }
                 }
@@ -426,6 +513,24 @@ impl Run {
                 }
                 Wake::RestartWatch => {
                     self.watch.restart(&cancel);
+                    continue;
+                }
+                Wake::Candidacy => {
+                    if *self.campaigning.borrow_and_update() {
+                        info!(identity = %me, "campaigning again");
+                        next = Instant::now();
+                    } else {
+                        tokio::select! {
+                            biased;
+                            _ = cancel.cancelled() => break,
+                            () = self.stand_aside() => {}
+                        }
+                        next = Instant::now() + ASIDE;
+                    }
+                    continue;
+                }
+                Wake::Timer if !*self.campaigning.borrow() => {
+                    next = Instant::now() + ASIDE;
                     continue;
                 }
                 Wake::Timer => {}
@@ -442,6 +547,41 @@ impl Run {
             held: self.held.map(|h| h.term),
             watch: self.watch,
         }
+    }
+
+    /// A withdrawn candidacy: a leader stops publishing its leadership, waits for the permits
+    /// in flight (until their validity ends at the latest), then releases; a follower withdraws
+    /// from the lock. Cancelled by a shutdown, it leaves `held` for the shutdown's release.
+    async fn stand_aside(&mut self) {
+        let Some(h) = self.held else {
+            info!("candidacy withdrawn; not campaigning");
+            if let Err(e) = self.timed(self.lock.withdraw(&self.candidate)).await {
+                warn!(error = %e.chain(), "withdrawing the candidacy failed; it ends with its lease");
+            }
+            return;
+        };
+        info!(term = %h.term, "candidacy withdrawn; handing the lock over once the writes in \
+            flight are done");
+        self.publisher.publish(not_leading());
+        self.leadership.wait_in_flight(h.valid_until).await;
+        match self.timed(self.lock.release(&self.candidate, h.term)).await {
+            Ok(released) => info!(term = %h.term, released, lock = %self.lock.describe(),
+                mono_ms = clock::mono_ms(), "released leadership"),
+            Err(e) => warn!(term = %h.term, error = %e.chain(),
+                "release failed; the lease will expire on its own"),
+        }
+        self.held = None;
+    }
+
+    /// A lock request bounded by the renew deadline, as every attempt is.
+    async fn timed<T>(
+        &self,
+        request: impl std::future::Future<Output = Result<T, LockError>>,
+    ) -> Result<T, LockError> {
+        let limit = self.timing.renew_deadline;
+        tokio::time::timeout(limit, request)
+            .await
+            .unwrap_or(Err(LockError::Timeout(limit)))
     }
 
     /// Steps down when our validity has ended by `now`; returns whether it did.

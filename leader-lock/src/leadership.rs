@@ -452,6 +452,11 @@ impl Leadership {
                     if self.closing.load(Ordering::SeqCst) {
                         return Err(NotLeader::ShuttingDown);
                     }
+                    // Likewise a withdrawal, which publishes the end first, then waits for the
+                    // tokens it sees.
+                    if self.rx.borrow().term() != Some(term) {
+                        return Err(NotLeader::Follower { holder: None });
+                    }
                     Ok(WritePermit {
                         term,
                         valid_until,
@@ -643,6 +648,15 @@ impl Leadership {
             if rx.changed().await.is_err() {
                 return self.check();
             }
+        }
+    }
+
+    /// Waits for the permits in flight to be dropped, until `until` at the latest (past it,
+    /// none of them may send). New ones are refused by what was published before.
+    pub(crate) async fn wait_in_flight(&self, until: Instant) {
+        // Polled: a TaskTracker's wait needs it closed, and closing is the shutdown's.
+        while !self.in_flight.is_empty() && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(2).min(until - Instant::now())).await;
         }
     }
 

@@ -102,7 +102,7 @@ pub mod wrap;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use elector::{Elector, ElectorConfig};
+pub use elector::{Candidacy, Elector, ElectorConfig};
 pub use gate::WriteGateLayer;
 pub use leadership::{LeaderState, Leadership, LeadershipChange, WritePermit};
 pub use memory::MemoryStore;

@@ -7,6 +7,7 @@
 // current-thread runtime of its own, from overlapping another; nothing else takes it.
 #![allow(clippy::await_holding_lock)]
 
+mod candidacy;
 mod leadership;
 mod shutdown;
 mod support;
