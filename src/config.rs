@@ -28,8 +28,8 @@ pub use checks::{
     validate_dns_subdomain, validate_filter, IDENTITY_CHARS, MAX_EXEC_GRACE, MAX_IDENTITY_BYTES,
 };
 pub use effective::{
-    Backend, EtcdSettings, ExecRestart, ExecSettings, KubeSettings, LogFormat, ProxyListen,
-    RedisSettings, Settings, Wakeup,
+    Backend, EtcdSettings, ExecRestart, ExecSettings, KubeSettings, LeaseName, LogFormat,
+    ProxyListen, RedisSettings, Settings, Wakeup,
 };
 pub use env::{Env, POD_NAME, POD_NAMESPACE};
 pub use error::ConfigError;

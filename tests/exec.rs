@@ -292,6 +292,14 @@ fn exec_without_a_command_or_with_one_that_cannot_run_exits_2() {
         err.contains("--proxy-listen") && err.contains("TCP"),
         "{err}"
     );
+    // The command's election is answered by the proxy, which exec runs only when asked to.
+    let o = exec(&["--proxy-election-lease", "ns/ctl", "--", "sh"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--proxy-election-lease") && err.contains("--proxy-listen"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -164,6 +164,41 @@ impl fmt::Display for ProxyListen {
     }
 }
 
+/// A Lease by namespace and name: `--proxy-election-lease NAMESPACE/NAME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseName {
+    /// Its namespace, a DNS label.
+    pub namespace: String,
+    /// Its name, a DNS subdomain.
+    pub name: String,
+}
+
+impl LeaseName {
+    /// The check of `proxy_election_lease`.
+    pub(super) fn parse(s: &str) -> Result<Self, String> {
+        const ACCEPTED: &str = "accepted: NAMESPACE/NAME, the namespace and name the \
+                                controller's leader election is given (contour's \
+                                --leader-election-resource-namespace and -name, for example)";
+        let Some((namespace, name)) = s.split_once('/') else {
+            return Err(format!("{s:?} has no '/'; {ACCEPTED}"));
+        };
+        super::checks::validate_dns_label(namespace)
+            .map_err(|m| format!("{s:?}: the namespace {m}; {ACCEPTED}"))?;
+        super::checks::validate_dns_subdomain(name)
+            .map_err(|m| format!("{s:?}: the name {m}; {ACCEPTED}"))?;
+        Ok(LeaseName {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for LeaseName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 /// What `gateway-leader exec` does when its child ends or is stopped at the end of a leadership.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExecRestart {
@@ -285,6 +320,9 @@ pub struct Settings {
     /// Where the write-gating Kubernetes API proxy listens: `proxy` uses
     /// [`ProxyListen::DEFAULT`] when none is given, `exec` runs no proxy then.
     pub proxy_listen: Option<ProxyListen>,
+    /// The Lease of the controller's own leader election, which the proxy answers itself from
+    /// this replica's leadership (docs/sidecar.md).
+    pub proxy_election_lease: Option<LeaseName>,
     /// `exec`'s child.
     pub exec: ExecSettings,
     /// The runtime's worker threads, when given (else: `run` one per core, `proxy` and `exec`

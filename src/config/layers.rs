@@ -8,7 +8,9 @@ use leader_lock::timing::TimingError;
 use leader_lock::Timing;
 
 use super::checks::{check_identity, validate_dns_label};
-use super::effective::{EtcdSettings, ExecSettings, KubeSettings, RedisSettings, Settings};
+use super::effective::{
+    Backend, EtcdSettings, ExecSettings, KubeSettings, RedisSettings, Settings,
+};
 use super::env::{Env, POD_NAME, POD_NAMESPACE};
 use super::error::ConfigError;
 use super::file::read_file;
@@ -151,6 +153,26 @@ impl Layers {
             namespace,
         };
         kubeconfig::check(&kube, &self.env)?;
+        let proxy_election_lease = self.proxy_election_lease()?;
+        if let Some(lease) = &proxy_election_lease {
+            // Answered by the proxy and never sent on: it must not be the Lease our own lock is.
+            let same_namespace = match &kube.namespace {
+                Some(ns) => *ns == lease.namespace,
+                // The kubeconfig's namespace, unknown here: it may be the same.
+                None => true,
+            };
+            if backend == Backend::Kubernetes && lease.name == lock_name && same_namespace {
+                return Err(ConfigError::invalid(
+                    "proxy_election_lease",
+                    format!(
+                        "{lease} is the Lease of this replica's own lock \
+                         (--leader-election-lock-name {lock_name}): name the controller's \
+                         election another Lease, or set --leader-election-namespace to another \
+                         namespace"
+                    ),
+                ));
+            }
+        }
         Ok(Settings {
             backend,
             disabled: self.leader_election_disable()?,
@@ -163,6 +185,7 @@ impl Layers {
             health_addr,
             readiness_follows_leadership: self.readiness_follows_leadership()?,
             proxy_listen: self.proxy_listen()?,
+            proxy_election_lease,
             exec: ExecSettings {
                 grace: self.exec_grace()?,
                 restart: self.exec_restart()?,
@@ -290,6 +313,53 @@ mod tests {
         assert!(s.release_on_shutdown);
         assert_eq!(s.wakeup, Wakeup::Watch);
         assert_eq!(s.etcd.endpoints, vec!["http://127.0.0.1:2379".to_string()]);
+    }
+
+    #[test]
+    fn the_election_lease_is_namespace_slash_name_and_never_our_own_lock() {
+        let s = load(
+            &[],
+            &[("proxy_election_lease", "projectcontour/leader-elect")],
+        )
+        .expect("valid");
+        let lease = s.proxy_election_lease.expect("set");
+        assert_eq!(
+            (lease.namespace.as_str(), lease.name.as_str()),
+            ("projectcontour", "leader-elect")
+        );
+        for bad in ["leader-elect", "Bad_NS/x", "ns/", "/x", "ns/x/y", "a.b/x"] {
+            let e = load(&[], &[("proxy_election_lease", bad)])
+                .expect_err(bad)
+                .to_string();
+            assert!(
+                e.contains("--proxy-election-lease") && e.contains("NAMESPACE/NAME"),
+                "{bad}: {e}"
+            );
+        }
+        let own = format!("gw/{DEFAULT_LOCK_NAME}");
+        let e = load(
+            &[],
+            &[
+                ("proxy_election_lease", &own),
+                ("leader_election_namespace", "gw"),
+            ],
+        )
+        .expect_err("our own lock")
+        .to_string();
+        assert!(e.contains("own lock"), "{e}");
+        // Not ours when the lock is in etcd, or in another namespace.
+        for flags in [
+            [
+                ("proxy_election_lease", own.as_str()),
+                ("lock_backend", "etcd"),
+            ],
+            [
+                ("proxy_election_lease", own.as_str()),
+                ("leader_election_namespace", "other"),
+            ],
+        ] {
+            assert!(load(&[], &flags).is_ok(), "{flags:?}");
+        }
     }
 
     #[test]

@@ -31,7 +31,7 @@ use super::checks::{
     parse_socket_addr, replica_count, text, validate_controller_name, validate_dns_label,
     validate_dns_subdomain, validate_filter, worker_threads,
 };
-use super::effective::{Backend, ExecRestart, LogFormat, ProxyListen, Wakeup};
+use super::effective::{Backend, ExecRestart, LeaseName, LogFormat, ProxyListen, Wakeup};
 use super::error::ConfigError;
 use super::secret::Secret;
 
@@ -319,6 +319,13 @@ settings! {
         check: ProxyListen::parse,
         help: "where the write-gating Kubernetes API proxy listens: a loopback IP:PORT or \
                unix:PATH (proxy: default 127.0.0.1:8001; exec: no proxy unless given)",
+    },
+    proxy_election_lease: LeaseName {
+        flag("NAMESPACE/NAME"),
+        check: LeaseName::parse,
+        help: "proxy, exec: the Lease of the controller's own leader election, which the proxy \
+               answers from this replica's leadership and never sends to the apiserver, so the \
+               controller leads exactly while this replica does (docs/sidecar.md)",
     },
     exec_grace: Duration {
         flag("DURATION"),
