@@ -51,6 +51,10 @@ type Config struct {
 	RetryPeriod   time.Duration
 	ConfigMap     string
 	WriteEvery    time.Duration
+	// ContentType is the encoding of the requests' bodies, as rest.Config.ContentType takes it
+	// (empty: client-go's default, JSON). "application/cbor" needs client-go's feature gate
+	// too: KUBE_FEATURE_ClientsAllowCBOR=true in the environment.
+	ContentType string
 }
 
 // Parse reads the flags. The holder identity is <name>_<uuid>, as controller-runtime names its
@@ -68,6 +72,7 @@ func Parse(program string) (Config, error) {
 	fs.DurationVar(&c.RetryPeriod, "retry-period", 2*time.Second, "RetryPeriod")
 	fs.StringVar(&c.ConfigMap, "write-configmap", "", "ConfigMap whose data the leader writes (required)")
 	fs.DurationVar(&c.WriteEvery, "write-every", 100*time.Millisecond, "interval between two writes while leading")
+	fs.StringVar(&c.ContentType, "content-type", "", "encoding client-go sends: application/json (default), application/vnd.kubernetes.protobuf or application/cbor")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return c, err
 	}
@@ -83,7 +88,14 @@ func Parse(program string) (Config, error) {
 
 // RESTConfig is the kubeconfig's client configuration.
 func (c Config) RESTConfig() (*rest.Config, error) {
-	return clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	config, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if c.ContentType != "" {
+		config.ContentType = c.ContentType
+	}
+	return config, nil
 }
 
 // MonoMS is CLOCK_MONOTONIC in milliseconds (microsecond resolution).
