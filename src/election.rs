@@ -9,7 +9,9 @@ use anyhow::Context;
 use gateway_leader_log::{field, message};
 use leader_lock::backend::LeaderLock;
 use leader_lock::wrap::{InstrumentedLock, PollingLock};
-use leader_lock::{clock, Elector, ElectorConfig, Identity, LeaderState, Leadership, Term};
+use leader_lock::{
+    clock, Candidacy, Elector, ElectorConfig, Identity, LeaderState, Leadership, Term,
+};
 use leader_lock_kubernetes::LeaderEventsConfig;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -179,6 +181,11 @@ impl Election {
             self.leadership.clone(),
         ));
         self
+    }
+
+    /// The switch that makes the elector stand aside; `None` with leader election disabled.
+    pub fn candidacy(&self) -> Option<Candidacy> {
+        self.elector.as_ref().map(Elector::candidacy)
     }
 
     /// This replica's leadership: the work gates its writes on it.

@@ -63,6 +63,9 @@ pub enum ProxyOutcome {
     Upgraded,
     /// An upgraded stream cut by the proxy: its leadership ended, or the proxy drained.
     UpgradeCut,
+    /// A request for the controller's election Lease, answered by the proxy itself
+    /// (`--proxy-election-lease`).
+    Election,
 }
 
 impl ProxyOutcome {
@@ -76,6 +79,7 @@ impl ProxyOutcome {
             ProxyOutcome::Failed => "failed",
             ProxyOutcome::Upgraded => "upgraded",
             ProxyOutcome::UpgradeCut => "upgrade_cut",
+            ProxyOutcome::Election => "election",
         }
     }
 }

@@ -29,7 +29,7 @@ use crate::election::Election;
 use crate::health::{self, HealthConfig};
 use crate::kube_client::KubeClient;
 use crate::metrics::Metrics;
-use crate::proxy::{self, Proxy};
+use crate::proxy::{self, ElectionLease, Proxy};
 use crate::shutdown::ShutdownSignals;
 use child::{exit_code, Spec, Stopped};
 use supervise::{supervise, Outcome};
@@ -49,6 +49,13 @@ pub fn check(settings: &Settings, command: &[OsString]) -> Result<Spec, String> 
             "invalid --proxy-listen (GATEWAY_LEADER_PROXY_LISTEN): {listen}: exec hands its \
              command a kubeconfig pointing at the proxy, and Kubernetes clients dial only TCP; \
              accepted here: a loopback IP:PORT such as 127.0.0.1:8001"
+        ));
+    }
+    if let (Some(lease), None) = (&settings.proxy_election_lease, &settings.proxy_listen) {
+        return Err(format!(
+            "invalid --proxy-election-lease (GATEWAY_LEADER_PROXY_ELECTION_LEASE): {lease}: the \
+             proxy answers the command's election, and exec runs no proxy without \
+             --proxy-listen; give both, or neither"
         ));
     }
     let Some((program, args)) = command.split_first() else {
@@ -140,7 +147,28 @@ pub async fn exec(settings: Settings, spec: Spec) -> anyhow::Result<u8> {
     let served = match (&settings.proxy_listen, &kube) {
         (Some(listen), Some(kube)) => {
             let metrics = metrics.clone();
-            match serve_proxy(listen, kube, &leadership, &identity, metrics, &mut spec).await {
+            // The command runs only while this replica leads, so it never asks while it
+            // follows: its silence must not withdraw the candidacy (no `Candidacy` here).
+            let lease = settings.proxy_election_lease.clone().map(|target| {
+                ElectionLease::start(
+                    target,
+                    leadership.clone(),
+                    None,
+                    settings.timing.lease_duration,
+                    Some(kube.client.clone()),
+                )
+            });
+            match serve_proxy(
+                listen,
+                kube,
+                &leadership,
+                &identity,
+                metrics,
+                lease,
+                &mut spec,
+            )
+            .await
+            {
                 Ok(served) => Some(served),
                 Err(e) => {
                     election.stop().await;
@@ -197,11 +225,20 @@ async fn serve_proxy(
     leadership: &Leadership,
     identity: &Identity,
     metrics: Arc<Metrics>,
+    lease: Option<Arc<ElectionLease>>,
     spec: &mut Spec,
 ) -> anyhow::Result<(Proxy, tempfile::TempDir)> {
     use anyhow::Context;
     let upstream = proxy::upstream_client(kube)?;
-    let proxy = Proxy::serve(listen, upstream, leadership.clone(), identity, metrics).await?;
+    let proxy = Proxy::serve(
+        listen,
+        upstream,
+        leadership.clone(),
+        identity,
+        metrics,
+        lease,
+    )
+    .await?;
     let dir = tempfile::Builder::new()
         .prefix("gateway-leader-exec-")
         .tempdir()

@@ -16,6 +16,7 @@ use tokio_util::task::TaskTracker;
 use tracing::info;
 
 use super::classify::Verb;
+use super::election_lease::ElectionLease;
 use super::relay::RelayClient;
 use crate::metrics::{Metrics, ProxyOutcome};
 
@@ -53,6 +54,8 @@ pub(super) struct Shared {
     pub refusals: RefusalLog,
     /// Cancelled when the drain ends: the upgraded streams still open are cut.
     pub cut_streams: CancellationToken,
+    /// The controller's own election, answered here (`--proxy-election-lease`).
+    pub election: Option<Arc<ElectionLease>>,
 }
 
 // === impl Shared ===

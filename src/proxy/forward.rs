@@ -27,7 +27,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderName};
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use leader_lock::gate::GateError;
 use leader_lock::leadership::NotLeader;
@@ -39,6 +39,7 @@ use tracing::{debug, warn};
 
 use super::body::{BoxError, ProxyBody};
 use super::classify::{classify, Verb};
+use super::election_lease::Route;
 use super::exchange::{strip_hop_by_hop, Recorder, Shared};
 use super::pool::PoolBody;
 use super::status::status;
@@ -57,6 +58,24 @@ pub(super) async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
     let arrived = Instant::now();
+    if let Some(election) = &shared.election {
+        match election.route(req.method(), req.uri().path()) {
+            Some(Route::Item) => {
+                let verb = classify(
+                    req.method(),
+                    req.uri().path(),
+                    req.uri().query(),
+                    req.headers(),
+                );
+                shared.count(verb, ProxyOutcome::Election);
+                return Ok(election.answer(req).await);
+            }
+            Some(Route::Create) => {
+                return Ok(create_in_election_namespace(&shared, req, arrived).await)
+            }
+            None => {}
+        }
+    }
     let verb = classify(
         req.method(),
         req.uri().path(),
@@ -68,6 +87,43 @@ pub(super) async fn handle(
     } else {
         pass(&shared, verb, req, arrived).await
     })
+}
+
+/// A create among the Leases of the controller's election: answered here when it is that
+/// election's Lease, gated and forwarded otherwise (its body read first, to tell).
+async fn create_in_election_namespace(
+    shared: &Arc<Shared>,
+    req: Request<Incoming>,
+    arrived: Instant,
+) -> Response<ProxyBody> {
+    let (parts, body) = req.into_parts();
+    let body = match timeout(READ_BODY_TIMEOUT, Limited::new(body, MAX_BODY).collect()).await {
+        Ok(Ok(c)) => c.to_bytes(),
+        Ok(Err(e)) => {
+            shared.count(Verb::Create, ProxyOutcome::Rejected);
+            return body_error(&e);
+        }
+        Err(_) => {
+            shared.count(Verb::Create, ProxyOutcome::Rejected);
+            return status(
+                StatusCode::REQUEST_TIMEOUT,
+                "Timeout",
+                "the request body did not arrive in time",
+            );
+        }
+    };
+    if let Some(election) = shared.election.as_ref() {
+        let content_type = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok());
+        if election.names_it(content_type, &body) {
+            shared.count(Verb::Create, ProxyOutcome::Election);
+            return election.already_exists();
+        }
+    }
+    let req = Request::from_parts(parts, Full::new(body));
+    gated(shared, Verb::Create, req, arrived).await
 }
 
 /// A read: forwarded on every replica, its response streamed.
@@ -109,12 +165,16 @@ async fn pass(
 }
 
 /// A write (or anything not known to be a read): only under a permit, bounded by its deadline.
-async fn gated(
+async fn gated<B>(
     shared: &Arc<Shared>,
     verb: Verb,
-    mut req: Request<Incoming>,
+    mut req: Request<B>,
     arrived: Instant,
-) -> Response<ProxyBody> {
+) -> Response<ProxyBody>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
     // 1. A permit, before anything of the body is read.
     let permit = match shared.leadership.check() {
         Ok(p) => p,
@@ -274,22 +334,34 @@ fn downstream_response(
 }
 
 /// The request body, whole, for kube's client; an answer for the caller when it cannot be.
-async fn read_body(body: Incoming) -> Result<kube::client::Body, Response<ProxyBody>> {
+async fn read_body<B>(body: B) -> Result<kube::client::Body, Response<ProxyBody>>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
     if body.is_end_stream() {
         return Ok(kube::client::Body::empty());
     }
     match Limited::new(body, MAX_BODY).collect().await {
         Ok(c) => Ok(kube::client::Body::from(c.to_bytes())),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(status(
+        Err(e) => Err(body_error(&e)),
+    }
+}
+
+/// The answer to a request body that could not be read whole.
+fn body_error(e: &BoxError) -> Response<ProxyBody> {
+    if e.downcast_ref::<LengthLimitError>().is_some() {
+        status(
             StatusCode::PAYLOAD_TOO_LARGE,
             "RequestEntityTooLarge",
             &format!("the request body is larger than {MAX_BODY} bytes"),
-        )),
-        Err(e) => Err(status(
+        )
+    } else {
+        status(
             StatusCode::BAD_REQUEST,
             "BadRequest",
             &format!("the request body could not be read: {e}"),
-        )),
+        )
     }
 }
 

@@ -19,6 +19,7 @@
 
 mod body;
 pub mod classify;
+mod election_lease;
 mod exchange;
 mod forward;
 mod kubeconfig;
@@ -42,6 +43,7 @@ use crate::kube_client::KubeClient;
 use crate::metrics::Metrics;
 use crate::shutdown::{ShutdownSignals, PROCESS_SHUTDOWN_BUDGET};
 
+pub use election_lease::ElectionLease;
 pub use forward::MAX_BODY;
 pub use kubeconfig::{kubeconfig, write_kubeconfig};
 pub use listen::Bound;
@@ -104,13 +106,30 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         return Ok(());
     };
     let leadership = election.leadership().clone();
+    let lease = settings.proxy_election_lease.clone().map(|target| {
+        info!(lease = %target, "answering the controller's own election from this replica's \
+            leadership");
+        ElectionLease::start(
+            target,
+            leadership.clone(),
+            election.candidacy(),
+            settings.timing.lease_duration,
+            Some(kube.client.clone()),
+        )
+    });
     let served = match upstream_client(&kube) {
-        Ok(upstream) => Proxy::serve(&listen, upstream, leadership, &identity, metrics).await,
+        Ok(upstream) => {
+            let lease = lease.clone();
+            Proxy::serve(&listen, upstream, leadership, &identity, metrics, lease).await
+        }
         Err(e) => Err(e),
     };
     let proxy = match served {
         Ok(p) => p,
         Err(e) => {
+            if let Some(lease) = &lease {
+                lease.stop();
+            }
             election.stop().await;
             health.stop().await;
             info!(mono_ms = clock::mono_ms(), "replica stopped");
@@ -127,6 +146,9 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     );
     let deadline = election.release(proxy.drain()).await;
     proxy.stop().await;
+    if let Some(lease) = &lease {
+        lease.stop();
+    }
     election.finish(deadline).await;
     health.stop().await;
     info!(mono_ms = clock::mono_ms(), "replica stopped");

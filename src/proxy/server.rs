@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use super::election_lease::ElectionLease;
 use super::exchange::Shared;
 use super::forward;
 use super::listen::{self, Bound};
@@ -51,7 +52,8 @@ pub struct Proxy {
 
 impl Proxy {
     /// Binds `listen` and serves the proxy: `client` (ungated: the gate is here) sends, under
-    /// `leadership`, with `identity` named in refusals; counted in `metrics`.
+    /// `leadership`, with `identity` named in refusals; counted in `metrics`; `election`, when
+    /// given, answers the controller's own election.
     ///
     /// # Errors
     /// When `listen` cannot be bound: in use, not allowed, or a path that exists and is not a
@@ -62,6 +64,7 @@ impl Proxy {
         leadership: Leadership,
         identity: &Identity,
         metrics: Arc<Metrics>,
+        election: Option<Arc<ElectionLease>>,
     ) -> anyhow::Result<Proxy> {
         let (listener, bound) = listen::bind(listen)
             .await
@@ -75,6 +78,7 @@ impl Proxy {
             latest_deadline: Default::default(),
             refusals: Default::default(),
             cut_streams: CancellationToken::new(),
+            election,
         });
         let draining = CancellationToken::new();
         let closing = CancellationToken::new();

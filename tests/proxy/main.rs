@@ -10,6 +10,7 @@ mod common;
 mod answers;
 mod bad_input;
 mod client_go;
+mod election;
 mod upgrades;
 
 use std::io::{BufRead, BufReader, Read, Write};
