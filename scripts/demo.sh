@@ -47,6 +47,8 @@ say() { printf '[demo.sh] %s\n' "$*" >&2; }
 ensure_packages
 
 . scripts/servers.sh
+# The demo's replicas are gateway-leader's own: no Contour to build.
+SERVERS_WITHOUT_CONTOUR=1
 if [ -n "$kubeconfig" ]; then
   SERVERS_WITHOUT_APISERVER=1
   [ "$backend" = etcd ] || SERVERS_WITHOUT_ETCD=1

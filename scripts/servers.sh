@@ -7,8 +7,11 @@
 #   GATEWAY_LEADER_GATEWAY_API_CRDS  the Gateway API standard-channel CRDs (kept when set): the
 #                                    newest release (GATEWAY_API_VERSION), or the oldest supported
 #                                    one (GATEWAY_API_OLDEST) with GATEWAY_LEADER_KUBE_VERSION=oldest
+#   GATEWAY_LEADER_PEERS             the Go peers of testkit/peers/ (kept when set)
+#   GATEWAY_LEADER_CONTOUR           Contour's controller, its CRDs and RBAC beside it (kept when
+#                                    set): a real Gateway API controller for tests/contour.rs
 # SERVERS_WITHOUT_APISERVER=1, SERVERS_WITHOUT_ETCD=1 and SERVERS_WITHOUT_CRDS=1 skip one (the
-# demo on an existing cluster).
+# demo on an existing cluster); SERVERS_WITHOUT_CONTOUR=1 skips Contour (the demo runs none).
 
 ensure_servers() {
   if [ -z "${GATEWAY_LEADER_TEST_KUBECONFIG:-}" ] && [ -z "${GATEWAY_LEADER_KUBE_APISERVER:-}" ] \
@@ -32,5 +35,10 @@ ensure_servers() {
   if [ -z "${GATEWAY_LEADER_PEERS:-}" ]; then
     GATEWAY_LEADER_PEERS=$(scripts/build-peers.sh | tail -n 1)
     export GATEWAY_LEADER_PEERS
+  fi
+  if [ -z "${GATEWAY_LEADER_CONTOUR:-}" ] && [ "${SERVERS_WITHOUT_CONTOUR:-0}" != 1 ]; then
+    printf '[servers] making sure contour is built (first run: about 4 minutes)\n' >&2
+    GATEWAY_LEADER_CONTOUR=$(scripts/build-contour.sh | tail -n 1)
+    export GATEWAY_LEADER_CONTOUR
   fi
 }

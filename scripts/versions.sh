@@ -33,3 +33,9 @@ GO_FETCHES_TOOLCHAINS=1.21.0
 # helm, from helm.sh/helm/v4/cmd/helm (scripts/build-helm.sh): the newest v4 release the Go module
 # proxy serves. The chart's tests (tests/helm_chart.rs) lint and render with it.
 HELM_VERSION=v4.3.2
+
+# Contour, from github.com/projectcontour/contour/cmd/contour (scripts/build-contour.sh): a real
+# Gateway API controller that tests/contour.rs runs behind `gateway-leader proxy`. The newest
+# release the Go module proxy serves; its go.mod names the Gateway API release it was built
+# against (v1.3.0 for v1.33.8), which the build records beside the binary.
+CONTOUR_VERSION=v1.33.8
