@@ -2,13 +2,11 @@
 //!
 //! Used by the etcd backend's tests and as the storage of the test kube-apiserver.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 use crate::process::{free_port, wait_until, ServerProcess};
 
@@ -265,19 +263,9 @@ pub(crate) fn health(port: u16) -> bool {
     get(port, "/health").is_some_and(|body| body.contains("\"health\":\"true\""))
 }
 
-/// One blocking plain-http GET of `path` on the metrics port; the whole answer, or `None`.
+/// One blocking plain-http GET of `path` on the metrics port; the body, or `None`.
 pub(crate) fn get(port: u16, path: &str) -> Option<String> {
-    let probe = || -> Result<String> {
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
-        s.set_read_timeout(Some(Duration::from_secs(3)))?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-            .context("sending the probe")?;
-        let mut body = String::new();
-        s.read_to_string(&mut body)?;
-        Ok(body)
-    };
-    probe().ok()
+    crate::metrics::get(std::net::SocketAddr::from(([127, 0, 0, 1], port)), path).ok()
 }
 
 #[cfg(test)]

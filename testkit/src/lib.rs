@@ -17,6 +17,7 @@ pub mod etcd;
 pub mod etcd_cluster;
 pub mod gateway_api;
 pub mod kube;
+pub mod metrics;
 pub mod process;
 pub mod proxy;
 pub mod rbac;

@@ -2,8 +2,7 @@
 //! renewal of the leader, and each replica's CPU and memory from /proc, over a quiet window with
 //! one leader and N followers.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::ToSocketAddrs;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -46,32 +45,16 @@ pub struct Cost {
     pub follower_rss_mib: f64,
 }
 
-/// Sums the samples of `metric` (optionally only those whose labels contain `label`) in
-/// Prometheus text.
-pub(crate) fn sum_metric(text: &str, metric: &str, label: Option<&str>) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            l.strip_prefix(metric)
-                .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
-        })
-        .filter(|l| label.is_none_or(|x| l.contains(x)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
+pub(crate) use testkit::metrics::sum as sum_metric;
 
 /// One blocking plain-HTTP GET of `path` on `host:port`; the body.
 pub(crate) fn http_get(hostport: &str, path: &str) -> Result<String> {
-    let mut s =
-        TcpStream::connect(hostport).with_context(|| format!("connecting to {hostport}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {hostport}\r\n\r\n")?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    Ok(text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default())
+    let addr = hostport
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {hostport}"))?
+        .next()
+        .ok_or_else(|| anyhow!("{hostport} resolves to no address"))?;
+    testkit::metrics::get(addr, path)
 }
 
 /// The server's own request counter for the lock's traffic, and what it is.
@@ -226,16 +209,4 @@ pub async fn of_lane(
         .filter(|_| renewals > 0)
         .map(|r| r * c.window_s / renewals as f64);
     Ok(Some(c))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sums_prometheus_samples() {
-        let t = "# HELP x\nx_total{a=\"1\"} 2\nx_total{a=\"2\"} 3.5\nx_total_other 9\nx_total 1\n";
-        assert_eq!(sum_metric(t, "x_total", None), 6.5);
-        assert_eq!(sum_metric(t, "x_total", Some("a=\"2\"")), 3.5);
-    }
 }
