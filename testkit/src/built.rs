@@ -1,7 +1,7 @@
 //! Where the servers and peers built from their Go modules are: an environment variable names a
 //! binary, else the cache that the build scripts (`scripts/build-kube-apiserver.sh`,
 //! `scripts/build-etcd.sh`, `scripts/gateway-api-crds.sh`, `scripts/build-peers.sh`,
-//! `scripts/build-helm.sh`) fill, asked
+//! `scripts/build-helm.sh`, `scripts/build-contour.sh`) fill, asked
 //! with `--cached` so that a binary of an older recipe is never used. A missing one is an error
 //! that says how to get it.
 
@@ -24,6 +24,15 @@ pub const CRDS_ENV: &str = "GATEWAY_LEADER_GATEWAY_API_CRDS";
 pub const PEERS_ENV: &str = "GATEWAY_LEADER_PEERS";
 /// Names the helm binary that lints and renders the chart.
 pub const HELM_ENV: &str = "GATEWAY_LEADER_HELM";
+/// Names the contour binary (Contour's own CRDs, [`CONTOUR_CRDS`], and RBAC, [`CONTOUR_RBAC`],
+/// beside it) that tests/contour.rs runs.
+pub const CONTOUR_ENV: &str = "GATEWAY_LEADER_CONTOUR";
+/// The file beside [`contour`] holding Contour's own CRDs (HTTPProxy, ExtensionService, ...),
+/// as its release ships them.
+pub const CONTOUR_CRDS: &str = "contour-crds.yaml";
+/// The file beside [`contour`] holding Contour's own RBAC (its ClusterRole, its Role for the
+/// leader-election Lease and Events, and their bindings), as its release ships them.
+pub const CONTOUR_RBAC: &str = "contour-rbac.yaml";
 /// The Go peer that runs client-go's `leaderelection` (a file in [`peers`]).
 pub const CLIENT_GO_ELECTOR: &str = "client-go-elector";
 /// The Go peer that runs a controller-runtime Manager with leader election (a file in
@@ -201,4 +210,33 @@ pub fn helm() -> Result<PathBuf> {
              binary"
         ),
     )
+}
+
+/// Contour's controller: `GATEWAY_LEADER_CONTOUR`, else the cached build of the pinned release
+/// (`scripts/build-contour.sh`). Its [`CONTOUR_CRDS`] and [`CONTOUR_RBAC`] must stand beside it.
+pub fn contour() -> Result<PathBuf> {
+    let binary = match from_env(CONTOUR_ENV)? {
+        Some(p) => p,
+        None => cached(
+            "build-contour.sh",
+            &[],
+            "contour",
+            &format!(
+                "run scripts/test.sh, or `. scripts/servers.sh; ensure_servers` (they run \
+                 scripts/build-contour.sh, which builds Contour from its Go module \
+                 github.com/projectcontour/contour, about 5 minutes, and export {CONTOUR_ENV}), \
+                 or set {CONTOUR_ENV} to a contour binary with {CONTOUR_CRDS} and \
+                 {CONTOUR_RBAC} beside it"
+            ),
+        )?,
+    };
+    for file in [CONTOUR_CRDS, CONTOUR_RBAC] {
+        if !binary.with_file_name(file).is_file() {
+            bail!(
+                "no {file} beside {} ({CONTOUR_ENV}); scripts/build-contour.sh puts it there",
+                binary.display()
+            );
+        }
+    }
+    Ok(binary)
 }

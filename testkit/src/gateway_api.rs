@@ -89,49 +89,65 @@ pub fn read_dir(dir: &Path) -> Result<Bundle> {
     files.sort();
     let mut bundle = Bundle::default();
     for f in &files {
-        let len = std::fs::metadata(f)?.len();
-        if len > MAX_FILE {
-            bail!(
-                "{}: {len} bytes is more than a CRD file may have ({MAX_FILE})",
-                f.display()
-            );
-        }
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let value = serde_yaml::Value::deserialize(doc)
-                .with_context(|| format!("parsing {}", f.display()))?;
-            if value.is_null() {
-                continue;
-            }
-            let kind = value
-                .get("kind")
-                .and_then(|k| k.as_str())
-                .unwrap_or_default()
-                .to_string();
-            let bad = || format!("{} holds a {kind} that does not parse", f.display());
-            match kind.as_str() {
-                "CustomResourceDefinition" => bundle
-                    .crds
-                    .push(serde_yaml::from_value(value).with_context(bad)?),
-                "ValidatingAdmissionPolicy" => bundle
-                    .policies
-                    .push(serde_yaml::from_value(value).with_context(bad)?),
-                "ValidatingAdmissionPolicyBinding" => bundle
-                    .bindings
-                    .push(serde_yaml::from_value(value).with_context(bad)?),
-                other => bail!(
-                    "{} holds a {other:?}: a CRD folder holds CustomResourceDefinitions and \
-                     ValidatingAdmissionPolicies with their bindings",
-                    f.display()
-                ),
-            }
-        }
+        read_into(&mut bundle, f)?;
     }
     if bundle.crds.is_empty() {
         bail!("{} holds no CRD (*.yaml)", dir.display());
     }
     Ok(bundle)
+}
+
+/// Reads every document of the file `f` (multi-document files too): CRDs, admission policies
+/// and their bindings; any other kind is an error.
+pub fn read_file(f: &Path) -> Result<Bundle> {
+    let mut bundle = Bundle::default();
+    read_into(&mut bundle, f)?;
+    if bundle.crds.is_empty() {
+        bail!("{} holds no CRD", f.display());
+    }
+    Ok(bundle)
+}
+
+/// Adds the documents of the file `f` to `bundle`.
+fn read_into(bundle: &mut Bundle, f: &Path) -> Result<()> {
+    let len = std::fs::metadata(f)?.len();
+    if len > MAX_FILE {
+        bail!(
+            "{}: {len} bytes is more than a CRD file may have ({MAX_FILE})",
+            f.display()
+        );
+    }
+    let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value = serde_yaml::Value::deserialize(doc)
+            .with_context(|| format!("parsing {}", f.display()))?;
+        if value.is_null() {
+            continue;
+        }
+        let kind = value
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or_default()
+            .to_string();
+        let bad = || format!("{} holds a {kind} that does not parse", f.display());
+        match kind.as_str() {
+            "CustomResourceDefinition" => bundle
+                .crds
+                .push(serde_yaml::from_value(value).with_context(bad)?),
+            "ValidatingAdmissionPolicy" => bundle
+                .policies
+                .push(serde_yaml::from_value(value).with_context(bad)?),
+            "ValidatingAdmissionPolicyBinding" => bundle
+                .bindings
+                .push(serde_yaml::from_value(value).with_context(bad)?),
+            other => bail!(
+                "{} holds a {other:?}: CRD files hold CustomResourceDefinitions and \
+                 ValidatingAdmissionPolicies with their bindings",
+                f.display()
+            ),
+        }
+    }
+    Ok(())
 }
 
 /// The upstream CRDs to install, from [`crd_dir`].
@@ -144,7 +160,7 @@ pub fn crds() -> Result<Vec<CustomResourceDefinition>> {
 /// exists is left as it is.
 pub async fn install(client: &Client) -> Result<()> {
     let bundle = read_dir(&crd_dir()?)?;
-    create_crds(client, &bundle.crds).await?;
+    install_crds(client, &bundle.crds).await?;
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
     for p in &bundle.policies {
         create(&policies, p, "ValidatingAdmissionPolicy").await?;
@@ -163,10 +179,12 @@ pub async fn install_some(client: &Client, wanted: impl Fn(&str) -> bool) -> Res
         .into_iter()
         .filter(|c| c.metadata.name.as_deref().is_some_and(&wanted))
         .collect();
-    create_crds(client, &crds).await
+    install_crds(client, &crds).await
 }
 
-async fn create_crds(client: &Client, crds: &[CustomResourceDefinition]) -> Result<()> {
+/// Creates `crds` (those that exist already are left as they are) and waits until each is
+/// established.
+pub async fn install_crds(client: &Client, crds: &[CustomResourceDefinition]) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in crds {
         create(&api, crd, "CRD").await?;

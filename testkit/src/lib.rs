@@ -2,9 +2,10 @@
 //! `redis-server` (alone, or a primary, a replica and three Sentinels) and `kube-apiserver`
 //! processes on free loopback ports with temporary data dirs, the Gateway API CRDs on an
 //! apiserver, the shipped RBAC bound to a test's service account, and a TCP proxy that
-//! black-holes a client's traffic on demand (a partition); and the replica harness
-//! ([`replica`]): `gateway-leader run` processes and the Go peers, their log lines read as typed
-//! events, for the tests, the bench and the demo alike.
+//! black-holes a client's traffic on demand (a partition); the replica harness ([`replica`]):
+//! `gateway-leader run` processes and the Go peers, their log lines read as typed events, for
+//! the tests, the bench and the demo alike; and Contour ([`contour`]), a real Gateway API
+//! controller, run with no Envoy.
 //!
 //! Dev-only: the test suites and `gateway-leader-bench` use it; nothing that ships links it. It
 //! depends on no lock backend and not on the `gateway-leader` binary (the harness knows it by
@@ -13,6 +14,7 @@
 
 pub mod built;
 pub mod cargo;
+pub mod contour;
 pub mod etcd;
 pub mod etcd_cluster;
 pub mod gateway_api;

@@ -11,19 +11,34 @@ use serde::Deserialize;
 use crate::kube::KubeApiServer;
 
 /// Creates every Role, RoleBinding, ClusterRole and ClusterRoleBinding in the manifest `file`,
-/// with every binding's subjects replaced by service account `sa` of `ns`. Cluster-scoped
-/// objects get `-<ns>` appended to their names (and their references), so tests that bind the
-/// same manifest in different namespaces do not collide. Returns how many objects were created.
+/// with every binding's subjects replaced by service account `sa` of `ns`. Namespaced objects
+/// are created in `ns`, whatever namespace the file names; cluster-scoped objects get `-<ns>`
+/// appended to their names (and their references), so tests that bind the same manifest in
+/// different namespaces do not collide. Returns how many objects were created.
 pub async fn bind_manifest(s: &KubeApiServer, file: &Path, ns: &str, sa: &str) -> Result<usize> {
+    bind_manifest_to(s, file, ns, &[sa]).await
+}
+
+/// Like [`bind_manifest`], with every binding's subjects replaced by all the service accounts
+/// `sas` of `ns`: several replicas, each with a credential of its own, on one set of rights.
+pub async fn bind_manifest_to(
+    s: &KubeApiServer,
+    file: &Path,
+    ns: &str,
+    sas: &[&str],
+) -> Result<usize> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let client = s.admin_client();
-    let subject = Subject {
-        kind: "ServiceAccount".into(),
-        name: sa.into(),
-        namespace: Some(ns.into()),
-        ..Subject::default()
-    };
+    let subjects: Vec<Subject> = sas
+        .iter()
+        .map(|sa| Subject {
+            kind: "ServiceAccount".into(),
+            name: (*sa).into(),
+            namespace: Some(ns.into()),
+            ..Subject::default()
+        })
+        .collect();
     let suffix = |name: &Option<String>| name.as_ref().map(|n| format!("{n}-{ns}"));
     let pp = PostParams::default();
     // Parsed up front: the YAML deserializer is not Send, and this future may move between
@@ -45,12 +60,14 @@ pub async fn bind_manifest(s: &KubeApiServer, file: &Path, ns: &str, sa: &str) -
         let what = format!("{} {kind}", file.display());
         match kind.as_str() {
             "Role" => {
-                let role: Role = serde_yaml::from_value(v).context(what.clone())?;
+                let mut role: Role = serde_yaml::from_value(v).context(what.clone())?;
+                role.metadata.namespace = Some(ns.into());
                 create(Api::namespaced(client.clone(), ns), &pp, &role, &what).await?;
             }
             "RoleBinding" => {
                 let mut b: RoleBinding = serde_yaml::from_value(v).context(what.clone())?;
-                b.subjects = Some(vec![subject.clone()]);
+                b.metadata.namespace = Some(ns.into());
+                b.subjects = Some(subjects.clone());
                 if b.role_ref.kind == "ClusterRole" {
                     b.role_ref.name = format!("{}-{ns}", b.role_ref.name);
                 }
@@ -65,7 +82,7 @@ pub async fn bind_manifest(s: &KubeApiServer, file: &Path, ns: &str, sa: &str) -
                 let mut b: ClusterRoleBinding = serde_yaml::from_value(v).context(what.clone())?;
                 b.metadata.name = suffix(&b.metadata.name);
                 b.role_ref.name = format!("{}-{ns}", b.role_ref.name);
-                b.subjects = Some(vec![subject.clone()]);
+                b.subjects = Some(subjects.clone());
                 create(Api::all(client.clone()), &pp, &b, &what).await?;
             }
             other => bail!("{}: {other:?} is not an RBAC kind", file.display()),
