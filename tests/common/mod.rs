@@ -9,6 +9,7 @@ pub mod gateway;
 pub mod helm;
 pub mod in_cluster;
 pub mod pod;
+pub mod proxy;
 
 use std::process::Command;
 use std::time::{Duration, SystemTime};

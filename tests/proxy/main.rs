@@ -15,11 +15,12 @@ mod upgrades;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::proxy::Proxy;
 use common::{blocking, Replica};
 use gateway_leader_log::message;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -29,43 +30,8 @@ use testkit::kube::KubeApiServer;
 /// What a wait on a process or the server may take on a busy 2-core machine.
 const PATIENCE: Duration = Duration::from_secs(90);
 
-/// One proxy replica on the Lease `ns` holds.
-struct Proxy {
-    replica: Replica,
-    addr: SocketAddr,
-    kubeconfig: PathBuf,
-}
-
+/// kubectl through a proxy.
 impl Proxy {
-    /// Starts `gateway-leader proxy` as `name` on a free loopback port, electing on the Lease in
-    /// `ns`; waits until it serves.
-    fn start(server: &KubeApiServer, name: &str, ns: &str, dir: &Path, extra: &[&str]) -> Proxy {
-        let port = testkit::process::free_port().expect("a free port");
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let exe = Path::new(env!("CARGO_BIN_EXE_gateway-leader"));
-        let mut cmd = Command::new(exe);
-        cmd.arg("proxy")
-            .args(["--lock-backend", "kubernetes", "--kubeconfig"])
-            .arg(server.kubeconfig_path())
-            .args(["--leader-election-namespace", ns])
-            .args(["--proxy-listen", &addr.to_string()])
-            .args(["--health-addr", "127.0.0.1:0", "--log-format", "json"])
-            .args(["--leader-election-identity", name])
-            .args(extra)
-            .env("RUST_LOG", "info");
-        testkit::replica::clear_settings(&mut cmd);
-        let mut replica = Replica::spawn(name, cmd);
-        replica.wait_for(message::PROXY_SERVING, PATIENCE);
-        let kubeconfig = dir.join(format!("{name}.kubeconfig"));
-        std::fs::write(&kubeconfig, gateway_leader::proxy::kubeconfig(addr))
-            .expect("the proxy's kubeconfig");
-        Proxy {
-            replica,
-            addr,
-            kubeconfig,
-        }
-    }
-
     /// `kubectl ARGS` through this proxy.
     fn kubectl(&self, args: &[&str]) -> std::process::Output {
         Command::new(common::deploy::kubectl())

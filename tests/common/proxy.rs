@@ -1,0 +1,75 @@
+//! `gateway-leader proxy` replicas as the tests start them: on a free loopback port, electing
+//! on a Lease, with a kubeconfig that points a client at the proxy.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use gateway_leader_log::message;
+use testkit::kube::KubeApiServer;
+
+use super::Replica;
+
+/// What a proxy may take to serve on a busy 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+/// One proxy replica.
+pub struct Proxy {
+    /// The running `gateway-leader proxy`.
+    pub replica: Replica,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// A kubeconfig without credentials whose server is the proxy.
+    pub kubeconfig: PathBuf,
+}
+
+impl Proxy {
+    /// Starts `gateway-leader proxy` as `name` on a free loopback port with the server's admin
+    /// credentials, electing on the Lease in `ns`; waits until it serves. Its kubeconfig is
+    /// written into `dir`.
+    pub fn start(
+        server: &KubeApiServer,
+        name: &str,
+        ns: &str,
+        dir: &Path,
+        extra: &[&str],
+    ) -> Proxy {
+        Self::start_with(server.kubeconfig_path(), name, ns, dir, extra)
+    }
+
+    /// Like [`Proxy::start`], sending with the credentials of `kubeconfig` (a service account's
+    /// token, say, so that the server's audit log names this proxy).
+    pub fn start_with(
+        kubeconfig: &Path,
+        name: &str,
+        ns: &str,
+        dir: &Path,
+        extra: &[&str],
+    ) -> Proxy {
+        let port = testkit::process::free_port().expect("a free port");
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let exe = Path::new(env!("CARGO_BIN_EXE_gateway-leader"));
+        let mut cmd = Command::new(exe);
+        cmd.arg("proxy")
+            .args(["--lock-backend", "kubernetes", "--kubeconfig"])
+            .arg(kubeconfig)
+            .args(["--leader-election-namespace", ns])
+            .args(["--proxy-listen", &addr.to_string()])
+            .args(["--health-addr", "127.0.0.1:0", "--log-format", "json"])
+            .args(["--leader-election-identity", name])
+            .args(extra)
+            .env("RUST_LOG", "info");
+        testkit::replica::clear_settings(&mut cmd);
+        let mut replica = Replica::spawn(name, cmd);
+        replica.wait_for(message::PROXY_SERVING, PATIENCE);
+        let kubeconfig = dir.join(format!("{name}.kubeconfig"));
+        std::fs::write(&kubeconfig, gateway_leader::proxy::kubeconfig(addr))
+            .expect("the proxy's kubeconfig");
+        Proxy {
+            replica,
+            addr,
+            kubeconfig,
+        }
+    }
+}
