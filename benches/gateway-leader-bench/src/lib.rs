@@ -21,6 +21,7 @@ pub mod anchor;
 pub mod args;
 pub mod checker;
 pub mod cluster;
+pub mod controller_handover;
 pub mod cost;
 pub mod etcd_handover;
 pub mod floor;

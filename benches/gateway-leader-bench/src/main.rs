@@ -28,6 +28,10 @@ enum Command {
     /// Time our etcd elector's graceful handover beside `etcdctl elect`'s on one throwaway etcd,
     /// rounds alternating (see docs/etcd.md, "Graceful handover beside `etcdctl elect`").
     EtcdHandover(EtcdHandoverArgs),
+    /// Time a controller's own election handing over, natively and driven by our lock through
+    /// `gateway-leader proxy --proxy-election-lease` (see docs/benchmarks.md, "A controller's own
+    /// election, driven by ours").
+    ControllerHandover(gateway_leader_bench::controller_handover::ControllerHandoverArgs),
     /// Start a throwaway kube-apiserver with the Gateway API CRDs on this machine and keep it up
     /// until Ctrl-C, to try gateway-leader by hand (see docs/operations.md).
     LocalApiserver(LocalArgs),
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => gateway_leader_bench::main(*args),
         Command::EtcdHandover(args) => gateway_leader_bench::etcd_handover::main(args),
+        Command::ControllerHandover(args) => gateway_leader_bench::controller_handover::main(args),
         Command::LocalApiserver(args) => gateway_leader_bench::local::main(args),
         Command::PlotScale(args) => gateway_leader_bench::scale_plot::main(args),
     }
