@@ -839,7 +839,9 @@ async fn with_its_election_answered_by_the_proxy_only_the_leader_s_contour_leads
     // it (a rolling update), and do nothing else with it.
     let requests = scene.lease_requests(CONTOUR_LEASE);
     assert!(
-        requests.iter().all(|r| r.verb == "list" || r.verb == "watch"),
+        requests
+            .iter()
+            .all(|r| r.verb == "list" || r.verb == "watch"),
         "{requests:#?}"
     );
     assert_eq!(

@@ -340,7 +340,7 @@ impl ElectionLease {
                     Ok(l) => l,
                     Err(m) => return status(StatusCode::BAD_REQUEST, "BadRequest", &m),
                 };
-                match self.update(lease) {
+                match self.update(lease, encoding) {
                     Ok(lease) => encoded(StatusCode::OK, answer, &lease),
                     Err(r) => status(r.code, r.reason, &r.message),
                 }
@@ -453,7 +453,7 @@ impl ElectionLease {
 
     /// An update: a take or a renew while this replica validly leads, a release at any time;
     /// otherwise a conflict, as a lost race.
-    fn update(&self, sent: Lease) -> Result<Lease, Refusal> {
+    fn update(&self, sent: Lease, encoding: Encoding) -> Result<Lease, Refusal> {
         let name_ok = sent.metadata.name.as_deref() == Some(self.target.name.as_str())
             && sent
                 .metadata
@@ -536,6 +536,7 @@ impl ElectionLease {
         if !renew {
             state.transitions = state.transitions.saturating_add(1);
             info!(lease = %self.target, holder = %holder, term = %permit.term,
+                content_type = encoding.content_type(),
                 "the controller leads, under this replica's leadership");
         }
         let lease_duration = spec
