@@ -58,6 +58,15 @@ pub struct ControllerHandoverArgs {
     /// The `gateway-leader` binary (default: the one beside this executable).
     #[arg(long, value_name = "PATH")]
     pub binary: Option<PathBuf>,
+    /// Which modes, comma-separated: native, driven, driven-fast.
+    #[arg(long, default_value = "native,driven,driven-fast", value_name = "LIST")]
+    pub modes: String,
+    /// Which stops, comma-separated: graceful, crash.
+    #[arg(long, default_value = "graceful,crash", value_name = "LIST")]
+    pub stops: String,
+    /// Where every process's lines are kept (`logs/controller-handover/ROUND-PROCESS.log`).
+    #[arg(long, default_value = "bench-out", value_name = "DIR")]
+    pub out: PathBuf,
 }
 
 /// One way to run the controller.
@@ -71,6 +80,13 @@ enum Mode {
 impl Mode {
     const ALL: [Mode; 3] = [Mode::Native, Mode::Driven, Mode::DrivenFast];
 
+    fn parse(s: &str) -> Result<Mode, String> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("{s:?}; accepted: native, driven, driven-fast"))
+    }
+
     fn name(self) -> &'static str {
         match self {
             Mode::Native => "native",
@@ -83,7 +99,7 @@ impl Mode {
 /// Runs the subcommand; 0, 1 (a round failed) or 2 (bad input, nothing started).
 pub fn main(args: ControllerHandoverArgs) -> ExitCode {
     let checked = check(&args);
-    let (binary, timing) = match checked {
+    let (binary, timing, plan) = match checked {
         Ok(c) => c,
         Err(e) => {
             eprintln!("gateway-leader-bench controller-handover: {e}");
@@ -101,7 +117,8 @@ pub fn main(args: ControllerHandoverArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(&binary, &timing, args.rounds)) {
+    let logs = args.out.join("logs").join("controller-handover");
+    match rt.block_on(run(&binary, &timing, &plan, args.rounds, &logs)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gateway-leader-bench controller-handover: {e:#}");
@@ -117,7 +134,27 @@ struct Timing {
     retry: String,
 }
 
-fn check(args: &ControllerHandoverArgs) -> Result<(PathBuf, Timing), String> {
+/// The modes and stops to time, in order.
+struct Plan {
+    modes: Vec<Mode>,
+    stops: Vec<(&'static str, Signal)>,
+}
+
+fn check(args: &ControllerHandoverArgs) -> Result<(PathBuf, Timing, Plan), String> {
+    let modes = args
+        .modes
+        .split(',')
+        .map(|m| Mode::parse(m.trim()).map_err(|e| format!("--modes: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let stops = args
+        .stops
+        .split(',')
+        .map(|s| match s.trim() {
+            "graceful" => Ok(("graceful", Signal::SIGTERM)),
+            "crash" => Ok(("crash", Signal::SIGKILL)),
+            other => Err(format!("--stops: {other:?}; accepted: graceful, crash")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     if !(1..=MAX_ROUNDS).contains(&args.rounds) {
         return Err(format!(
             "--rounds {}: accepted: 1 to {MAX_ROUNDS}",
@@ -156,10 +193,18 @@ fn check(args: &ControllerHandoverArgs) -> Result<(PathBuf, Timing), String> {
             renew: go(parsed[1]),
             retry: go(parsed[2]),
         },
+        Plan { modes, stops },
     ))
 }
 
-async fn run(binary: &Path, timing: &Timing, rounds: usize) -> Result<()> {
+async fn run(
+    binary: &Path,
+    timing: &Timing,
+    plan: &Plan,
+    rounds: usize,
+    logs: &Path,
+) -> Result<()> {
+    std::fs::create_dir_all(logs).with_context(|| format!("creating {}", logs.display()))?;
     let peers = testkit::built::peers()?;
     let server = KubeApiServer::start_local()
         .await
@@ -167,8 +212,8 @@ async fn run(binary: &Path, timing: &Timing, rounds: usize) -> Result<()> {
     let dir = tempfile::tempdir().context("a directory for the kubeconfigs")?;
     let mut results: Vec<(Mode, &str, Vec<f64>)> = Vec::new();
     let mut n = 0;
-    for mode in Mode::ALL {
-        for (kind, signal) in [("graceful", Signal::SIGTERM), ("crash", Signal::SIGKILL)] {
+    for &mode in &plan.modes {
+        for &(kind, signal) in &plan.stops {
             let mut samples = Vec::new();
             for round in 0..rounds {
                 n += 1;
@@ -179,6 +224,7 @@ async fn run(binary: &Path, timing: &Timing, rounds: usize) -> Result<()> {
                     dir: dir.path(),
                     timing,
                     lease: format!("ctl-{n}"),
+                    logs,
                 };
                 let ms = setup
                     .round(mode, signal)
@@ -218,6 +264,7 @@ struct Setup<'a> {
     dir: &'a Path,
     timing: &'a Timing,
     lease: String,
+    logs: &'a Path,
 }
 
 /// One replica: its controller, and its proxy in the driven modes.
@@ -301,7 +348,8 @@ impl Setup<'_> {
                     .args(["--health-addr", "127.0.0.1:0", "--log-format", "json"])
                     .env("RUST_LOG", "info");
                 testkit::replica::clear_settings(&mut cmd);
-                let mut proxy = Process::spawn(cmd, true)?;
+                let log = self.logs.join(format!("{}-proxy-{name}.log", self.lease));
+                let mut proxy = Process::spawn(cmd, true, &log)?;
                 proxy
                     .wait(PATIENCE, |v| {
                         v["fields"]["message"] == gateway_leader_log::message::PROXY_SERVING
@@ -328,8 +376,11 @@ impl Setup<'_> {
             .arg(format!("--renew-deadline={}", t.renew))
             .arg(format!("--retry-period={retry}"))
             .env_remove("KUBECONFIG");
+        let log = self
+            .logs
+            .join(format!("{}-controller-{name}.log", self.lease));
         Ok(Pod {
-            controller: Process::spawn(cmd, false)?,
+            controller: Process::spawn(cmd, false, &log)?,
             proxy,
         })
     }
@@ -343,8 +394,12 @@ struct Process {
 }
 
 impl Process {
-    /// Starts `cmd`, reading its lines from stdout (the Go peers) or stderr (our logs).
-    fn spawn(mut cmd: Command, from_stderr: bool) -> Result<Process> {
+    /// Starts `cmd`, reading its lines from stdout (the Go peers) or stderr (our logs), each
+    /// also written to `log`.
+    fn spawn(mut cmd: Command, from_stderr: bool, log: &Path) -> Result<Process> {
+        use std::io::Write;
+        let mut file =
+            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let (out, err) = if from_stderr {
             (Stdio::null(), Stdio::piped())
         } else {
@@ -363,9 +418,9 @@ impl Process {
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
+                let _ = writeln!(file, "{line}");
+                // The reader may be gone; the log goes on until the process ends.
+                let _ = tx.send(line);
             }
         });
         Ok(Process {
