@@ -123,6 +123,12 @@ struct State {
     /// The renew deadline of the timing [`LeaderLock::validate`] accepted: the default request
     /// timeout is half of it.
     renew_deadline: Option<Duration>,
+    /// When a read or a watch event last showed the Lease there. An answer that it is absent, to
+    /// a request sent before then, may predate its creation: two replicas starting together
+    /// see the first one's create on a read while their watch's list, sent a moment earlier,
+    /// comes back empty. Taken for a deletion, it would hold every follower off a graceful
+    /// release for a lease duration.
+    present_at: Option<Instant>,
 }
 
 /// What to do after reading the Lease.
@@ -153,6 +159,7 @@ impl LeaseLock {
                     fallback: DEFAULT_LEASE,
                     highest: None,
                     renew_deadline: None,
+                    present_at: None,
                 }),
             }),
         }
@@ -252,6 +259,7 @@ impl LeaseLock {
                         fallback: s.fallback,
                         highest: s.highest,
                         renew_deadline: s.renew_deadline,
+                        present_at: s.present_at,
                     }),
                 };
                 drop(s);
@@ -325,7 +333,9 @@ impl Inner {
             }
             _ => s.highest = Some(transitions),
         }
-        s.observed.observe(&rec, Instant::now());
+        let now = Instant::now();
+        s.observed.observe(&rec, now);
+        s.present_at = Some(now);
         rec
     }
 
@@ -342,15 +352,28 @@ impl Inner {
         })
     }
 
-    /// Notes that the Lease is gone (404, an empty list, a delete event with its final state).
+    /// Notes that the Lease is gone (404, an empty list, a delete event with its final state);
+    /// `asked` is when the request that found it absent was sent (none for a watch event, which
+    /// the watch delivers in order).
     ///
     /// A release leaves the Lease in place with an empty holder, so a Lease that disappears under
     /// a holder was deleted (by an operator, a namespace cleanup, a restore): its holder may still
     /// believe it leads. Nobody may take it for that holder's lease duration from now, ourselves
-    /// included when it was ours; and we never renew a Lease we did not find.
-    fn gone(&self, last: Option<&Lease>) {
+    /// included when it was ours; and we never renew a Lease we did not find. An absence older
+    /// than a sighting says nothing (see `State::present_at`): a deletion since that sighting
+    /// comes again, as the watch's delete event or the next read.
+    fn gone(&self, last: Option<&Lease>, asked: Option<Instant>) {
         let last = last.map(|l| spec::record(l, self.clamp()));
         let mut s = self.state();
+        if let (Some(asked), Some(present)) = (asked, s.present_at) {
+            if present >= asked {
+                debug!(
+                    lease = %format!("{}/{}", self.namespace, self.name),
+                    "an answer that the Lease is absent, older than a sighting of it; ignored"
+                );
+                return;
+            }
+        }
         s.own = None;
         s.watched = None;
         let now = Instant::now();
@@ -372,13 +395,14 @@ impl Inner {
     }
 
     async fn read(&self) -> Result<Option<Lease>, LockError> {
+        let asked = Instant::now();
         let r = bounded(self.timeout(), self.api.get_opt(&self.name)).await?;
         let lease = r.map_err(|e| classify(&self.what("get"), e))?;
         match &lease {
             Some(l) => {
                 self.observe(l);
             }
-            None => self.gone(None),
+            None => self.gone(None, Some(asked)),
         }
         Ok(lease)
     }
@@ -672,13 +696,14 @@ impl LeaderLock for LeaseLock {
         let inner = &self.inner;
         // A list (not a get) gives a resourceVersion to watch from even when the Lease is absent.
         let lp = ListParams::default().fields(&format!("metadata.name={}", inner.name));
+        let asked = Instant::now();
         let r = bounded(inner.timeout(), inner.api.list(&lp)).await?;
         let list = r.map_err(|e| classify(&inner.what("list"), e))?;
         match list.items.first() {
             Some(l) => {
                 inner.observe(l);
             }
-            None => inner.gone(None),
+            None => inner.gone(None, Some(asked)),
         }
         let version = list.metadata.resource_version.unwrap_or_default();
         let stream = inner.open_watch(&version).await?;

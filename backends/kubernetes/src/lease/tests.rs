@@ -93,3 +93,50 @@ async fn a_watched_copy_of_a_deleted_lease_conflicts_and_the_lease_is_read_again
         .expect("the recreated Lease");
     assert_eq!(super::spec::holder(&held), cb.holder());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absence_answered_late_is_no_deletion_and_a_release_is_taken_at_once() {
+    let server = KubeApiServer::shared()
+        .await
+        .unwrap_or_else(|e| panic!("no kube-apiserver for the tests: {e:#}"));
+    let ns = format!("late-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    server.create_namespace(&ns).await.expect("a namespace");
+    let lock = || LeaseLock::new(server.admin_client(), &ns, "l");
+    let (a, b) = (lock(), lock());
+    let (ca, cb) = (candidate("a"), candidate("b"));
+
+    // Two replicas start together: b asks (its watch's list) before a creates the Lease...
+    let asked = tokio::time::Instant::now();
+    assert!(b.inner.read().await.expect("read").is_none());
+    let Attempt::Leader { term, .. } = a.try_acquire_or_renew(&ca).await.expect("a") else {
+        panic!("a leads a fresh Lease");
+    };
+    // ... b's attempt reads a's Lease, and only then does the list's empty answer arrive.
+    assert!(b.inner.read().await.expect("read").is_some());
+    b.inner.gone(None, Some(asked));
+    assert!(
+        b.inner
+            .state()
+            .observed
+            .hold_off(tokio::time::Instant::now())
+            .is_none(),
+        "a stale absence was taken for a deletion under a live holder"
+    );
+    // a's graceful release is taken at once, not a lease duration later.
+    assert!(a.release(&ca, term).await.expect("a releases"));
+    assert!(
+        matches!(
+            b.try_acquire_or_renew(&cb).await.expect("b"),
+            Attempt::Leader { .. }
+        ),
+        "b did not take the released Lease"
+    );
+    // An absence asked for after a sighting is a deletion: held off.
+    b.inner.gone(None, Some(tokio::time::Instant::now()));
+    assert!(b
+        .inner
+        .state()
+        .observed
+        .hold_off(tokio::time::Instant::now())
+        .is_some());
+}

@@ -81,7 +81,7 @@ async fn forward(
                 if let Some(v) = &l.metadata.resource_version {
                     version.clone_from(v);
                 }
-                inner.gone(Some(&l));
+                inner.gone(Some(&l), None);
                 Ok(LockEvent::Changed(None))
             }
             Some(Ok(WatchEvent::Bookmark(b))) => {
