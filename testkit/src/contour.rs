@@ -415,3 +415,39 @@ pub async fn install_crds(client: &Client) -> Result<()> {
 pub fn rbac_manifest() -> Result<PathBuf> {
     Ok(crate::built::contour()?.with_file_name(crate::built::CONTOUR_RBAC))
 }
+
+/// The manifests Contour's release ships (`examples/` of its Go module at the version
+/// `scripts/versions.sh` pins, which `scripts/build-contour.sh` downloaded into the project's Go
+/// module cache): what an operator applies, for the tests of what gateway-leader adds to it
+/// (`examples/render/contour-gateway.yaml` is what `deploy/examples/contour-with-proxy` pulls
+/// from GitHub).
+///
+/// # Errors
+///
+/// When the module is not in the cache (Contour has not been built here).
+pub fn examples_dir() -> Result<PathBuf> {
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new(env!("CARGO_MANIFEST_DIR")))
+        .join("scripts");
+    // The cache root and the version as the build scripts have them, so the two never differ.
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(
+            ". ./versions.sh && . ./go.sh && printf '%s' \
+             \"$(go_cache_root)/go/mod/github.com/projectcontour/contour@$CONTOUR_VERSION/examples\"",
+        )
+        .current_dir(&scripts)
+        .output()
+        .with_context(|| format!("asking {} where Contour's module is", scripts.display()))?;
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).into_owned());
+    if !out.status.success() || !dir.join("render").is_dir() {
+        return Err(anyhow!(
+            "Contour's release manifests are not at {}: run scripts/build-contour.sh (or `. \
+             scripts/servers.sh; ensure_servers`), which downloads its Go module ({})",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(dir)
+}
