@@ -4,7 +4,8 @@
 //! in place, the pods keep the promises docs/operations.md makes, and the Dockerfile's image
 //! agrees with the Deployment. The proxy's component (`deploy/components/proxy-sidecar`) is
 //! rendered onto Contour's manifests as its release ships them
-//! (`deploy/examples/contour-with-proxy`).
+//! (`deploy/examples/contour-with-proxy`), and onto a chart's output through the Helm
+//! post-renderer (`deploy/examples/post-renderer`).
 
 mod common;
 
@@ -19,6 +20,7 @@ use common::deploy::{
 use common::pod::PodFiles;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::Scope;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 const KUSTOMIZATIONS: [&str; 5] = [
@@ -1159,4 +1161,141 @@ async fn contour_with_the_proxy_passes_the_apiservers_validation() {
     }
     create_all(&client, &namespaces, false).await;
     create_all(&client, &rest, true).await;
+}
+
+#[test]
+fn the_post_renderer_adds_the_proxy_to_a_charts_deployment_through_helm() {
+    // nginx-gateway-fabric's chart is not on this machine: a chart whose Deployment is shaped
+    // like NGF's (named after the release, a service account of its own, env and volume mounts,
+    // and the election Lease named as NGF's _helpers.tpl names it).
+    let dir = tempfile::tempdir().expect("temp dir");
+    let chart = dir.path().join("chart");
+    std::fs::create_dir_all(chart.join("templates")).expect("dir");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: nginx-gateway-fabric\nversion: 2.6.7\n",
+    )
+    .expect("write");
+    std::fs::write(
+        chart.join("templates/all.yaml"),
+        r#"apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ .Release.Name }}-nginx-gateway-fabric
+  namespace: {{ .Release.Namespace }}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Release.Name }}-nginx-gateway-fabric
+  namespace: {{ .Release.Namespace }}
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: ngf}
+  template:
+    metadata:
+      labels: {app: ngf}
+    spec:
+      serviceAccountName: {{ .Release.Name }}-nginx-gateway-fabric
+      containers:
+        - name: nginx-gateway
+          image: ghcr.io/nginx/nginx-gateway-fabric:2.6.7
+          args:
+            - controller
+            - --leader-election-lock-name={{ .Release.Name }}-nginx-gateway-fabric-leader-election
+          env:
+            - name: POD_NAMESPACE
+              valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+          volumeMounts:
+            - name: nginx-agent-tls
+              mountPath: /var/run/secrets/ngf
+      volumes:
+        - name: nginx-agent-tls
+          secret: {secretName: server-tls}
+"#,
+    )
+    .expect("write");
+    // Helm 4 takes a post-renderer as a plugin: the example's directory is one.
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("dir");
+    std::os::unix::fs::symlink(
+        deploy_dir().join("examples/post-renderer"),
+        plugins.join("gateway-leader-proxy"),
+    )
+    .expect("a link to the plugin");
+    let home = dir.path().join("home");
+    let out = Command::new(common::helm::helm())
+        .args(["template", "ngf"])
+        .arg(&chart)
+        .args(["--namespace", "nginx-gateway"])
+        .args(["--post-renderer", "gateway-leader-proxy"])
+        .env("HELM_PLUGINS", &plugins)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .env("KUBECONFIG", home.join("no-kubeconfig"))
+        .env("KUBECTL", common::deploy::kubectl())
+        .output()
+        .expect("helm runs");
+    assert!(
+        out.status.success(),
+        "helm template with the post-renderer: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("UTF-8 YAML");
+    let objects: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| {
+            serde_json::to_value(serde_yaml::Value::deserialize(doc).expect("valid YAML"))
+                .expect("YAML maps to JSON")
+        })
+        .filter(|v| !v.is_null())
+        .collect();
+    let d = one(&objects, "Deployment");
+    let pod = &d["spec"]["template"]["spec"];
+    let proxy = native_sidecar(&objects);
+    assert_eq!(
+        strings(&proxy["args"]).last().map(String::as_str),
+        Some(PROXY_LISTEN)
+    );
+    let controller = &pod["containers"][0];
+    assert!(
+        controller["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .any(|e| e["name"] == "KUBECONFIG"),
+        "NGF reads KUBECONFIG: {controller}"
+    );
+    // The install's settings name the election the chart configures, in the release's namespace.
+    let values = &named(&objects, "ConfigMap", "gateway-leader-proxy");
+    assert_eq!(values["metadata"]["namespace"], "nginx-gateway");
+    let lock_flag = strings(&controller["args"])
+        .into_iter()
+        .find_map(|a| {
+            a.strip_prefix("--leader-election-lock-name=")
+                .map(str::to_string)
+        })
+        .expect("the chart names its election's Lease");
+    assert_eq!(
+        values["data"]["GATEWAY_LEADER_PROXY_ELECTION_LEASE"],
+        format!("nginx-gateway/{lock_flag}")
+    );
+    let binding = named(&objects, "RoleBinding", "gateway-leader-proxy");
+    assert_eq!(
+        binding["subjects"][0]["name"], pod["serviceAccountName"],
+        "bound to the chart's account"
+    );
+    // NGF's own kinds are fenced as well as the Gateway API's.
+    let rules =
+        &one(&objects, "ValidatingAdmissionPolicy")["spec"]["matchConstraints"]["resourceRules"];
+    assert!(
+        rules
+            .as_array()
+            .expect("rules")
+            .iter()
+            .any(|r| r["apiGroups"] == json!(["gateway.nginx.org"])
+                && r["resources"] == json!(["*/status"])),
+        "{rules}"
+    );
 }
