@@ -39,7 +39,8 @@ impl Proxy {
     }
 
     /// Like [`Proxy::start`], sending with the credentials of `kubeconfig` (a service account's
-    /// token, say, so that the server's audit log names this proxy).
+    /// token, say, so that the server's audit log names this proxy). `extra` may name another
+    /// `--lock-backend` (and its settings); the Lease lock is the default.
     pub fn start_with(
         kubeconfig: &Path,
         name: &str,
@@ -51,8 +52,11 @@ impl Proxy {
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let exe = Path::new(env!("CARGO_BIN_EXE_gateway-leader"));
         let mut cmd = Command::new(exe);
-        cmd.arg("proxy")
-            .args(["--lock-backend", "kubernetes", "--kubeconfig"])
+        cmd.arg("proxy");
+        if !extra.contains(&"--lock-backend") {
+            cmd.args(["--lock-backend", "kubernetes"]);
+        }
+        cmd.arg("--kubeconfig")
             .arg(kubeconfig)
             .args(["--leader-election-namespace", ns])
             .args(["--proxy-listen", &addr.to_string()])

@@ -145,6 +145,18 @@ impl Drop for Controller {
 /// A proxy replica answering the election Lease `lease` itself; our lock is the Lease
 /// [`lock_of`]`(lease)`, one per test.
 fn proxy(server: &KubeApiServer, name: &str, lease: &str, dir: &Path) -> Proxy {
+    proxy_on(server, name, lease, dir, &[])
+}
+
+/// [`proxy`] with `backend`'s flags (`--lock-backend etcd --etcd-endpoints ...`; none: the
+/// Lease lock), our lock named [`lock_of`]`(lease)` there.
+fn proxy_on(
+    server: &KubeApiServer,
+    name: &str,
+    lease: &str,
+    dir: &Path,
+    backend: &[&str],
+) -> Proxy {
     let lock = lock_of(lease);
     let lease = format!("{NS}/{lease}");
     let mut extra = vec![
@@ -154,6 +166,7 @@ fn proxy(server: &KubeApiServer, name: &str, lease: &str, dir: &Path) -> Proxy {
         lock.as_str(),
     ];
     extra.extend(SHORT_TIMING);
+    extra.extend(backend);
     Proxy::start(server, name, NS, dir, &extra)
 }
 
@@ -389,4 +402,50 @@ async fn no_controller_here_leads_while_a_native_election_still_renews_the_lease
     assert_eq!(holder, "", "the proxy wrote the apiserver's Lease");
     a.replica.terminate();
     assert_eq!(blocking(|| a.replica.wait_exit(PATIENCE)), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_etcd_and_redis_the_controller_follows_our_lock_the_same_way() {
+    let (server, dir) = setup(NS).await;
+    let etcd = testkit::etcd::EtcdServer::start()
+        .await
+        .expect("etcd starts (scripts/build-etcd.sh builds it)");
+    let redis = testkit::redis::RedisServer::start()
+        .await
+        .expect("redis-server starts (scripts/packages.sh installs it)");
+    let (etcd_url, redis_url) = (etcd.endpoint(), redis.url());
+    for (lease, backend) in [
+        (
+            "ctl-etcd",
+            [
+                "--lock-backend",
+                "etcd",
+                "--etcd-endpoints",
+                etcd_url.as_str(),
+            ],
+        ),
+        (
+            "ctl-redis",
+            ["--lock-backend", "redis", "--redis-url", redis_url.as_str()],
+        ),
+    ] {
+        let mut a = blocking(|| proxy_on(server, "proxy-a", lease, dir.path(), &backend));
+        blocking(|| a.replica.wait_for(message::LEADING, PATIENCE));
+        let mut b = blocking(|| proxy_on(server, "proxy-b", lease, dir.path(), &backend));
+        blocking(|| b.replica.wait_for(message::FOLLOWING, PATIENCE));
+        let mut ca = Controller::start(&a.kubeconfig, "ctl-a", lease, &[]);
+        let mut cb = Controller::start(&b.kubeconfig, "ctl-b", lease, &[]);
+        blocking(|| ca.wait_event("started leading", |_| true));
+        blocking(|| cb.wait_event("following", holder_starts_with("proxy-a")));
+        a.replica.terminate();
+        blocking(|| cb.wait_event("started leading", |_| true));
+        blocking(|| cb.wait_event("wrote", |_| true));
+        assert!(
+            server_lease(server, lease).await.is_none(),
+            "{lease} reached the apiserver"
+        );
+        assert_eq!(blocking(|| a.replica.wait_exit(PATIENCE)), Some(0));
+        b.replica.terminate();
+        assert_eq!(blocking(|| b.replica.wait_exit(PATIENCE)), Some(0));
+    }
 }
