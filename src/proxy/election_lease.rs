@@ -19,20 +19,19 @@
 //!   election still renews (a rolling update into this mode) keeps every controller here a
 //!   follower until it expires.
 
+mod native;
+mod request;
 mod wire;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::StreamExt;
-use http::header::{self, HeaderValue};
+use http::header;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::runtime::watcher;
+use k8s_openapi::jiff::Timestamp;
 use leader_lock::leadership::Stamped;
 use leader_lock::{Candidacy, LeaderState, Leadership, Term};
 use tokio::sync::{mpsc, Notify};
@@ -40,6 +39,8 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use self::native::Native;
+use self::request::{encoded, go_duration, header_str, query, read_lease_body};
 use self::wire::Encoding;
 use super::body::{BoxError, ProxyBody};
 use super::status::status;
@@ -168,30 +169,6 @@ impl Spans {
             }
             _ => self.current = None,
         }
-    }
-}
-
-/// The native election's Lease on the apiserver, as last seen.
-#[derive(Debug, Clone)]
-struct Native {
-    lease: Option<Lease>,
-    /// When its record last changed while watched (not its first sighting).
-    changed: Option<Instant>,
-}
-
-impl Native {
-    /// Its holder while a replica of the old kind may still lead by it.
-    fn live_holder(&self, now: Instant, wall: Timestamp) -> Option<String> {
-        let lease = self.lease.as_ref()?;
-        let spec = lease.spec.as_ref()?;
-        let holder = spec.holder_identity.as_deref().filter(|h| !h.is_empty())?;
-        let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64);
-        let renewed_lately = spec
-            .renew_time
-            .as_ref()
-            .is_some_and(|t| t.0 + SignedDuration::try_from(duration).unwrap_or_default() > wall);
-        let changed_lately = self.changed.is_some_and(|c| now < c + duration);
-        (renewed_lately || changed_lately).then(|| holder.to_string())
     }
 }
 
@@ -642,67 +619,6 @@ impl ElectionLease {
             }
         }
     }
-
-    /// Follows the apiserver's Lease of the same name: a replica of the native election may
-    /// still renew it during a rolling update into this mode.
-    async fn watch_native(self: Arc<Self>, client: kube::Client) {
-        let api: kube::Api<Lease> = kube::Api::namespaced(client, &self.target.namespace);
-        let config =
-            watcher::Config::default().fields(&format!("metadata.name={}", self.target.name));
-        let mut events = watcher::watcher(api, config).boxed();
-        let mut first_error = true;
-        loop {
-            let event = tokio::select! {
-                _ = self.stop.cancelled() => return,
-                e = events.next() => e,
-            };
-            let Some(event) = event else { return };
-            let mut native = self.native.lock().unwrap_or_else(|p| p.into_inner());
-            match event {
-                Ok(watcher::Event::InitDone) => {
-                    native.get_or_insert(Native {
-                        lease: None,
-                        changed: None,
-                    });
-                    first_error = true;
-                }
-                Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
-                    let changed = match &*native {
-                        Some(n) if n.lease.as_ref().map(|l| &l.spec) != Some(&lease.spec) => {
-                            Some(Instant::now())
-                        }
-                        Some(n) => n.changed,
-                        None => None,
-                    };
-                    let listed = native.is_some();
-                    *native = Some(Native {
-                        lease: Some(lease),
-                        changed: if listed { changed } else { None },
-                    });
-                }
-                Ok(watcher::Event::Delete(_)) => {
-                    *native = Some(Native {
-                        lease: None,
-                        changed: None,
-                    });
-                }
-                Ok(watcher::Event::Init) => {}
-                Err(e) => {
-                    drop(native);
-                    if first_error {
-                        warn!(lease = %self.target, error = %e,
-                            "cannot watch the apiserver's Lease of the controller's election \
-                             (the proxy needs get, list and watch on leases there); until it \
-                             can, no controller here leads");
-                        first_error = false;
-                    } else {
-                        debug!(error = %e, "watching the native election's Lease");
-                    }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-        }
-    }
 }
 
 impl Drop for ElectionLease {
@@ -726,86 +642,6 @@ fn uid(target: &LeaseName, at: Timestamp) -> String {
         (micros >> 4) & 0xfff,
         micros & 0xffff_ffff_ffff
     )
-}
-
-fn header_str<B>(req: &Request<B>, name: header::HeaderName) -> Option<&str> {
-    req.headers().get(name).and_then(|v| v.to_str().ok())
-}
-
-/// A query parameter's value (undecoded: the ones read here need no decoding).
-fn query<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
-    query?
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == key)
-        .map(|(_, v)| v)
-}
-
-/// A Go duration as client-go writes its `timeout` parameter (`5s`, `2.5s`, `1m30s`, `500ms`);
-/// `None` for anything else, or more than an hour.
-fn go_duration(s: &str) -> Option<Duration> {
-    let s = s.replace("%C2%B5", "µ");
-    let mut rest = s.as_str();
-    let mut total = 0.0f64;
-    if rest.is_empty() || rest.len() > 32 {
-        return None;
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let value: f64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        total += value * scale;
-    }
-    (total <= 3600.0).then(|| Duration::from_secs_f64(total))
-}
-
-/// The body of an update, whole and bounded.
-async fn read_lease_body<B>(body: B) -> Result<Bytes, Response<ProxyBody>>
-where
-    B: http_body::Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
-    let limited = http_body_util::Limited::new(body, MAX_LEASE_BODY);
-    match tokio::time::timeout(Duration::from_secs(30), limited.collect()).await {
-        Ok(Ok(c)) => Ok(c.to_bytes()),
-        Ok(Err(e)) => Err(status(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            &format!("the Lease could not be read (at most {MAX_LEASE_BODY} bytes): {e}"),
-        )),
-        Err(_) => Err(status(
-            StatusCode::REQUEST_TIMEOUT,
-            "Timeout",
-            "the request body did not arrive in time",
-        )),
-    }
-}
-
-/// `lease` in `encoding`, as the apiserver answers.
-fn encoded(code: StatusCode, encoding: Encoding, lease: &Lease) -> Response<ProxyBody> {
-    let body = wire::encode(encoding, lease);
-    let mut resp = Response::new(Full::new(body).map_err(|e| match e {}).boxed_unsync());
-    *resp.status_mut() = code;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(encoding.content_type()),
-    );
-    resp
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! client-go electors behind real proxies are in tests/proxy/election.rs.
 
 use super::*;
+use http_body_util::{BodyExt, Full};
 use leader_lock::leadership::Scripted;
 
 const TARGET: &str = "/apis/coordination.k8s.io/v1/namespaces/ctl/leases/ctl-lease";
