@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds Contour's controller (github.com/projectcontour/contour/cmd/contour) from its Go module
 # at the version scripts/versions.sh pins (CONTOUR_VERSION), and caches it outside the repository
-# beside the CRDs of that same release. tests/contour.rs runs it, with no Envoy, as a real Gateway
+# beside the CRDs of that same release. tests/contour/ runs it, with no Envoy, as a real Gateway
 # API controller behind `gateway-leader proxy` (docs/sidecar.md, "Contour").
 #
 # Usage:   contour=$(scripts/build-contour.sh | tail -n1)   # the contour binary

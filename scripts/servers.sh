@@ -9,7 +9,7 @@
 #                                    one (GATEWAY_API_OLDEST) with GATEWAY_LEADER_KUBE_VERSION=oldest
 #   GATEWAY_LEADER_PEERS             the Go peers of testkit/peers/ (kept when set)
 #   GATEWAY_LEADER_CONTOUR           Contour's controller, its CRDs and RBAC beside it (kept when
-#                                    set): a real Gateway API controller for tests/contour.rs
+#                                    set): a real Gateway API controller for tests/contour/
 # SERVERS_WITHOUT_APISERVER=1, SERVERS_WITHOUT_ETCD=1 and SERVERS_WITHOUT_CRDS=1 skip one (the
 # demo on an existing cluster); SERVERS_WITHOUT_CONTOUR=1 skips Contour (the demo runs none).
 

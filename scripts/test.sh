@@ -7,7 +7,7 @@
 # through the Go module proxy, once each (cached in ~/.cache/gateway-leader): kube-apiserver at the
 # newest pinned release (scripts/build-kube-apiserver.sh), etcd and etcdctl 3.6
 # (scripts/build-etcd.sh), the Go peers of the interop test (scripts/build-peers.sh), Contour for
-# tests/contour.rs (scripts/build-contour.sh) and helm for the chart's tests
+# tests/contour/ (scripts/build-contour.sh) and helm for the chart's tests
 # (scripts/build-helm.sh), and
 # fetches the Gateway API CRDs the status writer targets (scripts/gateway-api-crds.sh); Go itself
 # comes as scripts/go.sh says (Go 1.21+ on the machine).

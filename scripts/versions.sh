@@ -35,7 +35,7 @@ GO_FETCHES_TOOLCHAINS=1.21.0
 HELM_VERSION=v4.3.2
 
 # Contour, from github.com/projectcontour/contour/cmd/contour (scripts/build-contour.sh): a real
-# Gateway API controller that tests/contour.rs runs behind `gateway-leader proxy`. The newest
+# Gateway API controller that tests/contour/ runs behind `gateway-leader proxy`. The newest
 # release the Go module proxy serves; its go.mod names the Gateway API release it was built
 # against (v1.3.0 for v1.33.8), which the build records beside the binary.
 CONTOUR_VERSION=v1.33.8

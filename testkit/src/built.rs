@@ -25,7 +25,7 @@ pub const PEERS_ENV: &str = "GATEWAY_LEADER_PEERS";
 /// Names the helm binary that lints and renders the chart.
 pub const HELM_ENV: &str = "GATEWAY_LEADER_HELM";
 /// Names the contour binary (Contour's own CRDs, [`CONTOUR_CRDS`], and RBAC, [`CONTOUR_RBAC`],
-/// beside it) that tests/contour.rs runs.
+/// beside it) that tests/contour/ runs.
 pub const CONTOUR_ENV: &str = "GATEWAY_LEADER_CONTOUR";
 /// The file beside [`contour`] holding Contour's own CRDs (HTTPProxy, ExtensionService, ...),
 /// as its release ships them.
