@@ -106,25 +106,11 @@ pub fn main(args: ControllerHandoverArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("gateway-leader-bench controller-handover: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let logs = args.out.join("logs").join("controller-handover");
-    match rt.block_on(run(&binary, &timing, &plan, args.rounds, &logs)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gateway-leader-bench controller-handover: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::on_two_workers(
+        "controller-handover",
+        run(&binary, &timing, &plan, args.rounds, &logs),
+    )
 }
 
 /// The timing, as the Go peers and our flags both read it.

@@ -86,27 +86,12 @@ pub fn main(args: EtcdHandoverArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    // Two workers: the electors, the anchor's bookkeeping and the load share them, as on the
-    // 2-core machines the figures come from.
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("gateway-leader-bench etcd-handover: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    // Two workers: the electors, the anchor's bookkeeping and the load share them.
     let logs = args.out.join("logs").join("etcd-handover-anchor");
-    match rt.block_on(run(&etcdctl, args.rounds, args.load, &logs)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gateway-leader-bench etcd-handover: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::on_two_workers(
+        "etcd-handover",
+        run(&etcdctl, args.rounds, args.load, &logs),
+    )
 }
 
 async fn run(etcdctl: &Path, rounds: usize, load: usize, logs: &Path) -> Result<()> {

@@ -64,6 +64,33 @@ use testkit::proxy::BlackholeProxy;
 /// Exit code for bad input (flags, or settings the replicas would refuse): nothing was started.
 pub const EXIT_USAGE: u8 = 2;
 
+/// Runs a command's `work` on two worker threads, as on the 2-core machines the figures come
+/// from; its error is printed under `command`'s name. Exit 0, or 1 (the runtime or the work
+/// failed).
+pub fn on_two_workers(
+    command: &str,
+    work: impl std::future::Future<Output = Result<()>>,
+) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gateway-leader-bench {command}: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(work) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gateway-leader-bench {command}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Exit code when the checker found a violation (the figures are still written).
 pub const EXIT_VIOLATIONS: u8 = 3;
 
