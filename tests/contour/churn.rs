@@ -79,13 +79,7 @@ async fn with_its_election_off_churn_and_a_handover_write_nothing_stale_either()
 async fn churn_then_handover(name: &str, mode: Mode) {
     let _one = ONE_AT_A_TIME.lock().await;
     let scene = Scene::new(name, mode).await;
-    let mut a = scene.start_leader(mode).await;
-    if mode == Mode::ProxyElected {
-        wait_leads(&a.contour).await;
-    }
-    let mut b = scene.start("b", mode).await;
-    blocking(|| b.proxy().replica.wait_for(message::FOLLOWING, PATIENCE));
-    scene.wait_correct(Backend::Web).await;
+    let (mut a, mut b) = scene.pair(mode).await;
     let (a0, b0) = (rebuilds(&a).await, rebuilds(&b).await);
 
     // Churn: 40 changes of one route, 100 ms apart, ending where it began.
@@ -150,11 +144,7 @@ async fn churn_then_handover(name: &str, mode: Mode) {
 async fn a_change_made_while_the_leader_is_dead_is_written_once_the_next_contour_leads() {
     let _one = ONE_AT_A_TIME.lock().await;
     let scene = Scene::new("crash-gap", Mode::ProxyElected).await;
-    let mut a = scene.start_leader(Mode::ProxyElected).await;
-    wait_leads(&a.contour).await;
-    let mut b = scene.start("b", Mode::ProxyElected).await;
-    blocking(|| b.proxy().replica.wait_for(message::FOLLOWING, PATIENCE));
-    scene.wait_correct(Backend::Web).await;
+    let (mut a, mut b) = scene.pair(Mode::ProxyElected).await;
 
     // The whole leading replica dies; the change comes in the gap before our Lease expires,
     // while no Contour leads and b's is told its replica does not.
