@@ -472,7 +472,7 @@ async fn the_etcd_overlay_needs_no_role() {
     );
     let c = InCluster::with_rbac("etcd-overlay", rbac).await;
     // The overlay's lock with a plain-text test etcd: its password and CA files are checked by
-    // tests/deploy_manifests.rs; here only its RBAC is at stake.
+    // tests/deploy_manifests/; here only its RBAC is at stake.
     let args: Vec<String> = [
         "run",
         "--lock-backend",

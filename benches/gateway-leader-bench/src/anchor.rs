@@ -315,7 +315,7 @@ impl Election {
         })
     }
 
-    /// One handover: a fresh campaigner joins; once the round is set ([`settled`], then
+    /// One handover: a fresh campaigner joins; once the round is set (`settled`, then
     /// [`SETTLE`]) the leader gets SIGTERM. Returns signal → the new campaigner's election, in
     /// ms. On an error the leader stays as it was and the new campaigner is killed.
     ///
