@@ -194,9 +194,14 @@ struct Pair {
 }
 
 fn pair(server: &KubeApiServer, dir: &Path, lease: &str) -> Pair {
-    let mut a = proxy(server, "proxy-a", lease, dir);
+    pair_on(server, dir, lease, &[])
+}
+
+/// [`pair`] with our lock on `backend` ([`proxy_on`]).
+fn pair_on(server: &KubeApiServer, dir: &Path, lease: &str, backend: &[&str]) -> Pair {
+    let mut a = proxy_on(server, "proxy-a", lease, dir, backend);
     a.replica.wait_for(message::LEADING, PATIENCE);
-    let mut b = proxy(server, "proxy-b", lease, dir);
+    let mut b = proxy_on(server, "proxy-b", lease, dir, backend);
     b.replica.wait_for(message::FOLLOWING, PATIENCE);
     let mut ca = Controller::start(&a.kubeconfig, "ctl-a", lease, &[]);
     let mut cb = Controller::start(&b.kubeconfig, "ctl-b", lease, &[]);
@@ -429,14 +434,12 @@ async fn over_etcd_and_redis_the_controller_follows_our_lock_the_same_way() {
             ["--lock-backend", "redis", "--redis-url", redis_url.as_str()],
         ),
     ] {
-        let mut a = blocking(|| proxy_on(server, "proxy-a", lease, dir.path(), &backend));
-        blocking(|| a.replica.wait_for(message::LEADING, PATIENCE));
-        let mut b = blocking(|| proxy_on(server, "proxy-b", lease, dir.path(), &backend));
-        blocking(|| b.replica.wait_for(message::FOLLOWING, PATIENCE));
-        let mut ca = Controller::start(&a.kubeconfig, "ctl-a", lease, &[]);
-        let mut cb = Controller::start(&b.kubeconfig, "ctl-b", lease, &[]);
-        blocking(|| ca.wait_event("started leading", |_| true));
-        blocking(|| cb.wait_event("following", holder_starts_with("proxy-a")));
+        let Pair {
+            mut a,
+            mut b,
+            ca: _ca,
+            mut cb,
+        } = blocking(|| pair_on(server, dir.path(), lease, &backend));
         a.replica.terminate();
         blocking(|| cb.wait_event("started leading", |_| true));
         blocking(|| cb.wait_event("wrote", |_| true));
