@@ -21,6 +21,8 @@ ensure_packages() {
   command -v curl >/dev/null 2>&1 || missing+=(curl ca-certificates)
   # The build scripts' lock.
   command -v flock >/dev/null 2>&1 || missing+=(util-linux)
+  # tests/envoy_gateway/ gives each Envoy Gateway replica a network namespace of its own.
+  command -v ip >/dev/null 2>&1 || missing+=(iproute2)
   [ ${#missing[@]} -eq 0 ] && return 0
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "missing: ${missing[*]}; install them with your package manager and run again" >&2

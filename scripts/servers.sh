@@ -10,8 +10,11 @@
 #   GATEWAY_LEADER_PEERS             the Go peers of testkit/peers/ (kept when set)
 #   GATEWAY_LEADER_CONTOUR           Contour's controller, its CRDs and RBAC beside it (kept when
 #                                    set): a real Gateway API controller for tests/contour/
+#   GATEWAY_LEADER_ENVOY_GATEWAY     Envoy Gateway's control plane, its CRDs and RBAC beside it
+#                                    (kept when set): the second, for tests/envoy_gateway/
 # SERVERS_WITHOUT_APISERVER=1, SERVERS_WITHOUT_ETCD=1 and SERVERS_WITHOUT_CRDS=1 skip one (the
-# demo on an existing cluster); SERVERS_WITHOUT_CONTOUR=1 skips Contour (the demo runs none).
+# demo on an existing cluster); SERVERS_WITHOUT_CONTOUR=1 skips Contour and Envoy Gateway (the
+# demo runs neither).
 
 ensure_servers() {
   if [ -z "${GATEWAY_LEADER_TEST_KUBECONFIG:-}" ] && [ -z "${GATEWAY_LEADER_KUBE_APISERVER:-}" ] \
@@ -40,5 +43,10 @@ ensure_servers() {
     printf '[servers] making sure contour is built (first run: about 4 minutes)\n' >&2
     GATEWAY_LEADER_CONTOUR=$(scripts/build-contour.sh | tail -n 1)
     export GATEWAY_LEADER_CONTOUR
+  fi
+  if [ -z "${GATEWAY_LEADER_ENVOY_GATEWAY:-}" ] && [ "${SERVERS_WITHOUT_CONTOUR:-0}" != 1 ]; then
+    printf '[servers] making sure envoy-gateway is built (first run: about 6 minutes)\n' >&2
+    GATEWAY_LEADER_ENVOY_GATEWAY=$(scripts/build-envoy-gateway.sh | tail -n 1)
+    export GATEWAY_LEADER_ENVOY_GATEWAY
   fi
 }

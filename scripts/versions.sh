@@ -39,3 +39,9 @@ HELM_VERSION=v4.3.2
 # release the Go module proxy serves; its go.mod names the Gateway API release it was built
 # against (v1.3.0 for v1.33.8), which the build records beside the binary.
 CONTOUR_VERSION=v1.33.8
+
+# Envoy Gateway, from github.com/envoyproxy/gateway/cmd/envoy-gateway
+# (scripts/build-envoy-gateway.sh): the second real Gateway API controller that
+# tests/envoy_gateway/ runs behind `gateway-leader proxy`. The newest release the Go module proxy
+# serves; built against Gateway API v1.6.1 and client-go v0.36.
+ENVOY_GATEWAY_VERSION=v1.9.1

@@ -33,6 +33,14 @@ pub const CONTOUR_CRDS: &str = "contour-crds.yaml";
 /// The file beside [`contour`] holding Contour's own RBAC (its ClusterRole, its Role for the
 /// leader-election Lease and Events, and their bindings), as its release ships them.
 pub const CONTOUR_RBAC: &str = "contour-rbac.yaml";
+/// Names the envoy-gateway binary (Envoy Gateway's own CRDs, [`ENVOY_GATEWAY_CRDS`], and RBAC,
+/// [`ENVOY_GATEWAY_RBAC`], beside it) that tests/envoy_gateway/ runs.
+pub const ENVOY_GATEWAY_ENV: &str = "GATEWAY_LEADER_ENVOY_GATEWAY";
+/// The file beside [`envoy_gateway`] holding Envoy Gateway's own CRDs (EnvoyProxy,
+/// ClientTrafficPolicy, ...), from its release's CRD chart.
+pub const ENVOY_GATEWAY_CRDS: &str = "envoy-gateway-crds.yaml";
+/// The file beside [`envoy_gateway`] holding Envoy Gateway's RBAC as its Helm chart renders it.
+pub const ENVOY_GATEWAY_RBAC: &str = "envoy-gateway-rbac.yaml";
 /// The Go peer that runs client-go's `leaderelection` (a file in [`peers`]).
 pub const CLIENT_GO_ELECTOR: &str = "client-go-elector";
 /// The Go peer that runs a controller-runtime Manager with leader election (a file in
@@ -234,6 +242,37 @@ pub fn contour() -> Result<PathBuf> {
         if !binary.with_file_name(file).is_file() {
             bail!(
                 "no {file} beside {} ({CONTOUR_ENV}); scripts/build-contour.sh puts it there",
+                binary.display()
+            );
+        }
+    }
+    Ok(binary)
+}
+
+/// Envoy Gateway's control plane: `GATEWAY_LEADER_ENVOY_GATEWAY`, else the cached build of the
+/// pinned release (`scripts/build-envoy-gateway.sh`). Its [`ENVOY_GATEWAY_CRDS`] and
+/// [`ENVOY_GATEWAY_RBAC`] must stand beside it.
+pub fn envoy_gateway() -> Result<PathBuf> {
+    let binary = match from_env(ENVOY_GATEWAY_ENV)? {
+        Some(p) => p,
+        None => cached(
+            "build-envoy-gateway.sh",
+            &[],
+            "envoy-gateway",
+            &format!(
+                "run scripts/test.sh, or `. scripts/servers.sh; ensure_servers` (they run \
+                 scripts/build-envoy-gateway.sh, which builds Envoy Gateway from its Go module \
+                 github.com/envoyproxy/gateway, about 6 minutes, and export \
+                 {ENVOY_GATEWAY_ENV}), or set {ENVOY_GATEWAY_ENV} to an envoy-gateway binary \
+                 with {ENVOY_GATEWAY_CRDS} and {ENVOY_GATEWAY_RBAC} beside it"
+            ),
+        )?,
+    };
+    for file in [ENVOY_GATEWAY_CRDS, ENVOY_GATEWAY_RBAC] {
+        if !binary.with_file_name(file).is_file() {
+            bail!(
+                "no {file} beside {} ({ENVOY_GATEWAY_ENV}); scripts/build-envoy-gateway.sh puts \
+                 it there",
                 binary.display()
             );
         }

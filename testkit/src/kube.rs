@@ -404,6 +404,14 @@ impl KubeApiServer {
         }
     }
 
+    /// Where a local apiserver listens (loopback); `None` for an existing cluster.
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        match &self.mode {
+            Mode::Local(l) => Some(std::net::SocketAddr::from(([127, 0, 0, 1], l.port))),
+            Mode::External => None,
+        }
+    }
+
     /// The apiserver URL.
     pub fn url(&self) -> String {
         self.config.cluster_url.to_string()

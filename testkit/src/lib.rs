@@ -4,8 +4,9 @@
 //! apiserver, the shipped RBAC bound to a test's service account, and a TCP proxy that
 //! black-holes a client's traffic on demand (a partition); the replica harness ([`replica`]):
 //! `gateway-leader run` processes and the Go peers, their log lines read as typed events, for
-//! the tests, the bench and the demo alike; and Contour ([`contour`]), a real Gateway API
-//! controller, run with no Envoy.
+//! the tests, the bench and the demo alike; and two real Gateway API controllers run with no
+//! Envoy: Contour ([`contour`]) and Envoy Gateway ([`envoy_gateway`]), the latter in a pod's own
+//! network and files ([`pod`]).
 //!
 //! Dev-only: the test suites and `gateway-leader-bench` use it; nothing that ships links it. It
 //! depends on no lock backend and not on the `gateway-leader` binary (the harness knows it by
@@ -15,11 +16,13 @@
 pub mod built;
 pub mod cargo;
 pub mod contour;
+pub mod envoy_gateway;
 pub mod etcd;
 pub mod etcd_cluster;
 pub mod gateway_api;
 pub mod kube;
 pub mod metrics;
+pub mod pod;
 pub mod process;
 pub mod proxy;
 pub mod rbac;
