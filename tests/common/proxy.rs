@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use gateway_leader_log::message;
 use testkit::kube::KubeApiServer;
+use testkit::pod::PodNetwork;
 
 use super::Replica;
 
@@ -48,22 +49,50 @@ impl Proxy {
         dir: &Path,
         extra: &[&str],
     ) -> Proxy {
+        Self::start_in(None, kubeconfig, name, ns, dir, extra)
+    }
+
+    /// Like [`Proxy::start_with`], in the pod network `net` when given (a sidecar: its
+    /// loopback is the pod's, so only the pod's controller reaches it; `kubeconfig` must then
+    /// name the apiserver as the pod reaches it).
+    pub fn start_in(
+        net: Option<&PodNetwork>,
+        kubeconfig: &Path,
+        name: &str,
+        ns: &str,
+        dir: &Path,
+        extra: &[&str],
+    ) -> Proxy {
         let port = testkit::process::free_port().expect("a free port");
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let exe = Path::new(env!("CARGO_BIN_EXE_gateway-leader"));
-        let mut cmd = Command::new(exe);
-        cmd.arg("proxy");
+        let mut args = vec!["proxy".to_string()];
         if !extra.contains(&"--lock-backend") {
-            cmd.args(["--lock-backend", "kubernetes"]);
+            args.extend(["--lock-backend".into(), "kubernetes".into()]);
         }
-        cmd.arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--leader-election-namespace", ns])
-            .args(["--proxy-listen", &addr.to_string()])
-            .args(["--health-addr", "127.0.0.1:0", "--log-format", "json"])
-            .args(["--leader-election-identity", name])
-            .args(extra)
-            .env("RUST_LOG", "info");
+        args.extend(["--kubeconfig".into(), kubeconfig.display().to_string()]);
+        // Health and metrics where the test reaches them: in a pod network, at the pod's address.
+        let health = net.map_or("127.0.0.1:0".to_string(), |n| format!("{}:0", n.pod_ip()));
+        for (flag, value) in [
+            ("--leader-election-namespace", ns),
+            ("--proxy-listen", &addr.to_string()),
+            ("--health-addr", &health),
+            ("--log-format", "json"),
+            ("--leader-election-identity", name),
+        ] {
+            args.extend([flag.to_string(), value.to_string()]);
+        }
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut cmd = match net {
+            Some(net) => net.command(exe, &args, &[]),
+            None => {
+                let mut cmd = Command::new(exe);
+                cmd.args(&args);
+                cmd
+            }
+        };
+        cmd.env("RUST_LOG", "info");
         testkit::replica::clear_settings(&mut cmd);
         let mut replica = Replica::spawn(name, cmd);
         replica.wait_for(message::PROXY_SERVING, PATIENCE);
