@@ -3,60 +3,11 @@
 //! records every version of a route, and from the replicas' rebuild counts.
 
 use super::*;
+use common::gateway::{record_versions, Version};
 
 /// The DAG rebuilds of a replica's Contour so far (`contour_dagrebuild_total`).
 async fn rebuilds(p: &Pod) -> f64 {
     p.contour.dag_rebuilds().await.expect("Contour's metrics")
-}
-
-/// One version of a route as a watch saw it: its generation, the lowest `observedGeneration` of
-/// its status's conditions, and whether its status differs from the version before.
-#[derive(Debug, Clone, PartialEq)]
-struct Version {
-    generation: i64,
-    observed: Option<i64>,
-    status_changed: bool,
-}
-
-/// Records every version of route `name` the server holds from now on, until `stop`.
-async fn record_versions(
-    routes: Api<HttpRoute>,
-    name: &str,
-    stop: tokio::sync::oneshot::Receiver<()>,
-) -> Vec<Version> {
-    use futures::StreamExt;
-    use kube::runtime::WatchStreamExt;
-    let config = kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = kube::runtime::watcher(routes, config)
-        .applied_objects()
-        .boxed();
-    let mut stop = stop;
-    let mut seen: Vec<Version> = Vec::new();
-    let mut last_status: Option<Value> = None;
-    loop {
-        let route = tokio::select! {
-            _ = &mut stop => return seen,
-            r = events.next() => match r {
-                Some(Ok(r)) => r,
-                Some(Err(_)) => continue,
-                None => return seen,
-            },
-        };
-        let status = serde_json::to_value(&route.status).unwrap_or_default();
-        let observed = status["parents"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|p| p["conditions"].as_array().into_iter().flatten())
-            .filter_map(|c| c["observedGeneration"].as_i64())
-            .min();
-        seen.push(Version {
-            generation: route.metadata.generation.unwrap_or_default(),
-            observed,
-            status_changed: last_status.as_ref().is_some_and(|l| *l != status),
-        });
-        last_status = Some(status);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
