@@ -10,6 +10,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod churn;
 mod modes;
 
 use std::path::{Path, PathBuf};
