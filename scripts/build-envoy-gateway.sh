@@ -17,6 +17,9 @@
 #                             for its Lease and the Envoy infrastructure it creates, and their
 #                             bindings (the certgen Job's are left out: the tests make the
 #                             certificates themselves).
+#   envoy-gateway-chart/      its Helm chart (charts/gateway-helm) as its release publishes it:
+#                             values.tmpl.yaml filled into values.yaml (the release's image), for
+#                             the tests of what gateway-leader's post-renderer adds to it.
 #   gateway-api-version       the sigs.k8s.io/gateway-api version its go.mod requires.
 #
 # How: the go.mod replaces nothing, so `go install MODULE/cmd/envoy-gateway@VERSION` builds exactly
@@ -46,6 +49,7 @@ binary_ok() {
   "$1" version 2>&1 | grep -qx "ENVOY_GATEWAY_VERSION: $VERSION" \
     && grep -q 'kind: CustomResourceDefinition' "$dir/envoy-gateway-crds.yaml" 2>/dev/null \
     && grep -q 'kind: ClusterRoleBinding' "$dir/envoy-gateway-rbac.yaml" 2>/dev/null \
+    && [ -f "$dir/envoy-gateway-chart/values.yaml" ] \
     && grep -Eqx 'v[0-9]+\.[0-9]+\.[0-9]+' "$dir/gateway-api-version" 2>/dev/null
 }
 
@@ -89,15 +93,15 @@ done >"$work/envoy-gateway-crds.yaml"
 
 # The chart ships values.tmpl.yaml, which its release pipeline fills: the same substitution,
 # with the release's image, renders it as a release would.
-cp -r "$chart" "$work/chart"
-chmod -R u+w "$work/chart"
+cp -r "$chart" "$work/envoy-gateway-chart"
+chmod -R u+w "$work/envoy-gateway-chart"
 sed -e "s|\${GatewayImage}|docker.io/envoyproxy/gateway:$VERSION|" \
   -e 's|\${GatewayImagePullPolicy}|IfNotPresent|' \
-  "$work/chart/values.tmpl.yaml" >"$work/chart/values.yaml"
-grep -q '\${' "$work/chart/values.yaml" \
+  "$work/envoy-gateway-chart/values.tmpl.yaml" >"$work/envoy-gateway-chart/values.yaml"
+grep -q '\${' "$work/envoy-gateway-chart/values.yaml" \
   && go_die "the chart's values.tmpl.yaml has a placeholder this script does not fill: \
-$(grep -o '\${[A-Za-z]*}' "$work/chart/values.yaml" | sort -u | tr '\n' ' ')"
-"$helm" template eg "$work/chart" --namespace envoy-gateway-system --skip-crds \
+$(grep -o '\${[A-Za-z]*}' "$work/envoy-gateway-chart/values.yaml" | sort -u | tr '\n' ' ')"
+"$helm" template eg "$work/envoy-gateway-chart" --namespace envoy-gateway-system --skip-crds \
   >"$work/rendered.yaml"
 # Only the RBAC objects, and none of the certgen Job's.
 awk '
@@ -107,13 +111,15 @@ awk '
   END { flush() }
 ' "$work/rendered.yaml" >"$work/envoy-gateway-rbac.yaml"
 printf '%s\n' "$gateway_api" >"$work/gateway-api-version"
-rm -rf "$work/chart" "$work/rendered.yaml"
+rm -rf "$work/rendered.yaml"
 binary_ok "$work/envoy-gateway" || go_die "the built envoy-gateway does not say version $VERSION: \
 $("$work/envoy-gateway" version 2>&1 | tail -n 5 || true)"
 for f in envoy-gateway-crds.yaml envoy-gateway-rbac.yaml gateway-api-version; do
   install_built "$work/$f" "$BUILD_DIR/$f"
   chmod 0644 "$BUILD_DIR/$f"
 done
+rm -rf "$BUILD_DIR/envoy-gateway-chart"
+mv "$work/envoy-gateway-chart" "$BUILD_DIR/envoy-gateway-chart"
 # The binary last: its presence is what says the build is complete.
 install_built "$work/envoy-gateway" "$BUILD_DIR/envoy-gateway"
 trap - ERR

@@ -370,3 +370,21 @@ pub async fn install_crds(client: &Client) -> Result<()> {
 pub fn rbac_manifest() -> Result<PathBuf> {
     Ok(crate::built::envoy_gateway()?.with_file_name(crate::built::ENVOY_GATEWAY_RBAC))
 }
+
+/// Envoy Gateway's Helm chart (`gateway-helm`) as its release publishes it, from beside the
+/// binary: what an operator installs, for the tests of what gateway-leader's post-renderer adds
+/// to it.
+///
+/// # Errors
+///
+/// As [`crate::built::envoy_gateway`], or when the chart is not there.
+pub fn chart_dir() -> Result<PathBuf> {
+    let dir = crate::built::envoy_gateway()?.with_file_name("envoy-gateway-chart");
+    if !dir.join("values.yaml").is_file() {
+        return Err(anyhow!(
+            "no Helm chart at {}: scripts/build-envoy-gateway.sh puts it there",
+            dir.display()
+        ));
+    }
+    Ok(dir)
+}

@@ -80,7 +80,12 @@ pub fn render(dir: &Path) -> Vec<Value> {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).expect("UTF-8 YAML");
-    serde_yaml::Deserializer::from_str(&text)
+    objects(&text)
+}
+
+/// The objects of a YAML stream (`kubectl kustomize`'s or `helm template`'s output), in order.
+pub fn objects(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
         .map(|doc| {
             serde_json::to_value(serde_yaml::Value::deserialize(doc).expect("valid YAML"))
                 .expect("YAML maps to JSON")

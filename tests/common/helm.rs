@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::deploy::deploy_dir;
@@ -63,13 +62,7 @@ pub fn template_as(release: &str, namespace: &str, values: &Value) -> Result<Vec
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
     let text = String::from_utf8(out.stdout).expect("UTF-8 YAML");
-    Ok(serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| {
-            serde_json::to_value(serde_yaml::Value::deserialize(doc).expect("valid YAML"))
-                .expect("YAML maps to JSON")
-        })
-        .filter(|v| !v.is_null())
-        .collect())
+    Ok(super::deploy::objects(&text))
 }
 
 /// `helm template` as release `gateway-leader` in `gateway-system`; panics on helm's error.

@@ -20,7 +20,6 @@ use common::deploy::{
 use common::pod::PodFiles;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::Scope;
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 const KUSTOMIZATIONS: [&str; 5] = [
