@@ -1,7 +1,9 @@
-//! Prometheus metrics: leadership as client-go reports it, lock request latencies, and what
-//! the status writer wrote, refused to write, or could not write.
+//! Prometheus metrics: leadership as client-go reports it, lock request latencies and
+//! reachability, what the status writer wrote, refused to write, or could not write, and what
+//! the proxy did with each request. The alert rules and the dashboard of deploy/monitoring/ read
+//! them by these names (docs/operations.md, "Alerts" and "Dashboard").
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +34,13 @@ pub struct OpLabel {
     pub op: &'static str,
     /// `ok` or `error`.
     pub outcome: &'static str,
+}
+
+/// `lease`: the controller's election Lease that the proxy answers, as `namespace/name`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabel {
+    /// `namespace/name`.
+    pub lease: String,
 }
 
 /// `verb` and `outcome` of a request through the proxy.
@@ -105,7 +114,13 @@ pub struct Metrics {
     /// The time the proxy adds to a forwarded request: from its arrival to its being handed to
     /// the client (classification, the permit, reading a write's body).
     pub proxy_added_seconds: Histogram,
-    lock_reachable: AtomicBool,
+    /// 1 while the last lock request reached the backend (a refusal is an answer), else 0;
+    /// 0 until the first answer. Always 1 with leader election disabled.
+    pub lock_reachable: Gauge,
+    /// 1, labelled with the Lease, when the proxy answers the controller's own election
+    /// (`--proxy-election-lease`); absent otherwise. The alert on writes refused in that mode
+    /// (where the controller should not send them) joins on it.
+    pub proxy_election_lease: Family<LeaseLabel, Gauge>,
 }
 
 /// The proxy's added latency: buckets from 10 µs to about 0.3 s.
@@ -131,7 +146,8 @@ impl Metrics {
             status: Arc::default(),
             proxy_requests: Family::default(),
             proxy_added_seconds: Histogram::new(added_latency_buckets()),
-            lock_reachable: AtomicBool::new(false),
+            lock_reachable: Gauge::default(),
+            proxy_election_lease: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -164,6 +180,16 @@ impl Metrics {
             "proxy_added_seconds",
             "Time the proxy adds to a forwarded request before handing it to the client",
             m.proxy_added_seconds.clone(),
+        );
+        mine.register(
+            "lock_reachable",
+            "Whether the last lock request reached the lock's backend (1) or not (0)",
+            m.lock_reachable.clone(),
+        );
+        mine.register(
+            "proxy_election_lease",
+            "The controller's election Lease the proxy answers itself (1), when it answers one",
+            m.proxy_election_lease.clone(),
         );
         let status = StatusMetrics::register(mine);
         Arc::new(Metrics {
@@ -199,12 +225,21 @@ impl Metrics {
 
     /// True when the last lock request reached the backend.
     pub fn lock_reachable(&self) -> bool {
-        self.lock_reachable.load(Ordering::Relaxed)
+        self.lock_reachable.get() == 1
     }
 
     /// Marks the lock reachable without a request (leader election disabled).
     pub fn set_lock_reachable(&self, reachable: bool) {
-        self.lock_reachable.store(reachable, Ordering::Relaxed);
+        self.lock_reachable.set(i64::from(reachable));
+    }
+
+    /// Says that the proxy answers the controller's election Lease `lease` (`namespace/name`).
+    pub fn proxy_answers_election(&self, lease: &str) {
+        self.proxy_election_lease
+            .get_or_create(&LeaseLabel {
+                lease: lease.to_string(),
+            })
+            .set(1);
     }
 
     /// Keeps the leadership gauges current until the elector stops.
@@ -325,6 +360,7 @@ mod tests {
         assert!(!m.lock_reachable(), "unknown until a request answered");
         lock.get().await.expect("memory answers");
         assert!(m.lock_reachable());
+        assert!(m.encode().contains("gateway_leader_lock_reachable 1"));
         assert!(m
             .encode()
             .contains("gateway_leader_lock_request_seconds_count{op=\"get\",outcome=\"ok\"} 1"));
@@ -335,6 +371,7 @@ mod tests {
             Err(&unreachable),
         );
         assert!(!m.lock_reachable(), "no answer");
+        assert!(m.encode().contains("gateway_leader_lock_reachable 0"));
         assert!(m.encode().contains(
             "gateway_leader_lock_request_seconds_count{op=\"withdraw\",outcome=\"error\"} 1"
         ));
@@ -344,5 +381,15 @@ mod tests {
             Err(&LockError::refused("no")),
         );
         assert!(m.lock_reachable(), "a refusal is an answer");
+    }
+
+    #[test]
+    fn the_election_lease_mode_shows_as_a_series_only_when_in_use() {
+        let m = Metrics::new("x");
+        assert!(!m.encode().contains("gateway_leader_proxy_election_lease{"));
+        m.proxy_answers_election("ctl/contour");
+        assert!(m
+            .encode()
+            .contains("gateway_leader_proxy_election_lease{lease=\"ctl/contour\"} 1"));
     }
 }

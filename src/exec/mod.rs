@@ -150,6 +150,7 @@ pub async fn exec(settings: Settings, spec: Spec) -> anyhow::Result<u8> {
             // The command runs only while this replica leads, so it never asks while it
             // follows: its silence must not withdraw the candidacy (no `Candidacy` here).
             let lease = settings.proxy_election_lease.clone().map(|target| {
+                metrics.proxy_answers_election(&target.to_string());
                 ElectionLease::start(
                     target,
                     leadership.clone(),

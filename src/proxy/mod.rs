@@ -109,6 +109,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let lease = settings.proxy_election_lease.clone().map(|target| {
         info!(lease = %target, "answering the controller's own election from this replica's \
             leadership");
+        metrics.proxy_answers_election(&target.to_string());
         ElectionLease::start(
             target,
             leadership.clone(),
