@@ -218,6 +218,22 @@ impl Metrics {
             .inc();
     }
 
+    /// Creates the series of `verbs` (the gated ones) refused and cut at 0, as a proxy starts:
+    /// a series that first appears at 1 hides that first refusal or cut from Prometheus' `rate`
+    /// and `increase`, on which the alerts count them.
+    pub fn zero_proxy_writes(&self, verbs: impl IntoIterator<Item = &'static str>) {
+        for verb in verbs {
+            for outcome in [ProxyOutcome::Refused, ProxyOutcome::Cut] {
+                self.proxy_requests
+                    .get_or_create(&ProxyLabels {
+                        verb,
+                        outcome: outcome.as_str(),
+                    })
+                    .inc_by(0);
+            }
+        }
+    }
+
     /// Records the time the proxy added to a forwarded request.
     pub fn proxy_added(&self, took: Duration) {
         self.proxy_added_seconds.observe(took.as_secs_f64());
@@ -341,12 +357,15 @@ mod tests {
         m.proxy_request("watch", ProxyOutcome::Forwarded);
         m.proxy_request("patch", ProxyOutcome::Cut);
         m.proxy_added(Duration::from_micros(150));
+        m.zero_proxy_writes(["delete"]);
         let text = m.encode();
         for line in [
             "gateway_leader_proxy_requests_total{verb=\"create\",outcome=\"refused\"} 2",
             "gateway_leader_proxy_requests_total{verb=\"watch\",outcome=\"forwarded\"} 1",
             "gateway_leader_proxy_requests_total{verb=\"patch\",outcome=\"cut\"} 1",
             "gateway_leader_proxy_added_seconds_count 1",
+            "gateway_leader_proxy_requests_total{verb=\"delete\",outcome=\"refused\"} 0",
+            "gateway_leader_proxy_requests_total{verb=\"delete\",outcome=\"cut\"} 0",
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }

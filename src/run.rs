@@ -49,6 +49,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let identity = Identity::new(&settings.identity);
     let kube = KubeClient::connect(&settings.kube, &identity).await?;
     let metrics = Metrics::new(&settings.lock_name);
+    // Every kind's write and failure series from 0: the alert on failing writes counts the first.
+    metrics.status.zero_every_kind();
     // The status writer says when its watches have synced.
     let (synced_tx, synced_rx) = watch::channel(Readiness::default());
     let health = HealthConfig::from_settings(&settings, &identity);

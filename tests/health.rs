@@ -82,8 +82,13 @@ async fn a_leader_and_a_follower_answer_health_readiness_and_metrics() {
             eventually(addr, "/readyz", |c, _| c == 200);
         }
         let lock = format!("leader_election_master_status{{name=\"{ns}-lock\"}}");
+        // Every kind's series is there from the start, at 0: wait for a write.
         let leader = eventually(la, "/metrics", |_, m| {
-            m.contains("gateway_leader_status_writes_total{kind=\"HTTPRoute\"}")
+            testkit::metrics::sum(
+                m,
+                "gateway_leader_status_writes_total",
+                Some("kind=\"HTTPRoute\""),
+            ) >= 1.0
         });
         assert!(leader.contains(&format!("{lock} 1")), "{leader}");
         assert!(
@@ -103,7 +108,9 @@ async fn a_leader_and_a_follower_answer_health_readiness_and_metrics() {
         let follower = get(lb, "/metrics").1;
         assert!(follower.contains(&format!("{lock} 0")), "{follower}");
         assert!(
-            !follower.contains("gateway_leader_status_writes_total{"),
+            follower.contains("gateway_leader_status_writes_total{kind=\"HTTPRoute\"} 0\n")
+                && testkit::metrics::sum(&follower, "gateway_leader_status_writes_total", None)
+                    == 0.0,
             "{follower}"
         );
         assert_eq!(get(la, "/nope").0, 404);

@@ -46,6 +46,20 @@ pub enum Verb {
 }
 
 impl Verb {
+    /// Every verb.
+    pub const ALL: [Verb; 10] = [
+        Verb::Get,
+        Verb::List,
+        Verb::Watch,
+        Verb::Create,
+        Verb::Update,
+        Verb::Patch,
+        Verb::Delete,
+        Verb::DeleteCollection,
+        Verb::Connect,
+        Verb::Unknown,
+    ];
+
     /// Whether requests of this verb take a permit: everything but reads.
     pub fn gated(self) -> bool {
         !matches!(self, Verb::Get | Verb::List | Verb::Watch)

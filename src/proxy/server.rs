@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use super::classify::Verb;
 use super::election_lease::ElectionLease;
 use super::exchange::Shared;
 use super::forward;
@@ -69,6 +70,13 @@ impl Proxy {
         let (listener, bound) = listen::bind(listen)
             .await
             .with_context(|| format!("serving the proxy on {listen} (--proxy-listen)"))?;
+        // The gated verbs' refusals and cuts from 0: the alerts on them count the first.
+        metrics.zero_proxy_writes(
+            Verb::ALL
+                .into_iter()
+                .filter(|v| v.gated())
+                .map(Verb::as_str),
+        );
         let shared = Arc::new(Shared {
             client,
             leadership,

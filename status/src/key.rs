@@ -28,6 +28,19 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind whose status the writer may write.
+    pub const ALL: [Kind; 9] = [
+        Kind::GatewayClass,
+        Kind::Gateway,
+        Kind::HttpRoute,
+        Kind::GrpcRoute,
+        Kind::TlsRoute,
+        Kind::TcpRoute,
+        Kind::UdpRoute,
+        Kind::ListenerSet,
+        Kind::BackendTlsPolicy,
+    ];
+
     /// The Kubernetes kind, as in `kind:`.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -11,6 +11,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::key::Kind;
+
 /// `kind`: the Gateway API kind a status write was for.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
@@ -47,6 +49,34 @@ impl Default for StatusMetrics {
 }
 
 impl StatusMetrics {
+    /// Creates every kind's series of `status_writes` and `status_write_errors` at 0. A series
+    /// that first appears at 1 hides its first increment from Prometheus' `rate` and `increase`,
+    /// so an alert on a kind's first failed write would never see it; shown at 0 from the start,
+    /// every increment counts.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use prometheus_client::registry::Registry;
+    /// use gateway_leader_status::StatusMetrics;
+    ///
+    /// let mut registry = Registry::default();
+    /// let metrics = StatusMetrics::register(&mut registry);
+    /// metrics.zero_every_kind();
+    /// let mut text = String::new();
+    /// prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    /// assert!(text.contains("status_write_errors_total{kind=\"HTTPRoute\"} 0"));
+    /// ```
+    pub fn zero_every_kind(&self) {
+        for kind in Kind::ALL {
+            let label = KindLabel {
+                kind: kind.as_str(),
+            };
+            self.status_writes.get_or_create(&label).inc_by(0);
+            self.status_write_errors.get_or_create(&label).inc_by(0);
+        }
+    }
+
     /// New metrics, registered in `registry` under the names given on each field.
     ///
     /// # Examples
