@@ -10,6 +10,11 @@
 # tests/contour/ (scripts/build-contour.sh), Envoy Gateway for tests/envoy_gateway/
 # (scripts/build-envoy-gateway.sh) and helm for the chart's tests (scripts/build-helm.sh), and
 # fetches the Gateway API CRDs the status writer targets (scripts/gateway-api-crds.sh); Go itself
+# tests/contour/ (scripts/build-contour.sh) and helm for the chart's tests
+# (scripts/build-helm.sh), and
+# unpacks promtool from Debian's prometheus package for the alert rules' tests
+# (scripts/install-promtool.sh), and fetches the Gateway API CRDs the status writer targets
+# (scripts/gateway-api-crds.sh); Go itself
 # comes as scripts/go.sh says (Go 1.21+ on the machine).
 # GATEWAY_LEADER_KUBE_VERSION=oldest runs the Kubernetes tests on the oldest supported apiserver
 # instead; GATEWAY_LEADER_TEST_KUBECONFIG runs them against an existing cluster. It finds a kubectl
@@ -37,6 +42,12 @@ fi
 if [ -z "${GATEWAY_LEADER_HELM:-}" ]; then
   GATEWAY_LEADER_HELM=$(scripts/build-helm.sh | tail -n 1)
   export GATEWAY_LEADER_HELM
+fi
+# promtool for the alert rules' tests (tests/monitoring/), unpacked from Debian's prometheus
+# package once (scripts/install-promtool.sh).
+if [ -z "${GATEWAY_LEADER_PROMTOOL:-}" ]; then
+  GATEWAY_LEADER_PROMTOOL=$(scripts/install-promtool.sh | tail -n 1)
+  export GATEWAY_LEADER_PROMTOOL
 fi
 
 # Every package, unless the arguments pick some.
