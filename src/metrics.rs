@@ -5,7 +5,7 @@
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leader_lock::backend::LockError;
 use leader_lock::wrap::{LockObserver, LockRequest};
@@ -105,6 +105,10 @@ pub struct Metrics {
     /// The fencing term of this replica's current leadership (0 while it does not lead, and with
     /// leader election disabled).
     pub term: Gauge<u64, AtomicU64>,
+    /// When this replica's current leadership started, in seconds since the Unix epoch (0 while
+    /// it does not lead): "since when" on a dashboard. The wall clock, for people only: no
+    /// decision reads it.
+    pub leadership_start: Gauge<f64, AtomicU64>,
     /// Lock request latencies by operation and outcome.
     pub lock_requests: Family<OpLabel, Histogram>,
     /// The status writer's metrics, registered under the `gateway_leader` prefix.
@@ -142,6 +146,7 @@ impl Metrics {
             master_status: Family::default(),
             transitions: Counter::default(),
             term: Gauge::default(),
+            leadership_start: Gauge::default(),
             lock_requests: Family::new_with_constructor(|| Histogram::new(latency_buckets())),
             status: Arc::default(),
             proxy_requests: Family::default(),
@@ -165,6 +170,11 @@ impl Metrics {
             "term",
             "Fencing term of this replica's current leadership (0 when not leading)",
             m.term.clone(),
+        );
+        mine.register(
+            "leadership_start_time_seconds",
+            "Start of this replica's current leadership, in seconds since the Unix epoch (0 when not leading)",
+            m.leadership_start.clone(),
         );
         mine.register(
             "lock_request_seconds",
@@ -271,6 +281,8 @@ impl Metrics {
                     if now.is_some() {
                         m.transitions.inc();
                     }
+                    m.leadership_start
+                        .set(now.map_or(0.0, |_| unix_seconds(SystemTime::now())));
                     led = now;
                 }
                 let leading = i64::from(now.is_some());
@@ -293,6 +305,12 @@ impl Metrics {
             }
         })
     }
+}
+
+/// `at` in seconds since the Unix epoch (0 for a clock set before it).
+fn unix_seconds(at: SystemTime) -> f64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Every lock request timed (an [`InstrumentedLock`](leader_lock::wrap::InstrumentedLock)
@@ -342,11 +360,15 @@ mod tests {
         assert!(m
             .encode()
             .contains("gateway_leader_leadership_transitions_total 1"));
+        let since = m.leadership_start.get();
+        let now = unix_seconds(SystemTime::now());
+        assert!(since > now - 3600.0 && since <= now, "{since} vs {now}");
         tx.publish(LeaderState::Stopped);
         follow.await.expect("stops with the elector");
         assert!(m
             .encode()
             .contains("leader_election_master_status{name=\"my-lock\"} 0"));
+        assert_eq!(m.leadership_start.get(), 0.0, "not leading: 0");
     }
 
     #[test]
