@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::common::deploy::{of_kind, one, render_component_in};
+use super::common::deploy::{deploy_dir, of_kind, one, render, render_component_in};
 use super::common::helm::{template, NAMESPACE};
 use super::{dashboard_file, read, root, rules, rules_file, yaml};
 
@@ -48,6 +48,46 @@ fn the_component_renders_a_service_monitor_the_rules_and_the_dashboard_for_the_s
         cm["data"]["gateway-leader.json"].as_str(),
         Some(read(&dashboard_file()).as_str())
     );
+}
+
+#[test]
+fn added_to_the_base_its_service_monitor_scrapes_the_bases_metrics_service() {
+    // kustomize takes only relative paths: a link to deploy/ beside the kustomization.
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::os::unix::fs::symlink(deploy_dir(), dir.path().join("deploy")).expect("a link to deploy/");
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+         resources:\n  - deploy/base\ncomponents:\n  - deploy/components/monitoring\n",
+    )
+    .expect("writing the kustomization");
+    let objects = render(dir.path());
+    let sm = one(&objects, "ServiceMonitor");
+    let svc = one(&objects, "Service");
+    assert_eq!(sm["metadata"]["namespace"], svc["metadata"]["namespace"]);
+    for (k, v) in sm["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("labels")
+    {
+        assert_eq!(svc["metadata"]["labels"][k], *v, "the Service has {k}");
+    }
+    assert_eq!(
+        sm["spec"]["endpoints"][0]["port"],
+        svc["spec"]["ports"][0]["name"]
+    );
+    // Without a `namespace:` of the user's, the base's: not the context's default.
+    assert_eq!(svc["metadata"]["namespace"], "gateway-system");
+    let dashboard = of_kind(&objects, "ConfigMap")
+        .into_iter()
+        .find(|c| c["metadata"]["name"] == "gateway-leader-dashboard")
+        .expect("the dashboard's ConfigMap");
+    for o in [one(&objects, "PrometheusRule"), dashboard] {
+        assert_eq!(
+            o["metadata"]["namespace"], "gateway-system",
+            "{}",
+            o["kind"]
+        );
+    }
 }
 
 /// The chart's objects with `metrics` merged over the defaults.
