@@ -45,6 +45,21 @@ fn the_schema_refuses_bad_values() {
             "/metrics/port",
         ),
         (
+            "an alert setting for no alert of the rules",
+            json!({"metrics": {"prometheusRule": {"alerts": {"GatewayLeaderNoLeder": {"for": "2m"}}}}}),
+            "GatewayLeaderNoLeder",
+        ),
+        (
+            "an alert's `for` without a unit",
+            json!({"metrics": {"prometheusRule": {"alerts": {"GatewayLeaderNoLeader": {"for": "90"}}}}}),
+            "/metrics/prometheusRule/alerts/GatewayLeaderNoLeader/for",
+        ),
+        (
+            "no leadership change allowed in an hour",
+            json!({"metrics": {"prometheusRule": {"leaderChangesPerHour": 0}}}),
+            "/metrics/prometheusRule/leaderChangesPerHour",
+        ),
+        (
             "a misspelt value",
             json!({"leaderElection": {"lockname": "x"}}),
             "additional properties 'lockname' not allowed",

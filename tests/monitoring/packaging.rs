@@ -114,6 +114,7 @@ fn the_chart_renders_the_rules_file_as_it_is_by_default_and_neither_object_unask
 fn the_charts_alert_settings_change_only_what_they_name() {
     let objects = chart(json!({ "prometheusRule": {
         "enabled": true,
+        "namespace": "monitoring",
         "alertLabels": { "team": "gateways", "severity": "ignored" },
         "leaderChangesPerHour": 11,
         "alerts": {
@@ -123,6 +124,7 @@ fn the_charts_alert_settings_change_only_what_they_name() {
         },
     }}));
     let rule = one(&objects, "PrometheusRule");
+    assert_eq!(rule["metadata"]["namespace"], "monitoring");
     let got: Vec<&Value> = rule["spec"]["groups"][0]["rules"]
         .as_array()
         .expect("rules")
