@@ -3,15 +3,12 @@
 # first.
 #
 # On Debian or Ubuntu it installs (with apt-get, as root or through sudo): protobuf-compiler and
-# libprotobuf-dev (the etcd-client crate's build), redis-server and iproute2. It builds, from their Go modules
-# through the Go module proxy, once each (cached in ~/.cache/gateway-leader): kube-apiserver at the
-# newest pinned release (scripts/build-kube-apiserver.sh), etcd and etcdctl 3.6
-# (scripts/build-etcd.sh), the Go peers of the interop test (scripts/build-peers.sh), Contour for
-# tests/contour/ (scripts/build-contour.sh), Envoy Gateway for tests/envoy_gateway/
-# (scripts/build-envoy-gateway.sh) and helm for the chart's tests (scripts/build-helm.sh), and
-# fetches the Gateway API CRDs the status writer targets (scripts/gateway-api-crds.sh); Go itself
-# tests/contour/ (scripts/build-contour.sh) and helm for the chart's tests
-# (scripts/build-helm.sh), and
+# libprotobuf-dev (the etcd-client crate's build), redis-server and iproute2. It builds, from
+# their Go modules through the Go module proxy, once each (cached in ~/.cache/gateway-leader):
+# kube-apiserver at the newest pinned release (scripts/build-kube-apiserver.sh), etcd and etcdctl
+# 3.6 (scripts/build-etcd.sh), the Go peers of the interop test (scripts/build-peers.sh), Contour
+# for tests/contour/ (scripts/build-contour.sh), Envoy Gateway for tests/envoy_gateway/
+# (scripts/build-envoy-gateway.sh) and helm for the chart's tests (scripts/build-helm.sh); it
 # unpacks promtool from Debian's prometheus package for the alert rules' tests
 # (scripts/install-promtool.sh), and fetches the Gateway API CRDs the status writer targets
 # (scripts/gateway-api-crds.sh); Go itself
