@@ -373,7 +373,7 @@ impl Setup<'_> {
 }
 
 /// A child whose JSON lines are read as they come; killed when dropped.
-struct Process {
+pub(crate) struct Process {
     child: Child,
     lines: mpsc::Receiver<String>,
     seen: Vec<Value>,
@@ -382,7 +382,7 @@ struct Process {
 impl Process {
     /// Starts `cmd`, reading its lines from stdout (the Go peers) or stderr (our logs), each
     /// also written to `log`.
-    fn spawn(mut cmd: Command, from_stderr: bool, log: &Path) -> Result<Process> {
+    pub(crate) fn spawn(mut cmd: Command, from_stderr: bool, log: &Path) -> Result<Process> {
         use std::io::Write;
         let mut file =
             std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
@@ -430,7 +430,7 @@ impl Process {
     }
 
     /// The first line `hit` accepts, printed already or within `limit`.
-    fn wait(&mut self, limit: Duration, hit: impl Fn(&Value) -> bool) -> Result<Value> {
+    pub(crate) fn wait(&mut self, limit: Duration, hit: impl Fn(&Value) -> bool) -> Result<Value> {
         self.drain();
         if let Some(v) = self.seen.iter().find(|v| hit(v)) {
             return Ok(v.clone());
@@ -449,6 +449,11 @@ impl Process {
                 }
             }
         }
+    }
+
+    /// Its process id.
+    pub(crate) fn id(&self) -> u32 {
+        self.child.id()
     }
 
     fn signal(&self, s: Signal) {

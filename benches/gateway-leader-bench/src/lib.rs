@@ -31,6 +31,7 @@ pub mod local;
 pub mod lockserver;
 pub mod peer_anchor;
 pub mod plot;
+pub mod real_controllers;
 pub mod report;
 pub mod round;
 pub mod scale;

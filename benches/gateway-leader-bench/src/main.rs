@@ -32,6 +32,11 @@ enum Command {
     /// `gateway-leader proxy --proxy-election-lease` (see docs/benchmarks.md, "A controller's own
     /// election, driven by ours").
     ControllerHandover(gateway_leader_bench::controller_handover::ControllerHandoverArgs),
+    /// Run real Gateway API controllers (Contour, Envoy Gateway) as two replicas in three modes
+    /// (native election, election off behind the proxy, election driven by ours) and judge
+    /// handovers, crashes and freezes from the apiserver (see docs/benchmarks.md, "Real
+    /// controllers, three ways").
+    RealControllers(gateway_leader_bench::real_controllers::RealControllersArgs),
     /// Start a throwaway kube-apiserver with the Gateway API CRDs on this machine and keep it up
     /// until Ctrl-C, to try gateway-leader by hand (see docs/operations.md).
     LocalApiserver(LocalArgs),
@@ -55,6 +60,7 @@ fn main() -> ExitCode {
         Command::Run(args) => gateway_leader_bench::main(*args),
         Command::EtcdHandover(args) => gateway_leader_bench::etcd_handover::main(args),
         Command::ControllerHandover(args) => gateway_leader_bench::controller_handover::main(args),
+        Command::RealControllers(args) => gateway_leader_bench::real_controllers::main(args),
         Command::LocalApiserver(args) => gateway_leader_bench::local::main(args),
         Command::PlotScale(args) => gateway_leader_bench::scale_plot::main(args),
     }
