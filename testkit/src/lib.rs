@@ -29,6 +29,7 @@ pub mod rbac;
 pub mod redis;
 pub mod redis_sentinel;
 pub mod replica;
+pub mod route_versions;
 
 pub use cargo::workspace_binary;
 pub use process::{free_port, require_binary, tail, wait_until, ServerProcess};

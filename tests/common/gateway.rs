@@ -16,7 +16,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
+use serde_json::json;
 use testkit::kube::KubeApiServer;
 
 /// Generous: replicas, watches and a busy 2-core machine.
@@ -379,54 +379,4 @@ pub fn policy_says(
         .filter(|a| a.ancestor_ref.kind.as_deref() == Some("Gateway"))
         .flat_map(|a| condition(&a.conditions, type_))
         .any(|c| c.status == status && c.reason == reason)
-}
-
-/// One version of a route as a watch saw it: its generation, the lowest `observedGeneration` of
-/// its status's conditions, and whether its status differs from the version before.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Version {
-    pub generation: i64,
-    pub observed: Option<i64>,
-    pub status_changed: bool,
-}
-
-/// Records every version of route `name` the server holds from now on, until `stop`.
-pub async fn record_versions(
-    routes: Api<HttpRoute>,
-    name: &str,
-    stop: tokio::sync::oneshot::Receiver<()>,
-) -> Vec<Version> {
-    use futures::StreamExt;
-    use kube::runtime::WatchStreamExt;
-    let config = kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = kube::runtime::watcher(routes, config)
-        .applied_objects()
-        .boxed();
-    let mut stop = stop;
-    let mut seen: Vec<Version> = Vec::new();
-    let mut last_status: Option<Value> = None;
-    loop {
-        let route = tokio::select! {
-            _ = &mut stop => return seen,
-            r = events.next() => match r {
-                Some(Ok(r)) => r,
-                Some(Err(_)) => continue,
-                None => return seen,
-            },
-        };
-        let status = serde_json::to_value(&route.status).unwrap_or_default();
-        let observed = status["parents"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|p| p["conditions"].as_array().into_iter().flatten())
-            .filter_map(|c| c["observedGeneration"].as_i64())
-            .min();
-        seen.push(Version {
-            generation: route.metadata.generation.unwrap_or_default(),
-            observed,
-            status_changed: last_status.as_ref().is_some_and(|l| *l != status),
-        });
-        last_status = Some(status);
-    }
 }

@@ -3,7 +3,7 @@
 //! records every version of a route, and from the replicas' rebuild counts.
 
 use super::*;
-use common::gateway::{record_versions, Version};
+use testkit::route_versions::{record_versions, Version};
 
 /// The DAG rebuilds of a replica's Contour so far (`contour_dagrebuild_total`).
 async fn rebuilds(p: &Pod) -> f64 {
@@ -75,10 +75,7 @@ async fn churn_then_handover(name: &str, mode: Mode) {
     tokio::time::sleep(RETRY * 3).await;
     let _ = stop.send(());
     let versions = watch.await.expect("the watch");
-    let stale: Vec<&Version> = versions
-        .iter()
-        .filter(|v| v.status_changed && v.observed.is_some_and(|o| o < v.generation))
-        .collect();
+    let stale: Vec<&Version> = versions.iter().filter(|v| v.is_stale()).collect();
     assert!(
         stale.is_empty(),
         "stale statuses written: {stale:#?} of {versions:#?}"

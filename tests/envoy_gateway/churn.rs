@@ -3,7 +3,7 @@
 //! a route, and from the replicas' xDS snapshot counts.
 
 use super::*;
-use common::gateway::{record_versions, Version};
+use testkit::route_versions::{record_versions, Version};
 
 /// The xDS snapshots a replica's Envoy Gateway has built so far.
 async fn snapshots(p: &Pod) -> f64 {
@@ -58,10 +58,7 @@ async fn after_churn_a_handover_writes_nothing_stale_and_the_follower_kept_pace(
     tokio::time::sleep(RETRY * 3).await;
     let _ = stop.send(());
     let versions = watch.await.expect("the watch");
-    let stale: Vec<&Version> = versions
-        .iter()
-        .filter(|v| v.status_changed && v.observed.is_some_and(|o| o < v.generation))
-        .collect();
+    let stale: Vec<&Version> = versions.iter().filter(|v| v.is_stale()).collect();
     assert!(
         stale.is_empty(),
         "stale statuses written: {stale:#?} of {versions:#?}"
