@@ -18,7 +18,12 @@
 //!   whether it ever is, within a lease and 30 s);
 //! - `freeze`: SIGSTOP to the whole leading replica; once the other leads, changes the route;
 //!   thaws the frozen one once the change is right; the figure is how many writes (statuses and
-//!   the controller's other writes) the apiserver took from the thawed replica afterwards.
+//!   the controller's other writes) the apiserver took from the thawed replica afterwards;
+//! - `churn`: 40 changes of the route in 4 s, then a graceful stop of the leading replica; the
+//!   figures are how far the follower's rebuilds (Contour's `contour_dagrebuild_total`, Envoy
+//!   Gateway's `xds_snapshot_create_total`) fell behind the leader's during the churn, and the
+//!   stale statuses (for an older generation than the route had) and rewrites the server took
+//!   after the stop, from a watch of the route.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -64,8 +69,12 @@ pub struct RealControllersArgs {
     /// Which modes, comma-separated: native, fenced, driven.
     #[arg(long, default_value = "native,fenced,driven", value_name = "LIST")]
     pub modes: String,
-    /// Which scenarios, comma-separated: graceful, crash, freeze.
-    #[arg(long, default_value = "graceful,crash,freeze", value_name = "LIST")]
+    /// Which scenarios, comma-separated: graceful, crash, freeze, churn.
+    #[arg(
+        long,
+        default_value = "graceful,crash,freeze,churn",
+        value_name = "LIST"
+    )]
     pub scenarios: String,
     /// Rounds per controller, mode and scenario.
     #[arg(long, default_value_t = 5, value_name = "N")]
@@ -111,6 +120,7 @@ enum Scenario {
     Graceful,
     Crash,
     Freeze,
+    Churn,
 }
 
 /// Parses a comma-separated list of `names`' keys.
@@ -161,10 +171,11 @@ impl Mode {
 }
 
 impl Scenario {
-    const NAMES: [(&'static str, Scenario); 3] = [
+    const NAMES: [(&'static str, Scenario); 4] = [
         ("graceful", Scenario::Graceful),
         ("crash", Scenario::Crash),
         ("freeze", Scenario::Freeze),
+        ("churn", Scenario::Churn),
     ];
 
     fn name(self) -> &'static str {
@@ -172,6 +183,7 @@ impl Scenario {
             Scenario::Graceful => "graceful",
             Scenario::Crash => "crash",
             Scenario::Freeze => "freeze",
+            Scenario::Churn => "churn",
         }
     }
 }
@@ -272,6 +284,10 @@ struct Row {
     lost: usize,
     /// Writes the apiserver took from the thawed replica (freeze).
     landed: Vec<f64>,
+    /// Churn: how far the follower's rebuilds fell behind, per round.
+    behind: Vec<f64>,
+    /// Churn: stale statuses and rewrites after the handover, per round.
+    stale: Vec<(usize, usize)>,
 }
 
 async fn run(plan: Plan) -> Result<()> {
@@ -304,6 +320,8 @@ async fn run(plan: Plan) -> Result<()> {
                     correct: Vec::new(),
                     lost: 0,
                     landed: Vec::new(),
+                    behind: Vec::new(),
+                    stale: Vec::new(),
                 };
                 for round in 0..plan.rounds {
                     n += 1;
@@ -322,9 +340,13 @@ async fn run(plan: Plan) -> Result<()> {
                     }
                     match out.correct {
                         Some(ms) => row.correct.push(ms),
-                        None if scenario != Scenario::Freeze => row.lost += 1,
+                        None if matches!(scenario, Scenario::Graceful | Scenario::Crash) => {
+                            row.lost += 1
+                        }
                         None => {}
                     }
+                    row.behind.extend(out.behind);
+                    row.stale.extend(out.stale);
                     if let Some(w) = out.landed {
                         row.landed.push(w as f64);
                     }
@@ -361,7 +383,7 @@ fn report(plan: &Plan, rows: &[Row]) {
          writes after thaw (total) |"
     );
     println!("|---|---|---|---|---|---|---|");
-    for r in rows {
+    for r in rows.iter().filter(|r| r.scenario != Scenario::Churn) {
         let landed: f64 = r.landed.iter().sum();
         println!(
             "| {} | {} | {} | {} | {} | {} | {} |",
@@ -382,6 +404,38 @@ fn report(plan: &Plan, rows: &[Row]) {
             },
         );
     }
+    let churn: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.scenario == Scenario::Churn)
+        .collect();
+    if churn.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "Churn (40 changes of one route in 4 s), then a graceful stop of the leading replica:"
+    );
+    println!(
+        "| controller | mode | the follower's rebuilds behind the leader's, max | stale \
+         statuses after the stop, total | rewrites after the stop, max |"
+    );
+    println!("|---|---|---|---|---|");
+    for r in churn {
+        let behind = r.behind.iter().copied().fold(f64::MIN, f64::max);
+        println!(
+            "| {} | {} | {} | {} in {} rounds | {} |",
+            r.kind.name(),
+            r.mode.name(),
+            if r.behind.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{behind:.0}")
+            },
+            r.stale.iter().map(|s| s.0).sum::<usize>(),
+            r.stale.len(),
+            r.stale.iter().map(|s| s.1).max().unwrap_or(0),
+        );
+    }
 }
 
 /// What one round measured.
@@ -392,6 +446,10 @@ struct Outcome {
     landed: Option<usize>,
     /// What those writes were.
     landed_what: Vec<String>,
+    /// Churn: the leader's rebuilds less the follower's.
+    behind: Option<f64>,
+    /// Churn: stale statuses and rewrites after the handover.
+    stale: Option<(usize, usize)>,
 }
 
 /// One round's namespace, objects and replicas.
@@ -426,6 +484,14 @@ impl Controller {
         match self {
             Controller::Contour(c) => c.pid(),
             Controller::EnvoyGateway(e) => e.pid(),
+        }
+    }
+
+    /// Its rebuilds of what it serves so far, leader or not.
+    async fn rebuilds(&self) -> Result<f64> {
+        match self {
+            Controller::Contour(c) => c.dag_rebuilds().await,
+            Controller::EnvoyGateway(e) => e.snapshots().await,
         }
     }
 
@@ -712,6 +778,14 @@ impl<'a> Scene<'a> {
         Ok(start.elapsed())
     }
 
+    /// Both controllers' rebuilds so far: a's, b's.
+    async fn rebuild_counts(&self) -> Result<(f64, f64)> {
+        Ok((
+            self.pods[0].controller.rebuilds().await?,
+            self.pods[1].controller.rebuilds().await?,
+        ))
+    }
+
     /// The proxies' Lease holder on the server.
     async fn holder(&self) -> String {
         Api::<Lease>::namespaced(self.admin.clone(), &self.ns)
@@ -854,6 +928,48 @@ impl<'a> Scene<'a> {
                 let landed = after.get(before.len()..).unwrap_or_default().to_vec();
                 out.landed = Some(landed.len());
                 out.landed_what = landed;
+            }
+            Scenario::Churn => {
+                let (a0, b0) = self.rebuild_counts().await?;
+                for i in 0..40 {
+                    self.move_route(if i % 2 == 0 { "nowhere" } else { "web" })
+                        .await?;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                if !self.wait_right("web", PATIENCE).await? {
+                    bail!("the churn's last change was not written");
+                }
+                // Both see the last change within moments; a follower held up falls behind by
+                // dozens.
+                let until = Instant::now() + Duration::from_secs(10);
+                let behind = loop {
+                    let (a1, b1) = self.rebuild_counts().await?;
+                    let behind = (a1 - a0) - (b1 - b0);
+                    if behind <= 0.0 || Instant::now() > until {
+                        break behind;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                };
+                out.behind = Some(behind);
+                let (stop, stopped) = tokio::sync::oneshot::channel();
+                let watch = tokio::spawn(testkit::route_versions::record_versions(
+                    self.routes(),
+                    "moved",
+                    stopped,
+                ));
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                self.pods[0].signal(Signal::SIGTERM);
+                self.wait_leads(1).await?;
+                if !self.wait_right("web", PATIENCE).await? {
+                    bail!("the statuses were not right after the handover");
+                }
+                // Room for a late write from a queue of old updates, which is what this counts.
+                tokio::time::sleep(self.plan.timing.retry * 3).await;
+                let _ = stop.send(());
+                let versions = watch.await.context("the route's watch")?;
+                let stale = versions.iter().filter(|v| v.is_stale()).count();
+                let rewrites = versions.iter().filter(|v| v.status_changed).count();
+                out.stale = Some((stale, rewrites));
             }
         }
         let pods = std::mem::take(&mut self.pods);
