@@ -196,3 +196,41 @@ fn a_signalled_bench_stops_every_replica_and_server_it_started() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+#[test]
+fn real_controllers_refuses_bad_input_naming_the_flag_and_the_accepted_values() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("out");
+    for (args, needle) in [
+        (
+            &["--controllers", "contour,istio"][..],
+            "--controllers: \"istio\"; accepted: contour, envoy-gateway",
+        ),
+        (
+            &["--modes", "proxied"][..],
+            "--modes: \"proxied\"; accepted: native, fenced, driven",
+        ),
+        (
+            &["--scenarios", "partition"][..],
+            "--scenarios: \"partition\"; accepted: graceful, crash, freeze, churn",
+        ),
+        (&["--rounds", "0"][..], "--rounds 0"),
+        (&["--controller-retry", "12s"][..], "--controller-retry"),
+        (&["--lease-duration", "soon"][..], "--lease-duration soon"),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_gateway-leader-bench"))
+            .arg("real-controllers")
+            .arg("--binary")
+            .arg(gateway_leader())
+            .args(args)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(!out.exists(), "{args:?}: nothing may be created");
+    }
+}
