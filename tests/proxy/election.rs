@@ -458,3 +458,98 @@ async fn over_etcd_and_redis_the_controller_follows_our_lock_the_same_way() {
         assert_eq!(blocking(|| b.replica.wait_exit(PATIENCE)), Some(0));
     }
 }
+
+/// `exec` with a proxy and the controller's election Lease: the command (a client-go elector,
+/// its kubeconfig the `KUBECONFIG` exec gives it) runs only while its replica leads, and its own
+/// election, through the proxy, leads at once then; at a graceful handover the other replica's
+/// command leads and writes, the first one's writes stop before, and the Lease never reaches
+/// the apiserver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_exec_the_command_leads_its_own_election_while_its_replica_leads() {
+    let (server, _dir) = setup(NS).await;
+    let lease = "ctl-exec";
+    let elector = testkit::built::peers()
+        .expect("the Go peers are built (scripts/build-peers.sh)")
+        .join(testkit::built::CLIENT_GO_ELECTOR);
+    let start = |name: &str| {
+        let port = testkit::process::free_port().expect("a free port");
+        let script = format!(
+            "exec {} --kubeconfig=\"$KUBECONFIG\" --namespace={NS} --lease={lease} \
+             --identity=ctl-{name} --write-configmap={lease}-by-ctl-{name} --write-every=200ms \
+             {}",
+            elector.display(),
+            CONTROLLER_TIMING.join(" ")
+        );
+        let (listen, election, lock) = (
+            format!("127.0.0.1:{port}"),
+            format!("{NS}/{lease}"),
+            lock_of(lease),
+        );
+        let mut args = vec![
+            "--lock-backend",
+            "kubernetes",
+            "--kubeconfig",
+            server.kubeconfig_path().to_str().expect("a UTF-8 path"),
+            "--leader-election-namespace",
+            NS,
+            "--leader-election-lock-name",
+            &lock,
+            "--proxy-listen",
+            &listen,
+            "--proxy-election-lease",
+            &election,
+        ];
+        args.extend(SHORT_TIMING);
+        let exe = Path::new(env!("CARGO_BIN_EXE_gateway-leader"));
+        let mut cmd =
+            testkit::replica::Replica::command(exe, "exec", &format!("exec-{name}"), &args);
+        cmd.args(["--", "sh", "-c", &script])
+            .env("RUST_LOG", "info");
+        Replica::spawn(&format!("exec-{name}"), cmd)
+    };
+    let wait_written = |name: &'static str| async move {
+        let until = Instant::now() + PATIENCE;
+        loop {
+            if let Some(rv) = written_by(server, lease, name).await {
+                return rv;
+            }
+            assert!(
+                Instant::now() < until,
+                "{name} wrote nothing within {PATIENCE:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+
+    let mut a = start("a");
+    blocking(|| a.wait_for(message::LEADING, PATIENCE));
+    wait_written("ctl-a").await;
+    let mut b = start("b");
+    blocking(|| b.wait_for(message::FOLLOWING, PATIENCE));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        written_by(server, lease, "ctl-b").await.is_none(),
+        "the follower's command ran and wrote"
+    );
+    assert!(
+        server_lease(server, lease).await.is_none(),
+        "the Lease reached the apiserver"
+    );
+
+    a.terminate();
+    assert_eq!(blocking(|| a.wait_exit(PATIENCE)), Some(0));
+    let a_last = written_by(server, lease, "ctl-a").await;
+    wait_written("ctl-b").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        written_by(server, lease, "ctl-a").await,
+        a_last,
+        "ctl-a wrote after its replica stopped"
+    );
+    assert!(
+        server_lease(server, lease).await.is_none(),
+        "the Lease reached the apiserver"
+    );
+    b.terminate();
+    assert_eq!(blocking(|| b.wait_exit(PATIENCE)), Some(0));
+}
