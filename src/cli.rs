@@ -1,4 +1,5 @@
-//! The command line: `gateway-leader run`, `proxy`, `exec`, `fencing-policy` and their flags.
+//! The command line: `gateway-leader run`, `proxy`, `exec`, `status`, `fencing-policy` and their
+//! flags.
 
 use std::ffi::OsString;
 
@@ -35,6 +36,14 @@ pub enum Command {
     /// Elect as `run` does and serve a Kubernetes API proxy (`--proxy-listen`) that forwards
     /// reads on every replica and writes only while this replica validly leads.
     Proxy(Box<RunArgs>),
+    /// Read the configured lock (the same settings as `run`) and print who holds it, the term,
+    /// since when, when its record expires by the lock's view, and its history.
+    ///
+    /// Exit codes: 0 held, 3 free, 4 vanished (its record is gone without a release and may not
+    /// be taken yet), 5 unreachable (no answer within --renew-deadline), 1 another failure
+    /// (credentials refused, a record not ours), 2 bad settings (before the lock is touched).
+    /// With --watch, 0 on SIGTERM or Ctrl-C.
+    Status(Box<crate::status::StatusArgs>),
 }
 
 /// The arguments of `gateway-leader exec`: `run`'s settings, then the command after `--`.

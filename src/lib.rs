@@ -22,6 +22,7 @@ pub mod program;
 pub mod proxy;
 pub mod run;
 pub mod shutdown;
+pub mod status;
 pub mod telemetry;
 mod validity;
 
@@ -52,7 +53,7 @@ pub fn load_settings(
 enum Threads {
     /// One per core: `run`, whose status computation can use them.
     PerCore,
-    /// One: `proxy` and `exec`, which forward bytes and wait. Each proxied request wakes several
+    /// One: `proxy`, `exec` and `status`, which forward bytes or read, and wait. Each proxied request wakes several
     /// tasks (the client's connection, the apiserver's, the response's body); on one thread a
     /// wake is a queue push, across threads a futex and a context switch, which costs more CPU
     /// per proxied write than a second thread gains (docs/benchmarks.md, "Where a proxied
@@ -139,6 +140,16 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
                     Ok(code) => ExitCode::from(code),
                     Err(e) => outcome(Err(e)),
                 },
+                Err(message) => {
+                    eprintln!("gateway-leader: {message}");
+                    ExitCode::from(EXIT_USAGE)
+                }
+            },
+            Err(code) => code,
+        },
+        Command::Status(args) => match prepare(&args.run, Threads::One) {
+            Ok((settings, rt)) => match status::check(&settings) {
+                Ok(()) => rt.block_on(status::status(settings, args.output, args.watch)),
                 Err(message) => {
                     eprintln!("gateway-leader: {message}");
                     ExitCode::from(EXIT_USAGE)

@@ -17,10 +17,15 @@
 //!   still be believed held by its holder, so nobody takes the lock until
 //!   [`vanished_free_at`] says so.
 //!
+//! A lock may also answer [`LeaderLock::inspect`] with what its server keeps beside the record
+//! (an [`Inspection`]: its expiry, its history, a trace of a vanished holder), for an operator's
+//! tool; the elector never asks.
+//!
 //! The conformance suite (feature `conformance`) checks a backend against both, on its real
 //! server; `examples/custom_backend.rs` in the repository is a whole backend that passes it.
 
 pub use crate::config::ConfigError;
+pub use crate::inspect::{Fact, FactValue, Inspection, LastHolder};
 pub use crate::lock::{Attempt, LeaderLock, LockError, LockEvent, LockEventStream};
 pub use crate::observe::{vanished_free_at, ObservedRecord};
 pub use crate::record::{Candidate, LockRecord};

@@ -90,6 +90,7 @@ pub mod elector;
 pub mod gate;
 #[cfg(feature = "input")]
 pub mod input;
+mod inspect;
 pub mod leadership;
 mod lock;
 pub mod memory;

@@ -5,6 +5,7 @@ use futures::stream::BoxStream;
 use tokio::time::Instant;
 
 use crate::config::ConfigError;
+use crate::inspect::Inspection;
 use crate::record::{Candidate, LockRecord, Term};
 use crate::timing::Timing;
 
@@ -337,6 +338,22 @@ pub trait LeaderLock: Send + Sync {
     /// Must be cancel safe: it only reads, and a drop changes nothing on the server or in the
     /// lock's state.
     async fn get(&self) -> Result<Option<LockRecord>, LockError>;
+
+    /// Reads the record and what the server keeps beside it, for an operator's tool
+    /// (`gateway-leader status`): the server's own expiry of the record, the lock's history
+    /// under the backend's names, and what it kept of a holder whose record is gone. The
+    /// elector never calls it. The default knows only [`get`](Self::get)'s record; a wrapper
+    /// around another lock should forward it.
+    ///
+    /// # Errors
+    /// As [`get`](Self::get).
+    ///
+    /// # Cancel safety
+    /// Must be cancel safe: it only reads, and a drop changes nothing on the server or in the
+    /// lock's state.
+    async fn inspect(&self) -> Result<Inspection, LockError> {
+        Ok(Inspection::of_record(self.get().await?))
+    }
 
     /// Opens a change stream on the lock. The elector reopens it with backoff when it breaks and
     /// polls every retry period meanwhile.

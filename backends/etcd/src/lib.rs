@@ -26,6 +26,7 @@ mod config;
 mod connect;
 mod error;
 mod held;
+mod inspect;
 mod keepalive;
 mod keys;
 mod knowledge;

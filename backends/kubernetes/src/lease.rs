@@ -10,8 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams};
 use kube::Api;
 use leader_lock::backend::{
-    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
-    ObservedRecord,
+    Attempt, Candidate, ConfigError, FactValue, Inspection, LastHolder, LeaderLock, LockError,
+    LockEventStream, LockRecord, ObservedRecord,
 };
 use leader_lock::{Term, Timing};
 use tokio::sync::mpsc;
@@ -609,6 +609,36 @@ impl LeaderLock for LeaseLock {
         Ok(lease
             .map(|l| spec::record(&l, self.inner.clamp()))
             .filter(|r| !r.is_free()))
+    }
+
+    /// The record, with the Lease's history as it keeps it: `leaseTransitions` (the term, also
+    /// after a release, which empties the holder but keeps the count), `acquireTime` and the
+    /// `resourceVersion`. A released Lease is a `last_holder` that released (its name is gone
+    /// with the release). A Lease keeps no clock of its own (no `server_ttl`) and nothing once
+    /// deleted (no `last_holder`: a deleted Lease reads as one never created).
+    async fn inspect(&self) -> Result<Inspection, LockError> {
+        let Some(lease) = self.inner.read().await? else {
+            return Ok(Inspection::of_record(None));
+        };
+        let record = spec::record(&lease, self.inner.clamp());
+        let mut i = Inspection::of_record(None).with_fact(
+            "leaseTransitions",
+            FactValue::Number(u64::from(spec::transitions(&lease).unsigned_abs())),
+        );
+        if let Some(t) = record.acquire_time {
+            i = i.with_fact("acquireTime", FactValue::Time(t));
+        }
+        i = i.with_fact("resourceVersion", FactValue::Text(record.version.clone()));
+        if record.is_free() {
+            return Ok(i.with_last_holder(Some(LastHolder {
+                holder: String::new(),
+                term: record.term,
+                released: true,
+                held_off_for: None,
+            })));
+        }
+        i.record = Some(record);
+        Ok(i)
     }
 
     async fn watch(&self) -> Result<LockEventStream, LockError> {

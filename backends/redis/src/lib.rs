@@ -11,6 +11,7 @@ mod config;
 mod connection;
 mod error;
 mod held;
+mod inspect;
 mod keys;
 mod knowledge;
 mod lock;

@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use futures::StreamExt;
 use leader_lock::backend::{
-    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
+    Attempt, Candidate, ConfigError, Inspection, LeaderLock, LockError, LockEventStream, LockRecord,
 };
 use leader_lock::{Term, Timing};
 use redis::aio::{ConnectionManager, PubSub};
@@ -155,6 +155,7 @@ impl RedisLock {
                 acquire: scripts::acquire(),
                 release: scripts::release(),
                 get: scripts::get(),
+                inspect: scripts::inspect(),
             }),
             knowledge: Arc::new(Knowledge::default()),
             holds: Arc::new(Holds::default()),
@@ -527,6 +528,19 @@ impl LeaderLock for RedisLock {
                 Ok(Some(rec))
             }
         }
+    }
+
+    /// The record and its PTTL, the term counter (`termCounter`), and the state key: the
+    /// server time of the last renew (`serverRenewTime`) and, with no record, the last holder,
+    /// released or vanished, and how long a vanished one holds the lock off by the server's
+    /// clock. One script: one consistent reading.
+    async fn inspect(&self) -> Result<Inspection, LockError> {
+        let mut inv = self.scripts.inspect.prepare_invoke();
+        inv.key(&self.keys.holder)
+            .key(&self.keys.term)
+            .key(&self.keys.state);
+        let reply: Vec<Value> = self.run(inv).await?;
+        crate::inspect::interpret(&reply, &self.keys.holder)
     }
 
     async fn watch(&self) -> Result<LockEventStream, LockError> {

@@ -175,6 +175,8 @@ pub(crate) struct Scripts {
     pub(crate) release: redis::Script,
     /// The record and its TTL in one round trip.
     pub(crate) get: redis::Script,
+    /// Everything the server keeps of the lock, for `inspect` (`inspect.rs`).
+    pub(crate) inspect: redis::Script,
 }
 
 pub(crate) fn acquire() -> redis::Script {
@@ -187,4 +189,8 @@ pub(crate) fn release() -> redis::Script {
 
 pub(crate) fn get() -> redis::Script {
     redis::Script::new(GET_BODY)
+}
+
+pub(crate) fn inspect() -> redis::Script {
+    redis::Script::new(crate::inspect::INSPECT_BODY)
 }

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::backend::{
-    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
+    Attempt, Candidate, ConfigError, Inspection, LeaderLock, LockError, LockEventStream, LockRecord,
 };
 use crate::{Term, Timing};
 
@@ -173,6 +173,11 @@ impl<O: LockObserver> LeaderLock for InstrumentedLock<O> {
     async fn get(&self) -> Result<Option<LockRecord>, LockError> {
         let timed = self.time(LockRequest::Get);
         timed.record(self.inner.get().await)
+    }
+
+    async fn inspect(&self) -> Result<Inspection, LockError> {
+        let timed = self.time(LockRequest::Get);
+        timed.record(self.inner.inspect().await)
     }
 
     async fn watch(&self) -> Result<LockEventStream, LockError> {

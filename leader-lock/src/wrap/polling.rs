@@ -11,7 +11,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::backend::{
-    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
+    Attempt, Candidate, ConfigError, Inspection, LeaderLock, LockError, LockEventStream, LockRecord,
 };
 use crate::{Term, Timing};
 
@@ -87,6 +87,10 @@ impl LeaderLock for PollingLock {
 
     async fn get(&self) -> Result<Option<LockRecord>, LockError> {
         self.inner.get().await
+    }
+
+    async fn inspect(&self) -> Result<Inspection, LockError> {
+        self.inner.inspect().await
     }
 
     async fn watch(&self) -> Result<LockEventStream, LockError> {

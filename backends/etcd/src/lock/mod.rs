@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::GetResponse;
 use leader_lock::backend::{
-    Attempt, Candidate, ConfigError, LeaderLock, LockError, LockEventStream, LockRecord,
+    Attempt, Candidate, ConfigError, Inspection, LeaderLock, LockError, LockEventStream, LockRecord,
 };
 use leader_lock::{Term, Timing};
 use tokio::sync::Mutex;
@@ -198,6 +198,13 @@ impl LeaderLock for EtcdLock {
 
     async fn get(&self) -> Result<Option<LockRecord>, LockError> {
         self.inner.get().await
+    }
+
+    /// The record and its lease's TTL, the key's revisions (`createRevision`, `modRevision`,
+    /// `version`, `lease`) and the release marker (`releasedTerm`); with the key gone, its last
+    /// version from the key's history, released or vanished (`inspect.rs`).
+    async fn inspect(&self) -> Result<Inspection, LockError> {
+        crate::inspect::inspect(&self.inner.conn, &self.inner.keys).await
     }
 
     async fn watch(&self) -> Result<LockEventStream, LockError> {
