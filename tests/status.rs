@@ -479,3 +479,36 @@ async fn status_on_redis() {
         .expect("redis-server starts (apt-get install redis-server)");
     life(Lock::Redis(server)).await;
 }
+
+/// `--watch` rides out a server that goes away: one `unreachable` line per outage, a reading again
+/// once it is back, and SIGTERM ends it cleanly while the server is still down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_watch_says_unreachable_once_and_reads_again_when_the_server_is_back() {
+    let mut server = testkit::redis::RedisServer::start()
+        .await
+        .expect("redis-server starts (apt-get install redis-server)");
+    // No kubeconfig: `status` on Redis needs no Kubernetes.
+    let mut args: Vec<String> = TIMING.map(String::from).to_vec();
+    args.extend([
+        "--lock-backend".into(),
+        "redis".into(),
+        "--redis-url".into(),
+        server.url(),
+    ]);
+    let mut watch = Watch::start(&args);
+    blocking(|| watch.wait("free", |v| state(v) == "free"));
+    server.kill();
+    let down = blocking(|| watch.wait("unreachable", |v| state(v) == "unreachable"));
+    assert!(down["error"].is_string(), "{down}");
+    server
+        .restart()
+        .await
+        .expect("redis restarts on the same port");
+    blocking(|| watch.wait("a reading again", |v| state(v) == "free"));
+    server.kill();
+    blocking(|| watch.wait("unreachable again", |v| state(v) == "unreachable"));
+    // Stopped while the server is down, in the middle of its retries: still a clean exit 0.
+    let lines = blocking(|| watch.stop());
+    let unreachable = lines.iter().filter(|v| state(v) == "unreachable").count();
+    assert_eq!(unreachable, 2, "one line per outage: {lines:?}");
+}

@@ -200,6 +200,19 @@ fn instant_of(at: SystemTime) -> Instant {
 /// (one read each: this is an operator's tool, not a follower counting its requests).
 async fn watch_lock(s: &Settings, output: Output) -> Result<u8, String> {
     let mut signals = ShutdownSignals::install().map_err(|e| format!("{e:#}"))?;
+    // The signal ends whatever is under way, a reading or a connection included: each is only
+    // a read, and a dropped one changes nothing.
+    tokio::select! {
+        r = follow(s, output) => r,
+        sig = signals.recv() => {
+            tracing::debug!(signal = sig, "status --watch stopped");
+            Ok(0)
+        }
+    }
+}
+
+/// `--watch`'s loop; it returns only on a failure that is no unreachable server.
+async fn follow(s: &Settings, output: Output) -> Result<u8, String> {
     let retry = s.timing.retry_period;
     let mut seen = Seen::default();
     let mut last: Option<View> = None;
@@ -231,10 +244,6 @@ async fn watch_lock(s: &Settings, output: Output) -> Result<u8, String> {
             None => poll,
         };
         tokio::select! {
-            sig = signals.recv() => {
-                tracing::debug!(signal = sig, "status --watch stopped");
-                return Ok(0);
-            }
             ev = next_event(&mut events) => {
                 match ev {
                     Some(Ok(LockEvent::Changed(_) | LockEvent::Resynced)) => {}
