@@ -78,6 +78,17 @@ fn prepare(
     args: &RunArgs,
     threads: Threads,
 ) -> Result<(Settings, tokio::runtime::Runtime), ExitCode> {
+    prepare_with(args, threads, false)
+}
+
+/// [`prepare`]; `quiet` (`status`, a command whose output is what it prints) logs warnings only
+/// while the log level is the default, `info`: a person reading the block wants no lines about
+/// loading a kubeconfig.
+fn prepare_with(
+    args: &RunArgs,
+    threads: Threads,
+    quiet: bool,
+) -> Result<(Settings, tokio::runtime::Runtime), ExitCode> {
     let (layers, settings) = match load_settings(args, std::env::vars_os()) {
         Ok(x) => x,
         Err(e) => {
@@ -89,7 +100,12 @@ fn prepare(
         print!("{}", layers.render());
         return Err(ExitCode::SUCCESS);
     }
-    telemetry::init(settings.log_format, &settings.log_level);
+    let level = if quiet && settings.log_level == "info" {
+        "warn"
+    } else {
+        &settings.log_level
+    };
+    telemetry::init(settings.log_format, level);
     // Always given, so tokio never reads `TOKIO_WORKER_THREADS`, which it panics on when it is
     // not a number: `--worker-threads` is the setting, checked with the others.
     let workers = threads.count(settings.worker_threads);
@@ -147,7 +163,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
             },
             Err(code) => code,
         },
-        Command::Status(args) => match prepare(&args.run, Threads::One) {
+        Command::Status(args) => match prepare_with(&args.run, Threads::One, true) {
             Ok((settings, rt)) => match status::check(&settings) {
                 Ok(()) => rt.block_on(status::status(settings, args.output, args.watch)),
                 Err(message) => {

@@ -4,7 +4,8 @@
 //! write (docs/operations.md, "gateway-leader status").
 //!
 //! The exit code is the state (held 0, free 3, vanished 4, unreachable 5; 1 another failure,
-//! 2 bad settings), so a probe or a script needs no parsing.
+//! 2 bad settings), so a probe or a script needs no parsing. It logs warnings only unless
+//! `--log-level` (or `RUST_LOG`) names another filter than the default `info`.
 
 mod render;
 mod view;
