@@ -92,6 +92,28 @@ mod tests {
     }
 
     #[test]
+    fn status_takes_the_settings_an_output_format_and_watch() {
+        let cli =
+            parse(&["status", "--lock-backend", "redis", "-o", "json", "--watch"]).expect("parses");
+        let Command::Status(args) = cli.command else {
+            panic!("not status")
+        };
+        assert_eq!(args.run.lock_backend.as_deref(), Some("redis"));
+        assert_eq!(args.output, crate::status::Output::Json);
+        assert!(args.watch);
+        let cli = parse(&["status"]).expect("parses");
+        let Command::Status(args) = cli.command else {
+            panic!("not status")
+        };
+        assert_eq!(
+            (args.output, args.watch),
+            (crate::status::Output::Text, false)
+        );
+        let e = parse(&["status", "--output", "yaml"]).expect_err("no such format");
+        assert_eq!(e.exit_code(), 2, "{e}");
+    }
+
+    #[test]
     fn exec_without_a_command_is_a_usage_error() {
         for args in [
             &["exec"][..],

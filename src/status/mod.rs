@@ -106,15 +106,16 @@ fn describe(s: &Settings) -> String {
     format!("{} lock {}", s.backend, s.lock_name)
 }
 
-/// One reading, bounded by the renew deadline: a server that does not answer is unreachable.
+/// One reading, given up at `deadline`: a server that does not answer is unreachable.
 async fn read(
     lock: &dyn LeaderLock,
     name: &str,
     s: &Settings,
     seen: &mut Seen,
+    deadline: Instant,
 ) -> Result<View, String> {
     let bound = s.timing.renew_deadline;
-    let r = match tokio::time::timeout(bound, lock.inspect()).await {
+    let r = match tokio::time::timeout_at(deadline, lock.inspect()).await {
         Ok(r) => r,
         Err(_) => Err(LockError::Timeout(bound)),
     };
@@ -143,12 +144,15 @@ fn print(v: &View, output: Output, watching: bool) {
     }
 }
 
-/// Connects within the renew deadline; unreachable (as a view) when it cannot.
-async fn connect_bounded(s: &Settings) -> Result<Result<Arc<dyn LeaderLock>, View>, String> {
+/// Connects by `deadline`; unreachable (as a view) when it cannot.
+async fn connect_bounded(
+    s: &Settings,
+    deadline: Instant,
+) -> Result<Result<Arc<dyn LeaderLock>, View>, String> {
     let bound = s.timing.renew_deadline;
     let name = describe(s);
     let backend = s.backend.to_string();
-    match tokio::time::timeout(bound, connect(s)).await {
+    match tokio::time::timeout_at(deadline, connect(s)).await {
         Err(_) => Ok(Err(view::unreachable(
             &name,
             &backend,
@@ -164,7 +168,10 @@ async fn connect_bounded(s: &Settings) -> Result<Result<Arc<dyn LeaderLock>, Vie
     }
 }
 
-/// `gateway-leader status`: one reading, or `--watch`.
+/// `gateway-leader status`: one reading, or `--watch`; returns the exit code.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads the lock, so a drop leaves nothing behind on the server.
 pub async fn status(settings: Settings, output: Output, watch: bool) -> ExitCode {
     let result = if watch {
         watch_lock(&settings, output).await
@@ -180,9 +187,15 @@ pub async fn status(settings: Settings, output: Output, watch: bool) -> ExitCode
     }
 }
 
+/// One reading, connection included, within one renew deadline: the documented bound on an
+/// unreachable answer.
 async fn once(s: &Settings, output: Output) -> Result<u8, String> {
-    let v = match connect_bounded(s).await? {
-        Ok(lock) => read(lock.as_ref(), &lock.describe(), s, &mut Seen::default()).await?,
+    let deadline = Instant::now() + s.timing.renew_deadline;
+    let v = match connect_bounded(s, deadline).await? {
+        Ok(lock) => {
+            let name = lock.describe();
+            read(lock.as_ref(), &name, s, &mut Seen::default(), deadline).await?
+        }
         Err(v) => v,
     };
     print(&v, output, false);
@@ -221,7 +234,7 @@ async fn follow(s: &Settings, output: Output) -> Result<u8, String> {
     let mut events: Option<LockEventStream> = None;
     loop {
         if lock.is_none() {
-            match connect_bounded(s).await? {
+            match connect_bounded(s, Instant::now() + s.timing.renew_deadline).await? {
                 Ok(l) => lock = Some(l),
                 Err(v) => report(&mut last, v, output),
             }
@@ -233,7 +246,8 @@ async fn follow(s: &Settings, output: Output) -> Result<u8, String> {
                 .and_then(Result::ok);
         }
         if let Some(l) = &lock {
-            let v = read(l.as_ref(), &l.describe(), s, &mut seen).await?;
+            let deadline = Instant::now() + s.timing.renew_deadline;
+            let v = read(l.as_ref(), &l.describe(), s, &mut seen, deadline).await?;
             report(&mut last, v, output);
         }
         // Wait for whatever can change the reading. A poll every retry period too, with the
