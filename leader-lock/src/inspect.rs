@@ -30,6 +30,12 @@ pub struct Inspection {
     pub history: Vec<Fact>,
     /// When there is no record: what the server kept of its last holder, if anything.
     pub last_holder: Option<LastHolder>,
+    /// How long the server has certainly been up, where a restart loses the lock's state with
+    /// everything else (Redis without persistence). A lock found empty, with no trace, on a
+    /// server up for less than a lease may have lost a live holder's record: the rule of
+    /// [`vanished_free_at`](crate::backend::vanished_free_at) counts a lease from the restart.
+    /// `None` where a restart loses nothing (etcd, a Lease).
+    pub server_uptime: Option<Duration>,
 }
 
 /// One named value a backend's server keeps about the lock.
@@ -92,6 +98,13 @@ impl Inspection {
     #[must_use]
     pub fn with_fact(mut self, name: &'static str, value: FactValue) -> Self {
         self.history.push(Fact { name, value });
+        self
+    }
+
+    /// Sets [`server_uptime`](Self::server_uptime).
+    #[must_use]
+    pub fn with_server_uptime(mut self, uptime: Option<Duration>) -> Self {
+        self.server_uptime = uptime;
         self
     }
 

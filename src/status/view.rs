@@ -33,7 +33,7 @@ impl State {
     }
 }
 
-/// Why a lock is free, or unreachable.
+/// Why a lock is free (or, for a server's restart, vanished).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
     /// Its last holder released it.
@@ -45,6 +45,9 @@ pub enum Reason {
     NoRecord,
     /// The record vanished, and a lease has passed since.
     Lapsed,
+    /// (`vanished`) No record and no trace, on a server restarted less than a lease ago that
+    /// lost its data with the restart: a live holder's record may have gone with it.
+    Restarted,
 }
 
 impl Reason {
@@ -55,6 +58,7 @@ impl Reason {
             Reason::Expired => "expired",
             Reason::NoRecord => "no-record",
             Reason::Lapsed => "lapsed",
+            Reason::Restarted => "restarted",
         }
     }
 }
@@ -217,10 +221,16 @@ impl Seen {
                 }
             }
             None => {
-                // No trace on the server: only what this process saw can tell a vanished record.
+                // No trace on the server: only what this process saw can tell a vanished record,
+                // or a restart that lost the server's data (a lease counted from it, as a
+                // candidate's own lease, the way the Redis lock's acquire counts it).
                 self.observed.gone(None, now, fallback);
-                match self.observed.hold_off(now) {
-                    Some((r, until)) => {
+                let restart = i
+                    .server_uptime
+                    .filter(|up| *up < fallback)
+                    .map(|up| now + (fallback - up));
+                match (self.observed.hold_off(now), restart) {
+                    (Some((r, until)), restart) => {
                         self.held_off = true;
                         v.state = State::Vanished;
                         v.former = Some(Former {
@@ -228,9 +238,16 @@ impl Seen {
                             term: r.term,
                             released: false,
                         });
+                        let until = restart.map_or(until, |r| r.max(until));
                         v.free_at = Some(wall + (until - now));
                     }
-                    None => {
+                    (None, Some(until)) => {
+                        self.held_off = true;
+                        v.state = State::Vanished;
+                        v.reason = Some(Reason::Restarted);
+                        v.free_at = Some(wall + (until - now));
+                    }
+                    (None, None) => {
                         v.reason = Some(if self.held_off {
                             Reason::Lapsed
                         } else {
@@ -355,6 +372,22 @@ mod tests {
         let v = view(&mut seen, Inspection::of_record(None), t0 + S(10), wall);
         assert_eq!(v.state, State::Vanished);
         let v = view(&mut seen, Inspection::of_record(None), t0 + S(16), wall);
+        assert_eq!((v.state, v.reason), (State::Free, Some(Reason::Lapsed)));
+    }
+
+    #[test]
+    fn an_empty_lock_on_a_server_restarted_within_a_lease_is_not_free_yet() {
+        let wall = SystemTime::now();
+        let t0 = Instant::now();
+        let mut seen = Seen::default();
+        let restarted = |up| Inspection::of_record(None).with_server_uptime(Some(S(up)));
+        let v = view(&mut seen, restarted(4), t0, wall);
+        assert_eq!(
+            (v.state, v.reason),
+            (State::Vanished, Some(Reason::Restarted))
+        );
+        assert_eq!(v.free_at, Some(wall + S(11)), "a lease from the restart");
+        let v = view(&mut seen, restarted(15), t0 + S(11), wall);
         assert_eq!((v.state, v.reason), (State::Free, Some(Reason::Lapsed)));
     }
 

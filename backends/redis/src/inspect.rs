@@ -13,13 +13,14 @@ use serde::Deserialize;
 
 use crate::value::{self, bytes, int, pttl_wait};
 
-/// One atomic read: the holder key and its PTTL, the term counter, the state key and the
-/// server's clock. KEYS: holder, term, state. Returns `{value|false, pttl, counter|false,
-/// state|false, seconds, microseconds}`.
+/// One atomic read: the holder key and its PTTL, the term counter, the state key, the
+/// server's clock and its uptime. KEYS: holder, term, state. Returns `{value|false, pttl,
+/// counter|false, state|false, seconds, microseconds, uptime seconds|false}`.
 pub(crate) const INSPECT_BODY: &str = r#"
 local t = redis.call('TIME')
+local up = string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)')
 return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]),
-  redis.call('GET', KEYS[3]), t[1], t[2]}
+  redis.call('GET', KEYS[3]), t[1], t[2], up or false}
 "#;
 
 /// The state key's value, as the acquire and release scripts write it (`scripts.rs`).
@@ -40,9 +41,12 @@ pub(crate) fn interpret(reply: &[Value], key: &str) -> Result<Inspection, LockEr
             "unexpected reply from the inspect script: {reply:?}"
         ))
     };
-    let [value, pttl, counter, state, seconds, micros] = reply else {
+    let [value, pttl, counter, state, seconds, micros, up] = reply else {
         return Err(bad());
     };
+    // uptime_in_seconds is the difference of two whole-second clocks: only one second less is
+    // certain (as the acquire script counts it).
+    let uptime = int(up).map(|u| Duration::from_secs(u.max(1).unsigned_abs() - 1));
     let (Some(seconds), Some(micros)) = (int(seconds), int(micros)) else {
         return Err(bad());
     };
@@ -52,7 +56,7 @@ pub(crate) fn interpret(reply: &[Value], key: &str) -> Result<Inspection, LockEr
         .saturating_add(u64::try_from(micros).unwrap_or(0));
     // A state key this library did not write is no trace: as if there were none.
     let state = bytes(state).and_then(|raw| serde_json::from_slice::<State>(raw).ok());
-    let mut i = Inspection::of_record(None);
+    let mut i = Inspection::of_record(None).with_server_uptime(uptime);
     if let Some(c) = int(counter) {
         i = i.with_fact("termCounter", FactValue::Number(c.max(0).unsigned_abs()));
     }
@@ -117,6 +121,34 @@ mod tests {
         assert_eq!(last_holder(&state(false), 16_000_000).held_off_for, None);
         let r = last_holder(&state(true), 5_000_000);
         assert!(r.released && r.held_off_for.is_none(), "{r:?}");
+    }
+
+    #[test]
+    fn an_empty_lock_reports_the_servers_certain_uptime_and_its_trace() {
+        let state = br#"{"v":1,"holder":"a_1","term":12,"lease_ms":15000,"renewed_us":1000000}"#;
+        let reply = [
+            Value::Nil,
+            Value::Int(-2),
+            Value::BulkString(b"12".to_vec()),
+            Value::BulkString(state.to_vec()),
+            Value::BulkString(b"5".to_vec()),
+            Value::BulkString(b"0".to_vec()),
+            Value::BulkString(b"7".to_vec()),
+        ];
+        let i = interpret(&reply, "k").expect("a reading");
+        assert_eq!(i.record, None);
+        assert_eq!(
+            i.server_uptime,
+            Some(Duration::from_secs(6)),
+            "one second less"
+        );
+        let h = i.last_holder.expect("the state key's holder");
+        assert_eq!((h.holder.as_str(), h.term), ("a_1", Term(12)));
+        assert_eq!(h.held_off_for, Some(Duration::from_secs(11)));
+        assert!(
+            interpret(&reply[..6], "k").is_err(),
+            "a short reply is no reading"
+        );
     }
 
     #[test]

@@ -533,7 +533,8 @@ impl LeaderLock for RedisLock {
     /// The record and its PTTL, the term counter (`termCounter`), and the state key: the
     /// server time of the last renew (`serverRenewTime`) and, with no record, the last holder,
     /// released or vanished, and how long a vanished one holds the lock off by the server's
-    /// clock. One script: one consistent reading.
+    /// clock; and the server's uptime, for a restart that lost all of it. One script: one
+    /// consistent reading.
     async fn inspect(&self) -> Result<Inspection, LockError> {
         let mut inv = self.scripts.inspect.prepare_invoke();
         inv.key(&self.keys.holder)
