@@ -380,3 +380,62 @@ pub fn policy_says(
         .flat_map(|a| condition(&a.conditions, type_))
         .any(|c| c.status == status && c.reason == reason)
 }
+
+/// Each of `wanted` (type, status, reason) is among `conditions`, observed at `generation`; the
+/// first that is not, otherwise.
+pub fn has_conditions(
+    conditions: &serde_json::Value,
+    wanted: &[(&str, &str, &str)],
+    generation: &serde_json::Value,
+) -> Result<(), String> {
+    for (type_, status, reason) in wanted {
+        let c = conditions
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == *type_))
+            .ok_or_else(|| format!("no {type_} condition in {conditions}"))?;
+        if c["status"] != *status
+            || c["reason"] != *reason
+            || c["observedGeneration"] != *generation
+        {
+            return Err(format!(
+                "{type_} is {} {} at generation {}, not {status} {reason} at {generation}: {c}",
+                c["status"], c["reason"], c["observedGeneration"]
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The holder of Lease `ns/name` on the server ("" once released or when there is none).
+pub async fn lease_holder(client: &Client, ns: &str, name: &str) -> String {
+    Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .expect("the apiserver answers")
+        .and_then(|l| l.spec?.holder_identity)
+        .unwrap_or_default()
+}
+
+/// Waits until the server says Lease `ns/name` is held by the replica whose identity is
+/// `identity` (its holder is `<identity>_<incarnation>`); panics after `limit`.
+pub async fn wait_lease_holder(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    identity: &str,
+    limit: Duration,
+) {
+    let until = std::time::Instant::now() + limit;
+    let prefix = format!("{identity}_");
+    loop {
+        let now = lease_holder(client, ns, name).await;
+        if now.starts_with(&prefix) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "Lease {name} not held by {identity} within {limit:?} (held by {now:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

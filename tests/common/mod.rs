@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod audit;
 pub mod cli;
 pub mod deploy;
 pub mod gateway;

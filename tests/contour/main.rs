@@ -16,13 +16,16 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::audit::Request;
 use common::blocking;
-use common::gateway::{gateway, gateway_class, put, route, service, status_managers, wait_for};
+use common::gateway::{
+    gateway, gateway_class, has_conditions, lease_holder, put, route, service, status_managers,
+    wait_for, wait_lease_holder,
+};
 use common::proxy::Proxy;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use gateway_leader_log::message;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::await_condition;
@@ -380,50 +383,18 @@ impl Scene {
     }
 
     fn audited(&self, pick: impl Fn(&Value) -> bool) -> Vec<Request> {
-        self.server
-            .audit_events()
-            .expect("the audit log")
-            .iter()
-            .filter(|e| e["stage"] == "ResponseComplete" && pick(e))
-            .map(|e| Request {
-                user: e["user"]["username"].as_str().unwrap_or_default().into(),
-                verb: e["verb"].as_str().unwrap_or_default().into(),
-                what: format!(
-                    "{}/{}",
-                    e["objectRef"]["resource"].as_str().unwrap_or_default(),
-                    e["objectRef"]["name"].as_str().unwrap_or_default()
-                ),
-                code: e["responseStatus"]["code"].as_i64().unwrap_or_default(),
-            })
-            .collect()
+        common::audit::audited(self.server, pick)
     }
 
     /// The holder of Lease `name` on the server ("" once released or when there is none).
     async fn holder(&self, name: &str) -> String {
-        Api::<Lease>::namespaced(self.admin.clone(), &self.ns)
-            .get_opt(name)
-            .await
-            .expect("the apiserver answers")
-            .and_then(|l| l.spec?.holder_identity)
-            .unwrap_or_default()
+        lease_holder(&self.admin, &self.ns, name).await
     }
 
     /// Waits until the server says Lease `name` is held by the proxy whose identity is
     /// `identity` (its holder is `<identity>_<incarnation>`); panics after [`PATIENCE`].
     async fn wait_holder(&self, name: &str, identity: &str) {
-        let until = Instant::now() + PATIENCE;
-        let prefix = format!("{identity}_");
-        loop {
-            let now = self.holder(name).await;
-            if now.starts_with(&prefix) {
-                return;
-            }
-            assert!(
-                Instant::now() < until,
-                "Lease {name} not held by {identity} within {PATIENCE:?} (held by {now:?})"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_lease_holder(&self.admin, &self.ns, name, identity, PATIENCE).await
     }
 
     /// Asserts that every status write the server took in the scene came from `user`, and
@@ -477,15 +448,6 @@ fn routes_resolved(moved: Backend) -> [(&'static str, bool); 3] {
         ("to-nowhere", false),
         ("moved", moved == Backend::Web),
     ]
-}
-
-/// One request the apiserver answered, from its audit log.
-#[derive(Debug, Clone)]
-struct Request {
-    user: String,
-    verb: String,
-    what: String,
-    code: i64,
 }
 
 /// The Gateway as Contour writes it: Accepted and Programmed, its one listener accepted,
@@ -555,30 +517,6 @@ fn route_correct(r: &HttpRoute, resolved: bool) -> Result<(), String> {
         &[("Accepted", "True", "Accepted"), refs],
         &v["metadata"]["generation"],
     )
-}
-
-/// Each of `wanted` (type, status, reason) is among `conditions`, observed at `generation`.
-fn has_conditions(
-    conditions: &Value,
-    wanted: &[(&str, &str, &str)],
-    generation: &Value,
-) -> Result<(), String> {
-    for (type_, status, reason) in wanted {
-        let c = conditions
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["type"] == *type_))
-            .ok_or_else(|| format!("no {type_} condition in {conditions}"))?;
-        if c["status"] != *status
-            || c["reason"] != *reason
-            || c["observedGeneration"] != *generation
-        {
-            return Err(format!(
-                "{type_} is {} {} at generation {}, not {status} {reason} at {generation}: {c}",
-                c["status"], c["reason"], c["observedGeneration"]
-            ));
-        }
-    }
-    Ok(())
 }
 
 // === impl Pod ===

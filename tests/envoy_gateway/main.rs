@@ -16,13 +16,15 @@ mod modes;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::audit::Request;
 use common::blocking;
-use common::gateway::{gateway, gateway_class, put, route, service};
+use common::gateway::{
+    gateway, gateway_class, has_conditions, put, route, service, wait_lease_holder,
+};
 use common::proxy::Proxy;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use gateway_leader_log::message;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::await_condition;
@@ -112,19 +114,6 @@ struct Pod {
 enum Backend {
     Web,
     Nowhere,
-}
-
-/// One request the apiserver answered, from its audit log.
-#[derive(Debug, Clone)]
-#[allow(
-    dead_code,
-    reason = "verb and what are read in failure messages, through Debug"
-)]
-struct Request {
-    user: String,
-    verb: String,
-    what: String,
-    code: i64,
 }
 
 // === impl Scene ===
@@ -404,22 +393,7 @@ impl Scene {
     }
 
     fn audited(&self, pick: impl Fn(&Value) -> bool) -> Vec<Request> {
-        self.server
-            .audit_events()
-            .expect("the audit log")
-            .iter()
-            .filter(|e| e["stage"] == "ResponseComplete" && pick(e))
-            .map(|e| Request {
-                user: e["user"]["username"].as_str().unwrap_or_default().into(),
-                verb: e["verb"].as_str().unwrap_or_default().into(),
-                what: format!(
-                    "{}/{}",
-                    e["objectRef"]["resource"].as_str().unwrap_or_default(),
-                    e["objectRef"]["name"].as_str().unwrap_or_default()
-                ),
-                code: e["responseStatus"]["code"].as_i64().unwrap_or_default(),
-            })
-            .collect()
+        common::audit::audited(self.server, pick)
     }
 
     /// The status writes the server took from `user`.
@@ -430,32 +404,10 @@ impl Scene {
             .count()
     }
 
-    /// The holder of Lease `name` on the server ("" once released or when there is none).
-    async fn holder(&self, name: &str) -> String {
-        Api::<Lease>::namespaced(self.admin.clone(), &self.ns)
-            .get_opt(name)
-            .await
-            .expect("the apiserver answers")
-            .and_then(|l| l.spec?.holder_identity)
-            .unwrap_or_default()
-    }
-
     /// Waits until the server says Lease `name` is held by the proxy whose identity is
     /// `identity`; panics after [`PATIENCE`].
     async fn wait_holder(&self, name: &str, identity: &str) {
-        let until = Instant::now() + PATIENCE;
-        let prefix = format!("{identity}_");
-        loop {
-            let now = self.holder(name).await;
-            if now.starts_with(&prefix) {
-                return;
-            }
-            assert!(
-                Instant::now() < until,
-                "Lease {name} not held by {identity} within {PATIENCE:?} (held by {now:?})"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_lease_holder(&self.admin, &self.ns, name, identity, PATIENCE).await
     }
 }
 
@@ -551,30 +503,6 @@ fn route_correct(r: &HttpRoute, controller: &str, resolved: bool) -> Result<(), 
         &[("Accepted", "True", "Accepted"), refs],
         &v["metadata"]["generation"],
     )
-}
-
-/// Each of `wanted` (type, status, reason) is among `conditions`, observed at `generation`.
-fn has_conditions(
-    conditions: &Value,
-    wanted: &[(&str, &str, &str)],
-    generation: &Value,
-) -> Result<(), String> {
-    for (type_, status, reason) in wanted {
-        let c = conditions
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["type"] == *type_))
-            .ok_or_else(|| format!("no {type_} condition in {conditions}"))?;
-        if c["status"] != *status
-            || c["reason"] != *reason
-            || c["observedGeneration"] != *generation
-        {
-            return Err(format!(
-                "{type_} is {} {} at generation {}, not {status} {reason} at {generation}: {c}",
-                c["status"], c["reason"], c["observedGeneration"]
-            ));
-        }
-    }
-    Ok(())
 }
 
 // === impl Pod ===
