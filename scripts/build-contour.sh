@@ -25,15 +25,8 @@
 # Cache:   ${GATEWAY_LEADER_CACHE_DIR:-$HOME/.cache/gateway-leader}/contour-vX.Y.Z-<recipe>/
 #          (see scripts/build-kube-apiserver.sh; about 4 minutes on 2 cores the first time).
 set -euo pipefail
-
-exec 3>&1 1>&2
-GO_SCRIPT=build-contour
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-. "$here/versions.sh"
-. "$here/packages.sh"
-. "$here/go.sh"
-
-[ "${1:-}" = "--cached" ] && GO_CACHED_ONLY=1
+. "$(dirname "${BASH_SOURCE[0]}")/go.sh"
+go_script build-contour "$@"
 VERSION=$CONTOUR_VERSION
 MODULE=github.com/projectcontour/contour
 
@@ -48,53 +41,32 @@ binary_ok() {
     && grep -Eqx 'v[0-9]+\.[0-9]+\.[0-9]+' "$dir/gateway-api-version" 2>/dev/null
 }
 
-finish() {
-  printf '%s\n' "$BUILD_DIR/contour" >&3
-  exit 0
+build() {
+  local work=$1 mdir gateway_api examples f ldflags
+  go_say "downloading $MODULE@$VERSION"
+  mdir=$(go_module_dir "$MODULE" "$VERSION")
+  grep -q '^replace' "$mdir/go.mod" \
+    && go_die "$MODULE@$VERSION's go.mod has replace directives, which go install @version refuses"
+  gateway_api=$(sed -n 's/^[[:space:]]*sigs\.k8s\.io\/gateway-api \(v[0-9.]*\)$/\1/p' "$mdir/go.mod")
+  [ -n "$gateway_api" ] || go_die "$MODULE@$VERSION's go.mod requires no sigs.k8s.io/gateway-api"
+  examples="$mdir/examples/contour"
+  for f in 01-crds.yaml 02-role-contour.yaml 02-rbac.yaml; do
+    [ -f "$examples/$f" ] || go_die "$MODULE@$VERSION has no examples/contour/$f"
+  done
+
+  go_say "building $MODULE/cmd/contour $VERSION (Gateway API $gateway_api; $(go version))"
+  # -mod applies to a main module, and go install @version has none: only -trimpath is kept.
+  ldflags="-s -w -X $MODULE/internal/build.Version=$VERSION -X $MODULE/internal/build.Branch=release"
+  (cd "$work" && GOBIN="$work" GOFLAGS=-trimpath go install -ldflags "$ldflags" \
+    "$MODULE/cmd/contour@$VERSION")
+  cp "$examples/01-crds.yaml" "$work/contour-crds.yaml"
+  # One manifest: the roles, then what binds them (a YAML stream needs the separator between).
+  { cat "$examples/02-role-contour.yaml"; printf '\n---\n'; cat "$examples/02-rbac.yaml"; } \
+    >"$work/contour-rbac.yaml"
+  printf '%s\n' "$gateway_api" >"$work/gateway-api-version"
+  binary_ok "$work/contour" || go_die "the built contour does not say version $VERSION: \
+$("$work/contour" version 2>&1 | tail -n 3 || true)"
 }
 
-if cached_build contour "$VERSION" binary_ok; then
-  go_say "cached contour is fine: $BUILD_DIR/contour"
-  finish
-fi
-ensure_go
-start=$(date +%s)
-work="$BUILD_DIR/work"
-rm -rf "$work"
-mkdir -p "$work"
-trap 'go_say "failed; the build dir is kept for inspection: $work"' ERR
-
-go_say "downloading $MODULE@$VERSION"
-mdir=$(go_module_dir "$MODULE" "$VERSION")
-grep -q '^replace' "$mdir/go.mod" \
-  && go_die "$MODULE@$VERSION's go.mod has replace directives, which go install @version refuses"
-gateway_api=$(sed -n 's/^[[:space:]]*sigs\.k8s\.io\/gateway-api \(v[0-9.]*\)$/\1/p' "$mdir/go.mod")
-[ -n "$gateway_api" ] || go_die "$MODULE@$VERSION's go.mod requires no sigs.k8s.io/gateway-api"
-examples="$mdir/examples/contour"
-for f in 01-crds.yaml 02-role-contour.yaml 02-rbac.yaml; do
-  [ -f "$examples/$f" ] || go_die "$MODULE@$VERSION has no examples/contour/$f"
-done
-
-go_say "building $MODULE/cmd/contour $VERSION (Gateway API $gateway_api; $(go version))"
-# -mod applies to a main module, and go install @version has none: only -trimpath is kept.
-ldflags="-s -w -X $MODULE/internal/build.Version=$VERSION -X $MODULE/internal/build.Branch=release"
-(cd "$work" && GOBIN="$work" GOFLAGS=-trimpath go install -ldflags "$ldflags" \
-  "$MODULE/cmd/contour@$VERSION")
-cp "$examples/01-crds.yaml" "$work/contour-crds.yaml"
-# One manifest: the roles, then what binds them (a YAML stream needs the separator between).
-{ cat "$examples/02-role-contour.yaml"; printf '\n---\n'; cat "$examples/02-rbac.yaml"; } \
-  >"$work/contour-rbac.yaml"
-printf '%s\n' "$gateway_api" >"$work/gateway-api-version"
-binary_ok "$work/contour" || go_die "the built contour does not say version $VERSION: \
-$("$work/contour" version 2>&1 | tail -n 3 || true)"
-for f in contour-crds.yaml contour-rbac.yaml gateway-api-version; do
-  install_built "$work/$f" "$BUILD_DIR/$f"
-  chmod 0644 "$BUILD_DIR/$f"
-done
-# The binary last: its presence is what says the build is complete.
-install_built "$work/contour" "$BUILD_DIR/contour"
-trap - ERR
-rm -rf "$work"
-prune_builds contour
-go_say "built contour $VERSION in $(($(date +%s) - start)) s"
-finish
+go_build contour "$VERSION" binary_ok build contour \
+  contour-crds.yaml contour-rbac.yaml gateway-api-version contour

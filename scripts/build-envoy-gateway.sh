@@ -30,15 +30,8 @@
 # Cache:   ${GATEWAY_LEADER_CACHE_DIR:-$HOME/.cache/gateway-leader}/envoy-gateway-vX.Y.Z-<recipe>/
 #          (see scripts/build-kube-apiserver.sh; about 6 minutes on 2 cores the first time).
 set -euo pipefail
-
-exec 3>&1 1>&2
-GO_SCRIPT=build-envoy-gateway
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-. "$here/versions.sh"
-. "$here/packages.sh"
-. "$here/go.sh"
-
-[ "${1:-}" = "--cached" ] && GO_CACHED_ONLY=1
+. "$(dirname "${BASH_SOURCE[0]}")/go.sh"
+go_script build-envoy-gateway "$@"
 VERSION=$ENVOY_GATEWAY_VERSION
 MODULE=github.com/envoyproxy/gateway
 
@@ -53,77 +46,55 @@ binary_ok() {
     && grep -Eqx 'v[0-9]+\.[0-9]+\.[0-9]+' "$dir/gateway-api-version" 2>/dev/null
 }
 
-finish() {
-  printf '%s\n' "$BUILD_DIR/envoy-gateway" >&3
-  exit 0
+build() {
+  local work=$1 helm mdir gateway_api crds chart ldflags f
+  helm=$("$GO_HERE/build-helm.sh" | tail -n 1)
+  go_say "downloading $MODULE@$VERSION"
+  mdir=$(go_module_dir "$MODULE" "$VERSION")
+  grep -q '^replace' "$mdir/go.mod" \
+    && go_die "$MODULE@$VERSION's go.mod has replace directives, which go install @version refuses"
+  gateway_api=$(sed -n 's/^[[:space:]]*sigs\.k8s\.io\/gateway-api \(v[0-9.]*\)$/\1/p' "$mdir/go.mod")
+  [ -n "$gateway_api" ] || go_die "$MODULE@$VERSION's go.mod requires no sigs.k8s.io/gateway-api"
+  crds="$mdir/charts/gateway-crds-helm/templates/generated"
+  chart="$mdir/charts/gateway-helm"
+  [ -d "$crds" ] || go_die "$MODULE@$VERSION has no charts/gateway-crds-helm/templates/generated"
+  [ -f "$chart/values.tmpl.yaml" ] || go_die "$MODULE@$VERSION has no charts/gateway-helm"
+
+  go_say "building $MODULE/cmd/envoy-gateway $VERSION (Gateway API $gateway_api; $(go version))"
+  ldflags="-s -w -X $MODULE/internal/cmd/version.envoyGatewayVersion=$VERSION"
+  (cd "$work" && GOBIN="$work" GOFLAGS=-trimpath go install -ldflags "$ldflags" \
+    "$MODULE/cmd/envoy-gateway@$VERSION")
+
+  # Each generated CRD file is one CRD between a `{{- if ... }}` line and a `{{- end }}` line.
+  for f in "$crds"/*.yaml; do
+    grep -v '^{{' "$f"
+  done >"$work/envoy-gateway-crds.yaml"
+
+  # The chart ships values.tmpl.yaml, which its release pipeline fills: the same substitution,
+  # with the release's image, renders it as a release would.
+  cp -r "$chart" "$work/envoy-gateway-chart"
+  chmod -R u+w "$work/envoy-gateway-chart"
+  sed -e "s|\${GatewayImage}|docker.io/envoyproxy/gateway:$VERSION|" \
+    -e 's|\${GatewayImagePullPolicy}|IfNotPresent|' \
+    "$work/envoy-gateway-chart/values.tmpl.yaml" >"$work/envoy-gateway-chart/values.yaml"
+  grep -q '\${' "$work/envoy-gateway-chart/values.yaml" \
+    && go_die "the chart's values.tmpl.yaml has a placeholder this script does not fill: \
+$(grep -o '\${[A-Za-z]*}' "$work/envoy-gateway-chart/values.yaml" | sort -u | tr '\n' ' ')"
+  "$helm" template eg "$work/envoy-gateway-chart" --namespace envoy-gateway-system --skip-crds \
+    >"$work/rendered.yaml"
+  # Only the RBAC objects, and none of the certgen Job's.
+  awk '
+    function flush() { if (doc ~ /\nkind: (Cluster)?Role(Binding)?\n/ && doc !~ /certgen/) printf "---\n%s", doc; doc = "" }
+    /^---/ { flush(); next }
+    { doc = doc $0 "\n" }
+    END { flush() }
+  ' "$work/rendered.yaml" >"$work/envoy-gateway-rbac.yaml"
+  printf '%s\n' "$gateway_api" >"$work/gateway-api-version"
+  rm -f "$work/rendered.yaml"
+  binary_ok "$work/envoy-gateway" || go_die "the built envoy-gateway does not say version $VERSION: \
+$("$work/envoy-gateway" version 2>&1 | tail -n 5 || true)"
 }
 
-if cached_build envoy-gateway "$VERSION" binary_ok; then
-  go_say "cached envoy-gateway is fine: $BUILD_DIR/envoy-gateway"
-  finish
-fi
-ensure_go
-helm=$("$here/build-helm.sh" | tail -n 1)
-start=$(date +%s)
-work="$BUILD_DIR/work"
-rm -rf "$work"
-mkdir -p "$work"
-trap 'go_say "failed; the build dir is kept for inspection: $work"' ERR
-
-go_say "downloading $MODULE@$VERSION"
-mdir=$(go_module_dir "$MODULE" "$VERSION")
-grep -q '^replace' "$mdir/go.mod" \
-  && go_die "$MODULE@$VERSION's go.mod has replace directives, which go install @version refuses"
-gateway_api=$(sed -n 's/^[[:space:]]*sigs\.k8s\.io\/gateway-api \(v[0-9.]*\)$/\1/p' "$mdir/go.mod")
-[ -n "$gateway_api" ] || go_die "$MODULE@$VERSION's go.mod requires no sigs.k8s.io/gateway-api"
-crds="$mdir/charts/gateway-crds-helm/templates/generated"
-chart="$mdir/charts/gateway-helm"
-[ -d "$crds" ] || go_die "$MODULE@$VERSION has no charts/gateway-crds-helm/templates/generated"
-[ -f "$chart/values.tmpl.yaml" ] || go_die "$MODULE@$VERSION has no charts/gateway-helm"
-
-go_say "building $MODULE/cmd/envoy-gateway $VERSION (Gateway API $gateway_api; $(go version))"
-ldflags="-s -w -X $MODULE/internal/cmd/version.envoyGatewayVersion=$VERSION"
-(cd "$work" && GOBIN="$work" GOFLAGS=-trimpath go install -ldflags "$ldflags" \
-  "$MODULE/cmd/envoy-gateway@$VERSION")
-
-# Each generated CRD file is one CRD between a `{{- if ... }}` line and a `{{- end }}` line.
-for f in "$crds"/*.yaml; do
-  grep -v '^{{' "$f"
-done >"$work/envoy-gateway-crds.yaml"
-
-# The chart ships values.tmpl.yaml, which its release pipeline fills: the same substitution,
-# with the release's image, renders it as a release would.
-cp -r "$chart" "$work/envoy-gateway-chart"
-chmod -R u+w "$work/envoy-gateway-chart"
-sed -e "s|\${GatewayImage}|docker.io/envoyproxy/gateway:$VERSION|" \
-  -e 's|\${GatewayImagePullPolicy}|IfNotPresent|' \
-  "$work/envoy-gateway-chart/values.tmpl.yaml" >"$work/envoy-gateway-chart/values.yaml"
-grep -q '\${' "$work/envoy-gateway-chart/values.yaml" \
-  && go_die "the chart's values.tmpl.yaml has a placeholder this script does not fill: \
-$(grep -o '\${[A-Za-z]*}' "$work/envoy-gateway-chart/values.yaml" | sort -u | tr '\n' ' ')"
-"$helm" template eg "$work/envoy-gateway-chart" --namespace envoy-gateway-system --skip-crds \
-  >"$work/rendered.yaml"
-# Only the RBAC objects, and none of the certgen Job's.
-awk '
-  function flush() { if (doc ~ /\nkind: (Cluster)?Role(Binding)?\n/ && doc !~ /certgen/) printf "---\n%s", doc; doc = "" }
-  /^---/ { flush(); next }
-  { doc = doc $0 "\n" }
-  END { flush() }
-' "$work/rendered.yaml" >"$work/envoy-gateway-rbac.yaml"
-printf '%s\n' "$gateway_api" >"$work/gateway-api-version"
-rm -rf "$work/rendered.yaml"
-binary_ok "$work/envoy-gateway" || go_die "the built envoy-gateway does not say version $VERSION: \
-$("$work/envoy-gateway" version 2>&1 | tail -n 5 || true)"
-for f in envoy-gateway-crds.yaml envoy-gateway-rbac.yaml gateway-api-version; do
-  install_built "$work/$f" "$BUILD_DIR/$f"
-  chmod 0644 "$BUILD_DIR/$f"
-done
-rm -rf "$BUILD_DIR/envoy-gateway-chart"
-mv "$work/envoy-gateway-chart" "$BUILD_DIR/envoy-gateway-chart"
-# The binary last: its presence is what says the build is complete.
-install_built "$work/envoy-gateway" "$BUILD_DIR/envoy-gateway"
-trap - ERR
-rm -rf "$work"
-prune_builds envoy-gateway
-go_say "built envoy-gateway $VERSION in $(($(date +%s) - start)) s"
-finish
+go_build envoy-gateway "$VERSION" binary_ok build envoy-gateway \
+  envoy-gateway-crds.yaml envoy-gateway-rbac.yaml gateway-api-version envoy-gateway-chart \
+  envoy-gateway

@@ -10,15 +10,8 @@
 # Cache:   ${GATEWAY_LEADER_CACHE_DIR:-$HOME/.cache/gateway-leader}/etcd-vX.Y.Z-<recipe>/
 #          (see scripts/build-kube-apiserver.sh; about 2 minutes on 2 cores the first time).
 set -euo pipefail
-
-exec 3>&1 1>&2
-GO_SCRIPT=build-etcd
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-. "$here/versions.sh"
-. "$here/packages.sh"
-. "$here/go.sh"
-
-[ "${1:-}" = "--cached" ] && GO_CACHED_ONLY=1
+. "$(dirname "${BASH_SOURCE[0]}")/go.sh"
+go_script build-etcd "$@"
 VERSION=$ETCD_VERSION
 
 # Both binaries, each saying the pinned version.
@@ -31,41 +24,23 @@ binaries_ok() {
     && grep -qx "etcdctl version: ${VERSION#v}" <<<"$ctl"
 }
 
-finish() {
-  printf '%s\n' "$BUILD_DIR" >&3
-  exit 0
-}
-
-if cached_build etcd "$VERSION" binaries_ok; then
-  go_say "cached binaries are fine: $BUILD_DIR"
-  finish
-fi
-ensure_go
-start=$(date +%s)
-work="$BUILD_DIR/work"
-rm -rf "$work"
-mkdir -p "$work"
-trap 'go_say "failed; the wrapper module is kept for inspection: $work"' ERR
-
 # One wrapper module for both commands: their own go.mod files replace etcd's other modules with
 # ../api and so on, which a dependent ignores; the published modules of the same version are
 # what those paths hold.
-go_line=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$(go_module_dir go.etcd.io/etcd/server/v3 "$VERSION")/go.mod")
-printf 'module gateway-leader.test/etcd\n\ngo %s\n\nrequire (\n\tgo.etcd.io/etcd/server/v3 %s\n\tgo.etcd.io/etcd/etcdctl/v3 %s\n)\n' \
-  "${go_line:-$GO_NEEDED}" "$VERSION" "$VERSION" >"$work/go.mod"
-printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "go.etcd.io/etcd/etcdctl/v3"\n\t_ "go.etcd.io/etcd/server/v3"\n)\n' \
-  >"$work/tools.go"
-go_say "resolving etcd $VERSION's modules ($(go version))"
-(cd "$work" && go mod tidy)
-go_say "building etcd and etcdctl $VERSION"
-(cd "$work" && go build -ldflags "-s -w" -o "$work/etcd" go.etcd.io/etcd/server/v3 \
-  && go build -ldflags "-s -w" -o "$work/etcdctl" go.etcd.io/etcd/etcdctl/v3)
-binaries_ok "$work/etcd" || go_die "the built binaries do not say version ${VERSION#v}: \
+build() {
+  local work=$1 go_line
+  go_line=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$(go_module_dir go.etcd.io/etcd/server/v3 "$VERSION")/go.mod")
+  printf 'module gateway-leader.test/etcd\n\ngo %s\n\nrequire (\n\tgo.etcd.io/etcd/server/v3 %s\n\tgo.etcd.io/etcd/etcdctl/v3 %s\n)\n' \
+    "${go_line:-$GO_NEEDED}" "$VERSION" "$VERSION" >"$work/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "go.etcd.io/etcd/etcdctl/v3"\n\t_ "go.etcd.io/etcd/server/v3"\n)\n' \
+    >"$work/tools.go"
+  go_say "resolving etcd $VERSION's modules ($(go version))"
+  (cd "$work" && go mod tidy)
+  go_say "building etcd and etcdctl $VERSION"
+  (cd "$work" && go build -ldflags "-s -w" -o "$work/etcd" go.etcd.io/etcd/server/v3 \
+    && go build -ldflags "-s -w" -o "$work/etcdctl" go.etcd.io/etcd/etcdctl/v3)
+  binaries_ok "$work/etcd" || go_die "the built binaries do not say version ${VERSION#v}: \
 $("$work/etcd" --version 2>&1 | head -n 1 || true)"
-install_built "$work/etcd" "$BUILD_DIR/etcd"
-install_built "$work/etcdctl" "$BUILD_DIR/etcdctl"
-trap - ERR
-rm -rf "$work"
-prune_builds etcd
-go_say "built etcd and etcdctl $VERSION in $(($(date +%s) - start)) s"
-finish
+}
+
+go_build etcd "$VERSION" binaries_ok build "" etcdctl etcd

@@ -9,15 +9,8 @@
 # Cache:   ${GATEWAY_LEADER_CACHE_DIR:-$HOME/.cache/gateway-leader}/helm-vX.Y.Z-<recipe>/helm
 #          (see scripts/build-kube-apiserver.sh; about 3 minutes on 2 cores the first time).
 set -euo pipefail
-
-exec 3>&1 1>&2
-GO_SCRIPT=build-helm
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-. "$here/versions.sh"
-. "$here/packages.sh"
-. "$here/go.sh"
-
-[ "${1:-}" = "--cached" ] && GO_CACHED_ONLY=1
+. "$(dirname "${BASH_SOURCE[0]}")/go.sh"
+go_script build-helm "$@"
 VERSION=$HELM_VERSION
 
 # `helm version --short` says "v4.3.2+g<commit>" or "v4.3.2": the pinned version either way.
@@ -27,40 +20,23 @@ binary_ok() {
   [ "${said%%+*}" = "$VERSION" ]
 }
 
-finish() {
-  printf '%s\n' "$BUILD_DIR/helm" >&3
-  exit 0
-}
-
-if cached_build helm "$VERSION" binary_ok; then
-  go_say "cached helm is fine: $BUILD_DIR/helm"
-  finish
-fi
-ensure_go
-start=$(date +%s)
-work="$BUILD_DIR/work"
-rm -rf "$work"
-mkdir -p "$work"
-trap 'go_say "failed; the wrapper module is kept for inspection: $work"' ERR
-
 # helm's go.mod has no replace directives, so a wrapper module that requires it resolves the
 # same dependencies its release does (go.sum comes from the module proxy's checksums).
-go_line=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$(go_module_dir helm.sh/helm/v4 "$VERSION")/go.mod")
-printf 'module gateway-leader.test/helm\n\ngo %s\n\nrequire helm.sh/helm/v4 %s\n' \
-  "${go_line:-$GO_NEEDED}" "$VERSION" >"$work/go.mod"
-printf '//go:build tools\n\npackage tools\n\nimport _ "helm.sh/helm/v4/cmd/helm"\n' >"$work/tools.go"
-go_say "resolving helm $VERSION's modules ($(go version))"
-(cd "$work" && go mod tidy)
-go_say "building helm $VERSION"
-# The version the release Makefile stamps; without it `helm version` says only "v4.3".
-(cd "$work" && go build -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$VERSION \
+build() {
+  local work=$1 go_line
+  go_line=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$(go_module_dir helm.sh/helm/v4 "$VERSION")/go.mod")
+  printf 'module gateway-leader.test/helm\n\ngo %s\n\nrequire helm.sh/helm/v4 %s\n' \
+    "${go_line:-$GO_NEEDED}" "$VERSION" >"$work/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "helm.sh/helm/v4/cmd/helm"\n' >"$work/tools.go"
+  go_say "resolving helm $VERSION's modules ($(go version))"
+  (cd "$work" && go mod tidy)
+  go_say "building helm $VERSION"
+  # The version the release Makefile stamps; without it `helm version` says only "v4.3".
+  (cd "$work" && go build -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$VERSION \
 -X helm.sh/helm/v4/internal/version.metadata= -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
-  -o "$work/helm" helm.sh/helm/v4/cmd/helm)
-binary_ok "$work/helm" || go_die "the built helm does not say version $VERSION: \
+    -o "$work/helm" helm.sh/helm/v4/cmd/helm)
+  binary_ok "$work/helm" || go_die "the built helm does not say version $VERSION: \
 $("$work/helm" version --short 2>&1 | head -n 1 || true)"
-install_built "$work/helm" "$BUILD_DIR/helm"
-trap - ERR
-rm -rf "$work"
-prune_builds helm
-go_say "built helm $VERSION in $(($(date +%s) - start)) s"
-finish
+}
+
+go_build helm "$VERSION" binary_ok build helm helm

@@ -25,20 +25,10 @@
 #          rebuild, or the other version, reuses what they share. A first build takes about
 #          6 minutes on 2 cores (the second version, sharing Go's build cache, about 3).
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/go.sh"
+go_script build-kube-apiserver "$@"
 
-# All normal output goes to stderr; fd 3 is the real stdout for the final path.
-exec 3>&1 1>&2
-GO_SCRIPT=build-kube-apiserver
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-. "$here/versions.sh"
-. "$here/packages.sh"
-. "$here/go.sh"
-
-if [ "${1:-}" = "--cached" ]; then
-  GO_CACHED_ONLY=1
-  shift
-fi
-want=${1:-${GATEWAY_LEADER_KUBE_VERSION:-newest}}
+want=${GO_ARGS[0]:-${GATEWAY_LEADER_KUBE_VERSION:-newest}}
 case "$want" in
   newest) VERSION=$KUBE_NEWEST ;;
   oldest) VERSION=$KUBE_OLDEST ;;
@@ -53,49 +43,34 @@ binary_ok() {
   [ "$("$1" --version 2>/dev/null)" = "Kubernetes $VERSION" ]
 }
 
-finish() {
-  printf '%s\n' "$BUILD_DIR/kube-apiserver" >&3
-  exit 0
+# A wrapper module in $1 that requires k8s.io/kubernetes and its staging modules, and the
+# binary built there.
+build() {
+  local work=$1 kdir go_line staging m pkg ldflags
+  go_say "downloading k8s.io/kubernetes@$VERSION"
+  kdir=$(go_module_dir k8s.io/kubernetes "$VERSION")
+  go_line=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$kdir/go.mod")
+  staging=$(sed -n 's/^[[:space:]]*\(k8s\.io\/[a-z0-9-]*\) => \.\/staging\/src\/.*/\1/p' "$kdir/go.mod")
+  [ -n "$staging" ] || go_die "k8s.io/kubernetes@$VERSION's go.mod replaces no staging module"
+  {
+    printf 'module gateway-leader.test/kube-apiserver\n\ngo %s\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' \
+      "${go_line:-$GO_NEEDED}" "$VERSION"
+    for m in $staging; do printf '\t%s => %s %s\n' "$m" "$m" "$STAGING_VERSION"; done
+    printf ')\n'
+  } >"$work/go.mod"
+  # A package that imports the command, so that `go mod tidy` resolves exactly its dependencies.
+  printf '//go:build tools\n\npackage tools\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver"\n' \
+    >"$work/tools.go"
+  go_say "resolving the modules kube-apiserver $VERSION needs ($(go version))"
+  (cd "$work" && go mod tidy)
+  go_say "building k8s.io/kubernetes/cmd/kube-apiserver $VERSION (a first build takes about 6 minutes on 2 cores)"
+  pkg=k8s.io/component-base/version
+  ldflags="-s -w -X $pkg.gitVersion=$VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$MINOR \
+-X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  (cd "$work" && go build -ldflags "$ldflags" -o "$work/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
+  binary_ok "$work/kube-apiserver" \
+    || go_die "the built binary does not say Kubernetes $VERSION: $("$work/kube-apiserver" --version 2>&1 || true)"
 }
 
-if cached_build kube-apiserver "$VERSION" binary_ok; then
-  go_say "cached binary is fine: $BUILD_DIR/kube-apiserver"
-  finish
-fi
-ensure_go
-start=$(date +%s)
-work="$BUILD_DIR/work"
-rm -rf "$work"
-mkdir -p "$work"
-trap 'go_say "failed; the wrapper module is kept for inspection: $work"' ERR
-
-go_say "downloading k8s.io/kubernetes@$VERSION"
-kdir=$(go_module_dir k8s.io/kubernetes "$VERSION")
-go_line=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$kdir/go.mod")
-staging=$(sed -n 's/^[[:space:]]*\(k8s\.io\/[a-z0-9-]*\) => \.\/staging\/src\/.*/\1/p' "$kdir/go.mod")
-[ -n "$staging" ] || go_die "k8s.io/kubernetes@$VERSION's go.mod replaces no staging module"
-{
-  printf 'module gateway-leader.test/kube-apiserver\n\ngo %s\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' \
-    "${go_line:-$GO_NEEDED}" "$VERSION"
-  for m in $staging; do printf '\t%s => %s %s\n' "$m" "$m" "$STAGING_VERSION"; done
-  printf ')\n'
-} >"$work/go.mod"
-# A package that imports the command, so that `go mod tidy` resolves exactly its dependencies.
-printf '//go:build tools\n\npackage tools\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver"\n' \
-  >"$work/tools.go"
-
-go_say "resolving the modules kube-apiserver $VERSION needs ($(go version))"
-(cd "$work" && go mod tidy)
-go_say "building k8s.io/kubernetes/cmd/kube-apiserver $VERSION (a first build takes about 6 minutes on 2 cores)"
-pkg=k8s.io/component-base/version
-ldflags="-s -w -X $pkg.gitVersion=$VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$MINOR \
--X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-(cd "$work" && go build -ldflags "$ldflags" -o "$work/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
-binary_ok "$work/kube-apiserver" \
-  || go_die "the built binary does not say Kubernetes $VERSION: $("$work/kube-apiserver" --version 2>&1 || true)"
-install_built "$work/kube-apiserver" "$BUILD_DIR/kube-apiserver"
-trap - ERR
-rm -rf "$work"
-prune_builds kube-apiserver "$KUBE_NEWEST" "$KUBE_OLDEST"
-go_say "built kube-apiserver $VERSION in $(($(date +%s) - start)) s"
-finish
+GO_KEEP=("$KUBE_NEWEST" "$KUBE_OLDEST")
+go_build kube-apiserver "$VERSION" binary_ok build kube-apiserver kube-apiserver

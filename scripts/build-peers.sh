@@ -18,26 +18,21 @@
 #          scripts/build-kube-apiserver.sh): an edited peer is rebuilt once, and the older build
 #          removed. About a minute on 2 cores once the modules are downloaded.
 set -euo pipefail
-
-exec 3>&1 1>&2
-GO_SCRIPT=build-peers
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-. "$here/versions.sh"
-. "$here/packages.sh"
-. "$here/go.sh"
-
-[ "${1:-}" = "--cached" ] && GO_CACHED_ONLY=1
-src="$here/../testkit/peers"
+. "$(dirname "${BASH_SOURCE[0]}")/go.sh"
+go_script build-peers "$@"
+src="$GO_HERE/../testkit/peers"
 # The peers' sources are part of the recipe (cached_build hashes this script and go.sh).
 VERSION="$CLIENT_GO_VERSION-$(cd "$src" && find . -type f \( -name '*.go' -o -name 'go.mod' \
   -o -name 'go.sum' \) -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-12)"
+PROGRAMS=(client-go-elector controller-runtime-manager client-go-proxy-client refusal-probe)
 
 # The programs (the folder's name says which sources they were built from).
 binaries_ok() {
-  local dir
+  local dir p
   dir=$(dirname "$1")
-  [ -x "$dir/client-go-elector" ] && [ -x "$dir/controller-runtime-manager" ] \
-    && [ -x "$dir/client-go-proxy-client" ] && [ -x "$dir/refusal-probe" ]
+  for p in "${PROGRAMS[@]}"; do
+    [ -x "$dir/$p" ] || return 1
+  done
 }
 
 # Both built programs carry the pinned modules (their build info, `go version -m`).
@@ -47,9 +42,13 @@ modules_ok() {
       | grep -Eq "sigs.k8s.io/controller-runtime[[:space:]]+$CONTROLLER_RUNTIME_VERSION"
 }
 
-finish() {
-  printf '%s\n' "$BUILD_DIR" >&3
-  exit 0
+build() {
+  local work=$1
+  go_say "building the peers (client-go $CLIENT_GO_VERSION, controller-runtime $CONTROLLER_RUNTIME_VERSION)"
+  # go.sum is committed: the modules are checked against it, and nothing is resolved anew.
+  (cd "$src" && GOFLAGS="-mod=readonly -trimpath" go build -ldflags "-s -w" -o "$work/" ./cmd/...)
+  modules_ok "$work" || go_die "the built peers do not carry client-go \
+$CLIENT_GO_VERSION and controller-runtime $CONTROLLER_RUNTIME_VERSION"
 }
 
 grep -q "k8s.io/client-go $CLIENT_GO_VERSION" "$src/go.mod" \
@@ -57,27 +56,6 @@ grep -q "k8s.io/client-go $CLIENT_GO_VERSION" "$src/go.mod" \
   || go_die "testkit/peers/go.mod does not pin client-go $CLIENT_GO_VERSION and controller-runtime \
 $CONTROLLER_RUNTIME_VERSION (scripts/versions.sh); change both together"
 
-if cached_build client-go-elector "$VERSION" binaries_ok; then
-  go_say "cached peers are fine: $BUILD_DIR"
-  finish
-fi
-ensure_go
-start=$(date +%s)
-work="$BUILD_DIR/work"
-rm -rf "$work"
-mkdir -p "$work"
-trap 'go_say "failed; the build dir is kept for inspection: $work"' ERR
-go_say "building the peers (client-go $CLIENT_GO_VERSION, controller-runtime $CONTROLLER_RUNTIME_VERSION)"
-# go.sum is committed: the modules are checked against it, and nothing is resolved anew.
-(cd "$src" && GOFLAGS="-mod=readonly -trimpath" go build -ldflags "-s -w" -o "$work/" ./cmd/...)
-modules_ok "$work" || go_die "the built peers do not carry client-go \
-$CLIENT_GO_VERSION and controller-runtime $CONTROLLER_RUNTIME_VERSION"
-install_built "$work/client-go-elector" "$BUILD_DIR/client-go-elector"
-install_built "$work/controller-runtime-manager" "$BUILD_DIR/controller-runtime-manager"
-install_built "$work/client-go-proxy-client" "$BUILD_DIR/client-go-proxy-client"
-install_built "$work/refusal-probe" "$BUILD_DIR/refusal-probe"
-trap - ERR
-rm -rf "$work"
-prune_builds peers
-go_say "built the peers in $(($(date +%s) - start)) s"
-finish
+# The cache folder is named after the first program (client-go-elector-<client-go>-...), and
+# older builds of the peers are pruned under that name.
+go_build client-go-elector "$VERSION" binaries_ok build "" "${PROGRAMS[@]}"

@@ -10,20 +10,10 @@
 # release the status writer supports, which the tests install beside the oldest apiserver. Without
 # an argument, GATEWAY_LEADER_KUBE_VERSION=oldest chooses oldest, as scripts/servers.sh does.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/go.sh"
+go_script gateway-api-crds "$@"
 
-exec 3>&1 1>&2
-GO_SCRIPT=gateway-api-crds
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-. "$here/versions.sh"
-. "$here/packages.sh"
-. "$here/go.sh"
-
-cached=0
-if [ "${1:-}" = "--cached" ]; then
-  cached=1
-  shift
-fi
-want=${1:-}
+want=${GO_ARGS[0]:-}
 if [ -z "$want" ]; then
   [ "${GATEWAY_LEADER_KUBE_VERSION:-newest}" = oldest ] && want=oldest || want=newest
 fi
@@ -35,10 +25,10 @@ esac
 [[ "$VERSION" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || go_die "'$VERSION' is not a release vX.Y.Z"
 dir="$(go_cache_root)/go/mod/sigs.k8s.io/gateway-api@$VERSION/config/crd/standard"
 if [ ! -d "$dir" ]; then
-  [ "$cached" = 1 ] && { go_say "sigs.k8s.io/gateway-api@$VERSION is not downloaded; run $0"; exit 1; }
+  [ "$GO_CACHED_ONLY" = 1 ] && { go_say "sigs.k8s.io/gateway-api@$VERSION is not downloaded; run $0"; exit 1; }
   ensure_go
   go_say "downloading sigs.k8s.io/gateway-api@$VERSION"
   dir="$(go_module_dir sigs.k8s.io/gateway-api "$VERSION")/config/crd/standard"
 fi
 ls "$dir"/*.yaml >/dev/null 2>&1 || go_die "$dir holds no CRD"
-printf '%s\n' "$dir" >&3
+go_print "$dir"

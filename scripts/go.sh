@@ -1,6 +1,19 @@
-# Sourced by the scripts that build from Go modules (build-kube-apiserver.sh, build-etcd.sh,
-# build-peers.sh, gateway-api-crds.sh). Needs scripts/versions.sh and scripts/packages.sh sourced
-# first.
+# Sourced by every script that builds or fetches from Go modules (build-kube-apiserver.sh,
+# build-etcd.sh, build-peers.sh, build-helm.sh, build-contour.sh, build-envoy-gateway.sh,
+# gateway-api-crds.sh): what they share, once. Such a script is
+#
+#   set -euo pipefail
+#   . "$(dirname "${BASH_SOURCE[0]}")/go.sh"
+#   go_script build-etcd "$@"       # stdout kept for the result, versions and packages sourced,
+#                                   # --cached taken off into GO_CACHED_ONLY, the rest in GO_ARGS
+#   ...                             # a CHECK function (is a build complete and right?) and a
+#                                   # BUILD function (build into the work dir it is given)
+#   go_build etcd "$ETCD_VERSION" CHECK BUILD "" etcd etcdctl
+#
+# and go_build does the rest: the cached build when CHECK passes (or exit 1 with --cached),
+# else Go, a fresh work dir, BUILD, the files installed, older builds pruned, and the result's
+# path as the last line of stdout. Sourcing this file alone does nothing else (testkit sources
+# it for go_cache_root).
 #
 # ensure_go: makes `go` able to build what versions.sh pins, or stops at once saying how:
 #   1. the installed Go, when it is GO_NEEDED or newer (GOTOOLCHAIN=local);
@@ -10,6 +23,8 @@
 #   4. otherwise: an error naming the minimum and where to get it.
 # Module downloads and build outputs are kept under the project's cache
 # (${GATEWAY_LEADER_CACHE_DIR:-~/.cache/gateway-leader}/go), shared by every build there.
+
+GO_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 go_say() { printf '[%s] %s\n' "${GO_SCRIPT:-go.sh}" "$*" >&2; }
 go_die() { go_say "ERROR: $*"; exit 1; }
@@ -130,8 +145,72 @@ prune_builds() {
   done
 }
 
-# install_built SRC DEST: moves a fresh binary into place atomically.
+# install_built SRC DEST: moves a fresh file into place atomically: 0755 when SRC is executable
+# (a binary), else 0644. A directory replaces DEST whole.
 install_built() {
-  local tmp="$2.tmp.$$"
-  cp "$1" "$tmp" && chmod 0755 "$tmp" && mv -f "$tmp" "$2"
+  local tmp="$2.tmp.$$" mode=0644
+  if [ -d "$1" ]; then
+    rm -rf "$2" && mv "$1" "$2"
+    return
+  fi
+  [ -x "$1" ] && mode=0755
+  cp "$1" "$tmp" && chmod "$mode" "$tmp" && mv -f "$tmp" "$2"
+}
+
+# go_script NAME "$@": the start of every such script. All its output goes to stderr and fd 3
+# keeps the real stdout for the one path it prints (go_print); messages are tagged NAME;
+# versions.sh and packages.sh are sourced; a leading --cached sets GO_CACHED_ONLY=1 (print what
+# is there or exit 1, never build or download); the other arguments are left in GO_ARGS.
+go_script() {
+  exec 3>&1 1>&2
+  GO_SCRIPT=$1
+  shift
+  . "$GO_HERE/versions.sh"
+  . "$GO_HERE/packages.sh"
+  GO_CACHED_ONLY=0
+  if [ "${1:-}" = "--cached" ]; then
+    GO_CACHED_ONLY=1
+    shift
+  fi
+  GO_ARGS=("$@")
+}
+
+# go_print PATH: the script's result, as the last line of its stdout.
+go_print() {
+  printf '%s\n' "$1" >&3
+}
+
+# go_build NAME VERSION CHECK BUILD RESULT FILE...
+# The cached build of NAME at VERSION (see cached_build) when CHECK passes on it; otherwise Go
+# (ensure_go), an empty "$BUILD_DIR/work", `BUILD work-dir` (which builds there and checks what
+# it built), then each FILE of the work dir installed into $BUILD_DIR (the last one's presence is
+# what says a build is complete, so name the binary last), the work dir removed and older builds
+# of NAME pruned, keeping the versions in GO_KEEP (an array; none by default). A failure keeps
+# the work dir and says where. Prints "$BUILD_DIR/RESULT" ($BUILD_DIR when RESULT is empty) and
+# exits 0.
+go_build() {
+  local name=$1 version=$2 check=$3 build=$4 result=$5 start work f
+  shift 5
+  if cached_build "$name" "$version" "$check"; then
+    go_say "cached $name $version is fine: $BUILD_DIR"
+    go_print "$BUILD_DIR${result:+/$result}"
+    exit 0
+  fi
+  ensure_go
+  start=$(date +%s)
+  work="$BUILD_DIR/work"
+  rm -rf "$work"
+  mkdir -p "$work"
+  # EXIT, not ERR: an ERR trap does not reach into BUILD (a function), and go_die exits.
+  trap 'go_say "failed; the work dir is kept for inspection: '"$work"'"' EXIT
+  "$build" "$work"
+  for f in "$@"; do
+    install_built "$work/$f" "$BUILD_DIR/$f"
+  done
+  trap - EXIT
+  rm -rf "$work"
+  prune_builds "$name" ${GO_KEEP[@]+"${GO_KEEP[@]}"}
+  go_say "built $name $version in $(($(date +%s) - start)) s"
+  go_print "$BUILD_DIR${result:+/$result}"
+  exit 0
 }
