@@ -104,7 +104,7 @@ fn others() -> World {
             "spec": {"ports": [{"port": 80}]}}))],
         namespaces: vec![from::<Namespace>(json!({
             "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}))],
-        bundle_version: Some("v1.6.1".into()),
+        bundle_version: Some("v1.7.0".into()),
         ..World::default()
     }
 }

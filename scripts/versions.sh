@@ -15,8 +15,9 @@ ETCD_VERSION=v3.6.16
 # The Gateway API standard-channel CRDs the status writer targets, from sigs.k8s.io/gateway-api's
 # config/crd/standard/ (scripts/gateway-api-crds.sh). Both releases are served: the tests install
 # the newest beside the newest apiserver and the oldest beside the oldest apiserver
-# (scripts/servers.sh), so every status suite runs on both bundles.
-GATEWAY_API_VERSION=v1.6.1
+# (scripts/servers.sh), so every status suite runs on both bundles. v1.7.0's module says `go 1.27.0`,
+# and Go will not even download a module whose go line is newer than itself: hence GO_NEEDED.
+GATEWAY_API_VERSION=v1.7.0
 GATEWAY_API_OLDEST=v1.5.1
 
 # The Go peers in testkit/peers/ (their go.mod pins the same versions; scripts/build-peers.sh).
@@ -25,8 +26,8 @@ CONTROLLER_RUNTIME_VERSION=v0.25.3
 
 # Go: what the builds need (the newest `go` line among the modules above), and the toolchain a
 # Go 1.21+ that is older than that fetches through the module proxy (GOTOOLCHAIN).
-GO_NEEDED=1.26.0
-GO_TOOLCHAIN=go1.26.8
+GO_NEEDED=1.27.0
+GO_TOOLCHAIN=go1.27.4
 # The oldest installed Go that can fetch a toolchain by itself.
 GO_FETCHES_TOOLCHAINS=1.21.0
 
@@ -43,5 +44,6 @@ CONTOUR_VERSION=v1.33.8
 # Envoy Gateway, from github.com/envoyproxy/gateway/cmd/envoy-gateway
 # (scripts/build-envoy-gateway.sh): the second real Gateway API controller that
 # tests/envoy_gateway/ runs behind `gateway-leader proxy`. The newest release the Go module proxy
-# serves; built against Gateway API v1.6.1 and client-go v0.36.
+# serves; built against Gateway API v1.6.1 and client-go v0.36 (the tests give it the CRDs of
+# GATEWAY_API_VERSION).
 ENVOY_GATEWAY_VERSION=v1.9.1

@@ -1,10 +1,11 @@
 //! TCPRoute and UDPRoute (Gateway API v1.6 standard channel) on a real kube-apiserver with the
-//! upstream v1.6.1 CRDs: attachment to TCP and UDP listeners, the kinds each listener takes,
-//! `ResolvedRefs`, and the GatewayClass's `SupportedVersion` and features for the v1.6 bundle.
+//! upstream CRDs of v1.6 or later (v1.7.0, as scripts/test.sh installs them): attachment to TCP
+//! and UDP listeners, the kinds each listener takes,
+//! `ResolvedRefs`, and the GatewayClass's `SupportedVersion` and features for that bundle.
 //! The cases follow v1.6.1 `conformance/tests/tcproute-*` and `udproute-*`.
 //!
 //! These kinds exist only in v1.6 and later: on a server with older CRDs each test fails at once,
-//! saying how to run it (it never passes by skipping). scripts/test.sh installs v1.6.1 beside the
+//! saying how to run it (it never passes by skipping). scripts/test.sh installs v1.7.0 beside the
 //! newest apiserver; the oldest-apiserver run of .ci/run (v1.5.1) leaves this file out.
 
 mod common;
@@ -176,7 +177,11 @@ async fn tcp_and_udp_routes_get_the_spec_reasons_on_the_v1_6_crds() {
             && kinds("udp") == ["UDPRoute"]
     })
     .await;
-    // The class: the v1.6.1 bundle is a supported version, and the new kinds are features.
+    // The class: the installed bundle (v1.6 or later) is a supported version, and the new kinds
+    // are features.
+    let bundle = testkit::gateway_api::installed_bundle_version(&client)
+        .await
+        .expect("the bundle version");
     let classes = Api::<GatewayClass>::all(client);
     wait_for(
         &classes,
@@ -190,7 +195,7 @@ async fn tcp_and_udp_routes_get_the_spec_reasons_on_the_v1_6_crds() {
                 .conditions
                 .as_deref()
                 .and_then(|c| condition(c, "SupportedVersion"))
-                .is_some_and(|c| c.status == "True" && c.message.contains("v1.6.1"));
+                .is_some_and(|c| c.status == "True" && c.message.contains(&bundle));
             let features: Vec<&str> = s
                 .supported_features
                 .iter()

@@ -370,3 +370,90 @@ async fn an_http_and_a_grpc_route_sharing_a_hostname_on_a_listener_admit_only_th
         .expect("deleting the HTTPRoute");
     expect(&grpc, controller, "a-grpc", "Accepted", "True", "Accepted").await;
 }
+
+/// HTTPRoute retries, standard from Gateway API v1.7.0. This controller claims no retry feature
+/// (retries are the data plane's), so a rule that sets `retry.backoff` is refused with
+/// `UnsupportedValue`, as upstream `HTTPRouteRetry.Backoff` requires of an implementation without
+/// it, and still counts in `attachedRoutes`; `codes` and `attempts` alone change nothing. On older
+/// CRDs `retry` is not in the schema: the apiserver drops it, and both routes are accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_that_sets_retry_backoff_is_an_unsupported_value_where_retries_are_standard() {
+    use gateway_api::httproutes::HttpRoute;
+    use kube::api::{ApiResource, DynamicObject};
+
+    let (ns, controller) = ("rk-retry", "gateway-leader.dev/rk-retry");
+    let client = namespace_with_class(ns, controller).await;
+    gateway_and_route(&client, ns, 80).await;
+    let bundle = testkit::gateway_api::installed_bundle_version(&client)
+        .await
+        .expect("the bundle version");
+    let retries_standard = !(bundle.starts_with("v1.5.") || bundle.starts_with("v1.6."));
+    // The crate's HTTPRoute has no `retry` (gateway-api 0.22 follows v1.5.1): sent as JSON.
+    let raw: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<HttpRoute>(&()));
+    for (name, retry) in [
+        ("backoff", json!({"attempts": 2, "backoff": "100ms"})),
+        ("codes", json!({"codes": [500, 503], "attempts": 2})),
+    ] {
+        let route: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"parentRefs": [{"name": "gw"}],
+                     "rules": [{"backendRefs": [{"name": "web", "port": 80}], "retry": retry}]}
+        }))
+        .expect("a route");
+        raw.create(&PostParams::default(), &route)
+            .await
+            .expect("created");
+    }
+    let stored = raw.get("backoff").await.expect("read back");
+    assert_eq!(
+        stored.data["spec"]["rules"][0]["retry"]["backoff"].as_str(),
+        retries_standard.then_some("100ms"),
+        "the {bundle} CRD keeps retry.backoff exactly where retries are standard"
+    );
+
+    let s = apiserver().await;
+    let args = replica_args(s.kubeconfig_path(), ns, controller);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut r = Replica::start("rk-retry-a", &args);
+    blocking(|| r.wait_for(message::LEADING, PATIENCE));
+
+    let routes: Api<HttpRoute> = Api::namespaced(client.clone(), ns);
+    if retries_standard {
+        expect(
+            &routes,
+            controller,
+            "backoff",
+            "Accepted",
+            "False",
+            "UnsupportedValue",
+        )
+        .await;
+    } else {
+        expect(
+            &routes, controller, "backoff", "Accepted", "True", "Accepted",
+        )
+        .await;
+    }
+    expect(
+        &routes,
+        controller,
+        "backoff",
+        "ResolvedRefs",
+        "True",
+        "ResolvedRefs",
+    )
+    .await;
+    expect(&routes, controller, "codes", "Accepted", "True", "Accepted").await;
+    expect(&routes, controller, "route", "Accepted", "True", "Accepted").await;
+    // All three attach: acceptance does not decide attachment.
+    let gateways: Api<Gateway> = Api::namespaced(client, ns);
+    wait_for(&gateways, "gw", "3 routes attached to http", |g| {
+        g.status
+            .as_ref()
+            .and_then(|s| s.listeners.as_ref())
+            .is_some_and(|ls| ls.len() == 1 && ls[0].attached_routes == 3)
+    })
+    .await;
+}

@@ -44,7 +44,7 @@ pub(crate) const MAX_RECHECK: Duration = Duration::from_secs(10);
 const FIRST_RECHECK: Duration = Duration::from_secs(1);
 /// How the missing CRDs are installed: the standard channel of the release the types follow.
 pub(crate) const INSTALL_HINT: &str = "kubectl apply --server-side -f \
-    https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.6.1/standard-install.yaml";
+    https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.7.0/standard-install.yaml";
 
 /// What the status writer reports until its required watches have their first lists.
 pub(crate) fn not_synced() -> Readiness {

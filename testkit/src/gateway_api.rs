@@ -21,7 +21,7 @@ const ESTABLISH_LIMIT: Duration = Duration::from_secs(60);
 
 /// The Gateway API releases whose CRDs the tests install, oldest first (the status writer
 /// serves both; `scripts/versions.sh` pins them, `scripts/servers.sh` picks one per run).
-pub const BUNDLE_VERSIONS: [&str; 2] = ["v1.5.1", "v1.6.1"];
+pub const BUNDLE_VERSIONS: [&str; 2] = ["v1.5.1", "v1.7.0"];
 
 /// The annotation on every upstream Gateway API CRD that names its release.
 pub const BUNDLE_VERSION_ANNOTATION: &str = "gateway.networking.k8s.io/bundle-version";

@@ -4,7 +4,9 @@
 //! other type attached and the intersection of the hostnames of A and B is non-empty, then the
 //! implementation MUST accept exactly one of these two routes, determined by the following
 //! criteria, in order: the oldest Route based on creation timestamp; the Route appearing first in
-//! alphabetical order by {namespace}/{name}."
+//! alphabetical order by {namespace}/{name}." (v1.7.0 makes the rejection optional: "MAY reject
+//! one of the two routes. An implementation that does so MUST accept exactly one of them"; it is
+//! kept, so that statuses do not change with the bundle.)
 //!
 //! Per listener, the routes that would attach are taken in that order; one whose hostnames
 //! meet those of an already admitted route of the other kind is kept from that listener (the
@@ -37,8 +39,13 @@ pub(crate) struct Entrant<'a> {
 }
 
 impl<'a> Entrant<'a> {
-    /// The entrant for `route` (`None` without a name or namespace).
+    /// The entrant for `route` (`None` without a name or namespace, or for a route refused
+    /// wherever it attaches, `Route::unsupported_value`: it must not keep another from a
+    /// listener where it is not accepted itself).
     pub(crate) fn of<R: Route>(route: &'a R, address: usize) -> Option<Self> {
+        if route.unsupported_value().is_some() {
+            return None;
+        }
         let meta = route.meta();
         let hostnames = route.hostnames();
         Some(Entrant {

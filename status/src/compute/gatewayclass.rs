@@ -11,9 +11,9 @@ use crate::desired::Desired;
 use crate::key::{Kind, ObjectKey};
 
 /// The Gateway API release lines this controller implements, as the message names them.
-const SUPPORTED_VERSIONS: &str = "v1.5.x, v1.6.x";
+const SUPPORTED_VERSIONS: &str = "v1.5.x, v1.6.x, v1.7.x";
 /// The same, as `1.<minor>.` prefixes of a bundle version.
-const SUPPORTED_LINES: [&str; 2] = ["1.5.", "1.6."];
+const SUPPORTED_LINES: [&str; 3] = ["1.5.", "1.6.", "1.7."];
 
 /// `status.supportedFeatures`: the features whose statuses this controller computes as the
 /// conformance tests expect, named as v1.5.1 `pkg/features/` names them (`gateway.go`:
@@ -24,8 +24,10 @@ const SUPPORTED_LINES: [&str; 2] = ["1.5.", "1.6."];
 /// ascending by name (byte order: `GRPCRoute` before `Gateway`), as `apis/v1/gatewayclass_types.go`
 /// (`GatewayClassStatus.SupportedFeatures`: "It MUST be sorted in ascending alphabetical order
 /// by the Name key") requires. Extended features (`GatewayPort8080`, `HTTPRoute*` matches and
-/// filters, `TLSRouteModeTerminate`) are left out: they are data-plane behaviour this status
-/// writer cannot vouch for.
+/// filters, `TLSRouteModeTerminate`, and v1.7.0's standard `HTTPRouteRetryCodes` and
+/// `HTTPRouteRetryConnectionError`) are left out: they are data-plane behaviour this status
+/// writer cannot vouch for (a route that sets `retry.backoff` is refused as upstream requires
+/// of an implementation without it, `route.rs`, rule 6).
 pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
     "GRPCRoute",
     "Gateway",
@@ -123,8 +125,8 @@ fn supported_version(bundle_version: Option<&str>) -> Verdict {
     }
 }
 
-/// Whether `v` is `v1.5.<patch>` or `v1.6.<patch>` (the `v` optional), with an optional
-/// pre-release or build suffix.
+/// Whether `v` is `v1.5.<patch>`, `v1.6.<patch>` or `v1.7.<patch>` (the `v` optional), with an
+/// optional pre-release or build suffix.
 fn is_supported(v: &str) -> bool {
     let v = v.strip_prefix('v').unwrap_or(v);
     let Some(patch) = SUPPORTED_LINES.iter().find_map(|line| v.strip_prefix(line)) else {
@@ -211,7 +213,7 @@ mod tests {
         let out = compute(&w, CONTROLLER);
         let c = condition_of(&out, &key("ours"), "SupportedVersion");
         assert!(
-            c.message.contains("v1.4.0") && c.message.contains("v1.5.x, v1.6.x"),
+            c.message.contains("v1.4.0") && c.message.contains("v1.5.x, v1.6.x, v1.7.x"),
             "{}",
             c.message
         );
@@ -231,7 +233,7 @@ mod tests {
     }
 
     #[test]
-    fn version_parsing_accepts_only_v1_5_and_v1_6_patches() {
+    fn version_parsing_accepts_only_v1_5_v1_6_and_v1_7_patches() {
         for v in [
             "v1.5.0",
             "v1.5.1",
@@ -241,11 +243,16 @@ mod tests {
             "v1.5.1+build",
             "v1.6.0",
             "v1.6.1",
+            "v1.6.3",
+            "v1.7.0",
+            "v1.7.0-rc.3",
+            "v1.7.12",
         ] {
             assert!(is_supported(v), "{v}");
         }
         for v in [
-            "v1.5", "v1.5.", "v1.50.0", "v1.4.1", "v1.7.0", "v1.5.x", "", "v1.5.1a", "v1.60.0",
+            "v1.5", "v1.5.", "v1.50.0", "v1.4.1", "v1.8.0", "v1.5.x", "", "v1.5.1a", "v1.60.0",
+            "v1.70.0", "v2.7.0",
         ] {
             assert!(!is_supported(v), "{v}");
         }
@@ -297,7 +304,7 @@ mod tests {
             tcp_route: true,
             udp_route: true,
         };
-        w.bundle_version = Some("v1.6.1".into());
+        w.bundle_version = Some("v1.7.0".into());
         assert_eq!(
             names(&w),
             [
@@ -316,6 +323,25 @@ mod tests {
         );
         w.served.udp_route = false;
         assert!(!names(&w).contains(&"UDPRoute".to_string()));
+    }
+
+    #[test]
+    fn the_v1_7_retry_features_are_not_claimed() {
+        // v1.7.0 `pkg/features/httproute.go`: retries are the data plane's, which a status
+        // writer cannot vouch for (`route.rs`, rule 6, for what a route asking for them gets).
+        let out = compute(&world(), CONTROLLER);
+        let Some(Desired::GatewayClass {
+            supported_features, ..
+        }) = out.get(&key("ours"))
+        else {
+            panic!("no GatewayClass status");
+        };
+        for retry in ["HTTPRouteRetryCodes", "HTTPRouteRetryConnectionError"] {
+            assert!(
+                supported_features.iter().all(|f| f.name != retry),
+                "{retry} claimed"
+            );
+        }
     }
 
     #[test]

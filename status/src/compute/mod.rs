@@ -24,7 +24,9 @@
 //! its `ResolvedRefs` condition, certificate checks beyond parsing (expiry, SANs against the
 //! listener's hostname, `OverlappingCertificates`), `OverlappingTLSConfig` on TLS listeners, the
 //! validation of route matches and filters (`UnsupportedValue`, `IncompatibleFilters`,
-//! `PartiallyInvalid`).
+//! `PartiallyInvalid`; the one `UnsupportedValue` given is an HTTPRoute rule's `retry.backoff`,
+//! `route.rs`, rule 6), and the Gateway condition `AddressesAssigned` (v1.7.0; whoever assigns
+//! the addresses sets it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -20,11 +20,24 @@
 //!    (`tlsroute-hostname-intersection`, `grpcroute-listener-hostname-matching`);
 //! 5. every listener that passed 4 is taken by a route of the other kind among HTTPRoute and
 //!    GRPCRoute with a common hostname that takes precedence → False/NotAllowedByListeners
-//!    (upstream `apis/v1/grpcroute_types.go`, `GRPCRouteSpec.Hostnames`: "the implementation
-//!    MUST accept exactly one of these two routes ... The rejected Route MUST raise an 'Accepted'
-//!    condition with a status of 'False'"; the spec names no reason, and the listener is what
-//!    refuses it; see `contest.rs`);
-//! 6. True/Accepted, attached to every listener that passed 5.
+//!    (upstream `apis/v1/grpcroute_types.go`, `GRPCRouteSpec.Hostnames`: up to v1.6 "the
+//!    implementation MUST accept exactly one of these two routes", from v1.7.0 "MAY reject one
+//!    of the two routes. An implementation that does so MUST accept exactly one of them ... The
+//!    rejected Route MUST raise an 'Accepted' condition with a status of 'False'"; this one still
+//!    rejects, so a route's status is the same on every bundle; the spec names no reason, and
+//!    the listener is what refuses it; see `contest.rs`);
+//! 6. the route asks for something this controller does not support → False/UnsupportedValue,
+//!    still attached to every listener that passed 5 (attachment depends only on the listener
+//!    and the parentRef, see below). One case today: an HTTPRoute rule's `retry.backoff`
+//!    (standard since v1.7.0; upstream `apis/v1/httproute_types.go`, `HTTPRouteRetry.Backoff`:
+//!    "Implementations which retry immediately with no backoff MUST NOT advertise support for
+//!    this field and MUST set the Accepted Condition for the Route to `status: False` with a
+//!    Reason of `UnsupportedValue` when this field is set"). Retries are the data plane's,
+//!    which this controller cannot vouch for, so it claims none of the retry features
+//!    (`gatewayclass.rs`); `retry.codes` and `retry.attempts` are Extended with no status rule
+//!    for an implementation without them, so they change nothing here. Such a route takes no
+//!    part in the contest of 5 (`contest.rs`): it is refused anyway;
+//! 7. True/Accepted, attached to every listener that passed 5.
 //!
 //! A parent is a Gateway or a ListenerSet (parentRef kind `ListenerSet`, upstream v1.5.1
 //! `apis/v1/listenerset_types.go`): a ListenerSet's listeners are reached only through it, never
@@ -108,6 +121,11 @@ pub(crate) trait Route {
     /// `spec.hostnames` (none: any).
     fn hostnames(&self) -> &[String] {
         self.view().hostnames
+    }
+    /// Why the route is not accepted wherever it attaches (rule 6 above): something it asks
+    /// for that this controller does not support. `None` for most routes and kinds.
+    fn unsupported_value(&self) -> Option<String> {
+        None
     }
 }
 
@@ -288,6 +306,7 @@ pub(crate) fn contribute<R: Route>(
     };
     let generation = meta.generation.unwrap_or(0);
     let view = route.view();
+    let unsupported = route.unsupported_value();
     let (statuses, mut attached) = parents_of::<R>(
         &view,
         namespace,
@@ -296,6 +315,7 @@ pub(crate) fn contribute<R: Route>(
         parents,
         index,
         blocked,
+        unsupported.as_deref(),
     );
     // A route attached to one listener through two parentRefs counts once there.
     attached.sort_unstable();
@@ -356,7 +376,9 @@ fn reached_services<R: Route>(
     out
 }
 
-/// Our `status.parents` entries for one route, and the listeners it attaches to.
+/// Our `status.parents` entries for one route, and the listeners it attaches to; `unsupported`
+/// is [`Route::unsupported_value`].
+#[allow(clippy::too_many_arguments)]
 fn parents_of<'w, R: Route>(
     view: &RouteView<'w>,
     namespace: &'w str,
@@ -365,6 +387,7 @@ fn parents_of<'w, R: Route>(
     gateways: &Parents<'_, 'w>,
     index: &Index<'_>,
     blocked: &[(ParentId, usize)],
+    unsupported: Option<&str>,
 ) -> (Vec<RouteParentStatus>, Vec<(Target<'w>, usize)>) {
     let mut attachments = vec![];
     let mut seen = HashSet::new();
@@ -401,10 +424,13 @@ fn parents_of<'w, R: Route>(
                     .map(|&i| gateway.listeners[i].spec.name.as_str())
                     .collect();
                 attachments.extend(listeners.into_iter().map(|i| (target, i)));
-                Verdict::yes(
-                    reason::ACCEPTED,
-                    format!("accepted by listeners: {}", names.join(", ")),
-                )
+                match unsupported {
+                    Some(why) => Verdict::no(reason::UNSUPPORTED_VALUE, why),
+                    None => Verdict::yes(
+                        reason::ACCEPTED,
+                        format!("accepted by listeners: {}", names.join(", ")),
+                    ),
+                }
             }
             Err(verdict) => verdict,
         };

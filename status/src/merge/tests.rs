@@ -172,6 +172,7 @@ fn route(parents: Vec<HttpRouteStatusParents>) -> StoredHttpRoute {
         status: Some(SharedStatus {
             parents: parents.into(),
         }),
+        retry_backoff: None,
     }
 }
 

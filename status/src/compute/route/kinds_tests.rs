@@ -302,6 +302,28 @@ fn an_http_and_a_grpc_route_with_a_common_hostname_on_one_listener_admit_only_th
 }
 
 #[test]
+fn an_http_route_refused_for_an_unsupported_value_keeps_no_grpc_route_from_its_listener() {
+    use std::sync::Arc;
+    let mut w = base();
+    let mut older = contender("HTTPRoute", "h", 1, json!(["a.example.com"]));
+    older["spec"]["rules"][0]["retry"] = json!({"backoff": "1s"});
+    w.http_routes = vec![Arc::new(serde_json::from_value(older).expect("r"))];
+    w.grpc_routes = vec![Arc::new(
+        serde_json::from_value(contender("GRPCRoute", "g", 2, json!(["a.example.com"])))
+            .expect("r"),
+    )];
+    let out = compute(&w, CONTROLLER);
+    let accepted = |kind, name| condition_on(&out, kind, "infra", name, "Accepted");
+    // Exactly one of the two is accepted: the HTTPRoute is refused whatever happens.
+    assert_eq!(
+        accepted(Kind::HttpRoute, "h"),
+        sr("False", "UnsupportedValue")
+    );
+    assert_eq!(accepted(Kind::GrpcRoute, "g"), sr("True", "Accepted"));
+    assert_eq!(listener(&out, "infra", "gw", "web").attached_routes, 2);
+}
+
+#[test]
 fn a_contest_is_decided_again_when_the_winner_goes() {
     use std::sync::Arc;
     let mut w = base();

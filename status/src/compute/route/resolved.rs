@@ -62,9 +62,10 @@ macro_rules! status_controllers {
 /// HTTPRoute and GRPCRoute: optional parentRefs, hostnames and rules, whose backendRefs and
 /// rules may carry RequestMirror filters.
 macro_rules! impl_route_with_mirrors {
-    ($route:ty, $kind:expr) => {
+    ($route:ty, $kind:expr $(, $extra:item)*) => {
         impl Route for $route {
             const KIND: Kind = $kind;
+            $($extra)*
 
             fn meta(&self) -> &ObjectMeta {
                 &self.metadata
@@ -95,7 +96,18 @@ macro_rules! impl_route_with_mirrors {
     };
 }
 
-impl_route_with_mirrors!(StoredHttpRoute, Kind::HttpRoute);
+impl_route_with_mirrors!(
+    StoredHttpRoute,
+    Kind::HttpRoute,
+    fn unsupported_value(&self) -> Option<String> {
+        self.retry_backoff.map(|rule| {
+            format!(
+                "rule {rule} sets retry.backoff, which this controller does not support (it \
+                 claims no retry feature)"
+            )
+        })
+    }
+);
 impl_route_with_mirrors!(GrpcRoute, Kind::GrpcRoute);
 
 // === impl Route for TlsRoute ===

@@ -474,3 +474,57 @@ fn identical_parent_refs_are_reported_once_and_at_most_32_entries() {
     assert_eq!(listener(&out, "infra", "gw", "l31").attached_routes, 1);
     assert_eq!(listener(&out, "infra", "gw", "l32").attached_routes, 0);
 }
+
+#[test]
+fn a_rule_that_sets_retry_backoff_is_an_unsupported_value_but_still_attached() {
+    // v1.7.0 `apis/v1/httproute_types.go`, `HTTPRouteRetry.Backoff`: an implementation that does
+    // not back off "MUST set the Accepted Condition for the Route to `status: False` with a
+    // Reason of `UnsupportedValue` when this field is set".
+    let mut spec = route_spec(to_gw(), json!([{"name": "web", "port": 8080}]));
+    spec["rules"]
+        .as_array_mut()
+        .expect("rules")
+        .push(json!({"backendRefs": [{"name": "web", "port": 8080}],
+                     "retry": {"codes": [503], "attempts": 2, "backoff": "100ms"}}));
+    let out = with_route(base(), "infra", spec);
+    assert_eq!(
+        route_condition(&out, "infra", "r", "Accepted"),
+        sr("False", "UnsupportedValue")
+    );
+    let message = route_message(&out, "infra", "r", "Accepted");
+    assert!(
+        message.contains("rule 1") && message.contains("retry.backoff"),
+        "{message}"
+    );
+    // Refs are judged as ever, and the listener counts the route: attachment depends only on
+    // the listener and the parentRef (`ListenerStatus.AttachedRoutes`).
+    assert_eq!(
+        route_condition(&out, "infra", "r", "ResolvedRefs"),
+        sr("True", "ResolvedRefs")
+    );
+    assert_eq!(listener(&out, "infra", "gw", "web").attached_routes, 1);
+}
+
+#[test]
+fn retry_codes_and_attempts_alone_leave_the_route_accepted() {
+    // Extended, and upstream asks no status of an implementation without them: not claimed
+    // (`gatewayclass.rs`), and the route is accepted as any other.
+    let mut spec = route_spec(to_gw(), json!([{"name": "web", "port": 8080}]));
+    spec["rules"][0]["retry"] = json!({"codes": [500, 502, 503, 504], "attempts": 3});
+    let out = with_route(base(), "infra", spec);
+    assert_eq!(
+        route_condition(&out, "infra", "r", "Accepted"),
+        sr("True", "Accepted")
+    );
+}
+
+#[test]
+fn a_route_that_cannot_attach_says_so_before_an_unsupported_value() {
+    let mut spec = route_spec(json!([{"name": "gw", "sectionName": "nope"}]), json!([]));
+    spec["rules"] = json!([{"retry": {"backoff": "1s"}}]);
+    let out = with_route(base(), "infra", spec);
+    assert_eq!(
+        route_condition(&out, "infra", "r", "Accepted"),
+        sr("False", "NoMatchingParent")
+    );
+}
