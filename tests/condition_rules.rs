@@ -114,3 +114,32 @@ async fn a_condition_another_controller_added_to_our_entry_survives_and_ours_mer
         ["Accepted", "ResolvedRefs", THEIRS]
     );
 }
+
+/// Gateway API v1.7.0 conformance `GatewayNameMaximumLength`: a Gateway whose name has the
+/// 253 characters a name may have is reconciled like any other, its conditions observing its
+/// latest generation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_with_a_253_character_name_gets_conditions_of_its_latest_generation() {
+    use gateway_api::gateways::Gateway;
+
+    let (ns, controller) = ("cond-long", "gateway-leader.dev/cond-long");
+    let client = namespace_with_class(ns, controller).await;
+    let prefix = "gateway-name-maximum-length-";
+    let name = format!("{prefix}{}", "a".repeat(253 - prefix.len()));
+    let gateways = Api::<Gateway>::namespaced(client.clone(), ns);
+    put(&gateways, &gateway(ns, &name, ns)).await;
+    let s = apiserver().await;
+    let args = replica_args(s.kubeconfig_path(), ns, controller);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut leader = Replica::start("cl-a", &args);
+    common::blocking(|| leader.wait_for(message::LEADING, PATIENCE));
+    wait_for(&gateways, &name, "Accepted at its generation", |g| {
+        let generation = g.metadata.generation;
+        g.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .and_then(|c| condition(c, "Accepted"))
+            .is_some_and(|c| c.status == "True" && c.observed_generation == generation)
+    })
+    .await;
+}
