@@ -42,7 +42,7 @@ pub(crate) const GROUP_VERSION: &str = "gateway.networking.k8s.io/v1";
 pub(crate) const MAX_RECHECK: Duration = Duration::from_secs(10);
 /// The first repeat of discovery while some kind is missing.
 const FIRST_RECHECK: Duration = Duration::from_secs(1);
-/// How the missing CRDs are installed: the standard channel of the release the types follow.
+/// How the missing CRDs are installed: the standard channel of the newest release served.
 pub(crate) const INSTALL_HINT: &str = "kubectl apply --server-side -f \
     https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.7.0/standard-install.yaml";
 
