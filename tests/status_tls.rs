@@ -1,4 +1,4 @@
-//! Listener certificates on a real kube-apiserver with the upstream CRDs (v1.6.1, or v1.5.1
+//! Listener certificates on a real kube-apiserver with the upstream CRDs (v1.7.0, or v1.5.1
 //! beside the oldest apiserver), written by real `gateway-leader run` processes: each
 //! certificate reason the spec defines shows on the listener it belongs to, a Secret created,
 //! changed or granted later is seen, the GatewayClass lists its supported features, and a
