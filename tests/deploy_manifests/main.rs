@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod post_renderer;
 mod proxy_sidecar;
 
 use std::path::Path;
