@@ -33,8 +33,11 @@ const TIMING: [&str; 6] = [
 /// The command: a `start` line, a `tick` line every 100 ms and an `end` line on SIGTERM, each
 /// `IDENTITY TERM PID EVENT NANOSECONDS` (wall clock: one host). It stops by itself once its
 /// gateway-leader is gone, so that a failing test leaves nothing behind.
+///
+/// SIGTERM goes to the whole process group, so it can kill `date` inside a tick's command
+/// substitution: a line whose clock came back empty is not written (the trap's `end` follows).
 const WRITER: &str = r#"id="$GATEWAY_LEADER_IDENTITY $GATEWAY_LEADER_TERM $$"
-line() { echo "$id $1 $(date +%s%N)" >> "$EXEC_TEST_FILE"; }
+line() { t=$(date +%s%N) && [ -n "$t" ] && echo "$id $1 $t" >> "$EXEC_TEST_FILE"; }
 trap 'line end; exit 0' TERM
 line start
 i=0
@@ -72,8 +75,10 @@ struct Run {
 /// Every run in the file, by when it started.
 fn runs(file: &Path) -> Vec<Run> {
     let text = std::fs::read_to_string(file).unwrap_or_default();
+    // A last line without its newline may still be being written: it is read next time.
+    let whole = text.rfind('\n').map_or("", |end| &text[..end]);
     let mut runs: BTreeMap<(String, u64, u32), Run> = BTreeMap::new();
-    for line in text.lines() {
+    for line in whole.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
         let [identity, term, pid, event, ns] = f[..] else {
             panic!("a line the command does not write: {line:?}");
