@@ -47,3 +47,9 @@ CONTOUR_VERSION=v1.33.8
 # serves; built against Gateway API v1.6.1 and client-go v0.36 (the tests give it the CRDs of
 # GATEWAY_API_VERSION).
 ENVOY_GATEWAY_VERSION=v1.9.1
+
+# The upstream Gateway API conformance suite (sigs.k8s.io/gateway-api/conformance, at
+# GATEWAY_API_VERSION; scripts/build-conformance.sh) needs sigs.k8s.io/gateway-api-conformance-images
+# v0.2.0 for its echo servers' clients (traffic only). The module proxy lists v0.2.0 but answers 403
+# for its zip, and serves v0.1.0, whose packages the suite compiles against: the build replaces it.
+CONFORMANCE_IMAGES_VERSION=v0.1.0

@@ -68,6 +68,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     };
     let writer = WriterConfig::default()
         .with_controller_name(&settings.controller_name)
+        .with_addresses_from(settings.gateway_addresses_service.clone())
         .with_field_manager(field_manager(&identity))
         .with_identity(identity.to_string())
         // The elector drains for as long; writes still in flight then are abandoned.

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+pub use gateway_leader_status::compute::AddressService;
 use leader_lock::Timing;
 use leader_lock_kubernetes::ClientOptions;
 
@@ -179,18 +180,34 @@ impl LeaseName {
         const ACCEPTED: &str = "accepted: NAMESPACE/NAME, the namespace and name the \
                                 controller's leader election is given (contour's \
                                 --leader-election-resource-namespace and -name, for example)";
-        let Some((namespace, name)) = s.split_once('/') else {
-            return Err(format!("{s:?} has no '/'; {ACCEPTED}"));
-        };
-        super::checks::validate_dns_label(namespace)
-            .map_err(|m| format!("{s:?}: the namespace {m}; {ACCEPTED}"))?;
-        super::checks::validate_dns_subdomain(name)
-            .map_err(|m| format!("{s:?}: the name {m}; {ACCEPTED}"))?;
-        Ok(LeaseName {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-        })
+        let (namespace, name) = namespaced(s, ACCEPTED, super::checks::validate_dns_subdomain)?;
+        Ok(LeaseName { namespace, name })
     }
+}
+
+/// `NAMESPACE/NAME`: a namespace (a DNS label) and a name that `name_check` accepts; an error
+/// quotes the input, says which half is wrong, and ends with `accepted`.
+fn namespaced(
+    s: &str,
+    accepted: &str,
+    name_check: fn(&str) -> Result<(), String>,
+) -> Result<(String, String), String> {
+    let Some((namespace, name)) = s.split_once('/') else {
+        return Err(format!("{s:?} has no '/'; {accepted}"));
+    };
+    super::checks::validate_dns_label(namespace)
+        .map_err(|m| format!("{s:?}: the namespace {m}; {accepted}"))?;
+    name_check(name).map_err(|m| format!("{s:?}: the name {m}; {accepted}"))?;
+    Ok((namespace.to_string(), name.to_string()))
+}
+
+/// The check of `gateway_addresses_service`: the Service in front of the data plane, whose
+/// addresses are the Gateways' addresses.
+pub(super) fn parse_address_service(s: &str) -> Result<AddressService, String> {
+    const ACCEPTED: &str = "accepted: NAMESPACE/NAME of the Service through which the data \
+                            plane is reached";
+    let (namespace, name) = namespaced(s, ACCEPTED, super::checks::validate_dns_label)?;
+    Ok(AddressService { namespace, name })
 }
 
 impl fmt::Display for LeaseName {
@@ -313,6 +330,8 @@ pub struct Settings {
     pub wakeup: Wakeup,
     /// Our Gateway API controllerName.
     pub controller_name: String,
+    /// The Service whose addresses are the Gateways' addresses (`status.addresses`), if any.
+    pub gateway_addresses_service: Option<AddressService>,
     /// Where /healthz, /readyz, /metrics and /leader are served.
     pub health_addr: std::net::SocketAddr,
     /// `/readyz` fails on every replica but the valid leader.

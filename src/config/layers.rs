@@ -182,6 +182,7 @@ impl Layers {
             release_on_shutdown: self.release_on_shutdown()?,
             wakeup,
             controller_name,
+            gateway_addresses_service: self.gateway_addresses_service()?,
             health_addr,
             readiness_follows_leadership: self.readiness_follows_leadership()?,
             proxy_listen: self.proxy_listen()?,
@@ -313,6 +314,35 @@ mod tests {
         assert!(s.release_on_shutdown);
         assert_eq!(s.wakeup, Wakeup::Watch);
         assert_eq!(s.etcd.endpoints, vec!["http://127.0.0.1:2379".to_string()]);
+    }
+
+    #[test]
+    fn the_addresses_service_is_namespace_slash_name_of_a_service() {
+        let s = load(&[], &[("gateway_addresses_service", "gw-system/envoy")]).expect("valid");
+        let svc = s.gateway_addresses_service.expect("set");
+        assert_eq!(svc.to_string(), "gw-system/envoy");
+        assert!(load(&[], &[])
+            .expect("valid")
+            .gateway_addresses_service
+            .is_none());
+        // A Service's name is a DNS label: no dots, unlike a Lease's.
+        for bad in [
+            "envoy",
+            "gw/",
+            "/envoy",
+            "gw/a.b",
+            "gw/a/b",
+            "GW/envoy",
+            "gw/\u{202e}x",
+        ] {
+            let e = load(&[], &[("gateway_addresses_service", bad)])
+                .expect_err(bad)
+                .to_string();
+            assert!(
+                e.contains("--gateway-addresses-service") && e.contains("NAMESPACE/NAME"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

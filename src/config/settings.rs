@@ -31,7 +31,10 @@ use super::checks::{
     parse_socket_addr, replica_count, text, validate_controller_name, validate_dns_label,
     validate_dns_subdomain, validate_filter, worker_threads,
 };
-use super::effective::{Backend, ExecRestart, LeaseName, LogFormat, ProxyListen, Wakeup};
+use super::effective::{
+    parse_address_service, AddressService, Backend, ExecRestart, LeaseName, LogFormat, ProxyListen,
+    Wakeup,
+};
 use super::error::ConfigError;
 use super::secret::Secret;
 
@@ -300,6 +303,13 @@ settings! {
         default: DEFAULT_CONTROLLER_NAME,
         check: checked(validate_controller_name),
         help: "the Gateway API controllerName this controller owns",
+    },
+    gateway_addresses_service: AddressService {
+        flag("NAMESPACE/NAME"),
+        check: parse_address_service,
+        help: "run: the Service through which the data plane is reached; its addresses (a load \
+               balancer's, else its cluster IPs) become each Gateway's status.addresses, and \
+               spec.addresses may ask for them (docs/configuration.md)",
     },
     health_addr: SocketAddr {
         flag("ADDR"),

@@ -95,7 +95,8 @@ impl StatusController {
             stores.clone(),
             Wakes { changed, looked },
             cache.clone(),
-            config.controller_name.clone(),
+            compute::Computation::new(config.controller_name.as_str())
+                .with_addresses_from(config.addresses_from.clone()),
             ready,
             cancel.child_token(),
         ));
@@ -149,7 +150,7 @@ async fn compute_loop(
     stores: watch::Stores,
     wakes: Wakes,
     cache: Arc<StatusCache>,
-    controller_name: String,
+    mut computation: compute::Computation,
     mut readiness: tokio::sync::watch::Receiver<Readiness>,
     cancel: CancellationToken,
 ) {
@@ -162,9 +163,9 @@ async fn compute_loop(
         bundle_version = bundle_version.as_deref().unwrap_or("unknown"),
         "watches synced; computing statuses"
     );
+    let controller_name = computation.controller_name().to_string();
     let mut first = true;
     let mut drift = observed::Drift::default();
-    let mut computation = compute::Computation::new(controller_name.as_str());
     loop {
         let began = Instant::now();
         // Only what changed is computed again (routes whose object changed, or every route when

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use gateway_api::gatewayclasses::GatewayClassStatusSupportedFeatures;
-use gateway_api::gateways::GatewayStatusListeners;
+use gateway_api::gateways::{GatewayStatusAddresses, GatewayStatusListeners};
 use gateway_api::httproutes::HttpRouteStatusParents;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -39,6 +39,9 @@ pub enum Desired {
         /// `status.attachedListenerSets`; `None` leaves the field as it is (set only on a
         /// Gateway with `spec.allowedListeners`, whose CRD therefore knows the field).
         attached_listener_sets: Option<i32>,
+        /// `status.addresses`, replacing the field (emptied when empty); `None` leaves it as it
+        /// is (no Service gives Gateways their addresses, so none are ours to say).
+        addresses: Option<Vec<GatewayStatusAddresses>>,
     },
     /// A ListenerSet whose parent is one of our Gateways.
     ListenerSet {

@@ -161,6 +161,7 @@ impl StatusObject for Gateway {
             conditions,
             listeners,
             attached_listener_sets,
+            addresses,
         } = desired
         else {
             return Merge::WrongKind;
@@ -178,7 +179,11 @@ impl StatusObject for Gateway {
                     listeners: Some(merge_listeners(&have_listeners, listeners, now)),
                     attached_listener_sets: attached_listener_sets
                         .or(status.attached_listener_sets),
-                    ..status
+                    addresses: match addresses {
+                        Some(a) if a.is_empty() => None,
+                        Some(a) => Some(a.clone()),
+                        None => status.addresses.clone(),
+                    },
                 });
             },
             |a, b| a.status.clone().unwrap_or_default() == b.status.clone().unwrap_or_default(),

@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::cache::StatusCache;
+use crate::compute::AddressService;
 use crate::desired::Desired;
 use crate::key::{Kind, ObjectKey};
 use crate::merge::{Merge, StatusObject};
@@ -73,6 +74,10 @@ pub struct WriterConfig {
     /// Our Gateway API `controllerName`: only objects of GatewayClasses with it are ours, and
     /// only `status.parents` entries with it are touched [default: [`DEFAULT_CONTROLLER_NAME`]].
     pub controller_name: String,
+    /// The Service whose addresses are the Gateways' addresses (`status.addresses`, and what
+    /// `spec.addresses` may ask for) [default: none: no addresses are reported, and a Gateway
+    /// that asks for some is not accepted].
+    pub addresses_from: Option<AddressService>,
     /// The field manager of every write; it names the writer in `managedFields`
     /// [default: `gateway-leader`].
     pub field_manager: String,
@@ -97,6 +102,7 @@ impl Default for WriterConfig {
     fn default() -> Self {
         WriterConfig {
             controller_name: DEFAULT_CONTROLLER_NAME.to_string(),
+            addresses_from: None,
             field_manager: "gateway-leader".to_string(),
             identity: String::new(),
             concurrency: 32,
@@ -112,6 +118,13 @@ impl WriterConfig {
     #[must_use]
     pub fn with_controller_name(mut self, name: impl Into<String>) -> Self {
         self.controller_name = name.into();
+        self
+    }
+
+    /// Sets [`WriterConfig::addresses_from`].
+    #[must_use]
+    pub fn with_addresses_from(mut self, service: Option<AddressService>) -> Self {
+        self.addresses_from = service;
         self
     }
 

@@ -7,15 +7,18 @@
 //!    `Pending` is for Unknown and `InvalidParameters` for the Gateway's own parametersRef);
 //! 2. `spec.infrastructure.parametersRef` is set → False/InvalidParameters (no parameters are
 //!    taken);
-//! 3. `spec.addresses` is set → False/UnsupportedAddress (no addresses are assigned);
+//! 3. `spec.addresses` is set and no Service gives Gateways their addresses → False/
+//!    UnsupportedAddress (no addresses are assigned); with one, an entry of a type other than
+//!    IPAddress or Hostname → False/UnsupportedAddress (`address.rs`);
 //! 4. no listener is accepted → False/ListenersNotValid (nothing could be configured);
 //! 5. some listener is not valid → True/ListenersNotValid (the valid ones are served);
 //! 6. True/Accepted.
 
 use std::collections::{BTreeMap, HashMap};
 
-use gateway_api::gateways::{GatewayAllowedListeners, GatewayStatusListeners};
+use gateway_api::gateways::{GatewayAddresses, GatewayAllowedListeners, GatewayStatusListeners};
 
+use super::address::{self, AddressService, Offered};
 use super::gatewayclass::Classes;
 use super::index::Index;
 use super::listener::{self, Listener};
@@ -49,6 +52,8 @@ pub(crate) struct GatewayView<'w> {
     /// The Gateway this parent is or belongs to, as (namespace, name): a ListenerSet's is its
     /// parent Gateway (the ancestor a BackendTLSPolicy names, `policy.rs`).
     pub gateway: (&'w str, &'w str),
+    /// `spec.addresses` (always empty on a ListenerSet).
+    pub requested_addresses: &'w [GatewayAddresses],
 }
 
 impl GatewayView<'_> {
@@ -70,6 +75,7 @@ pub(crate) fn analyse<'w>(
     world: &'w World,
     classes: &Classes<'_>,
     index: &Index<'_>,
+    addresses_from: Option<&AddressService>,
 ) -> Gateways<'w> {
     let mut gateways = HashMap::new();
     for gateway in &world.gateways {
@@ -84,6 +90,7 @@ pub(crate) fn analyse<'w>(
             continue;
         };
         let listeners = listener::analyse(namespace, &gateway.spec.listeners, index);
+        let requested = gateway.spec.addresses.as_deref().unwrap_or_default();
         let infrastructure_parameters = gateway
             .spec
             .infrastructure
@@ -104,16 +111,16 @@ pub(crate) fn analyse<'w>(
                     p.name
                 ),
             )
-        } else if gateway
-            .spec
-            .addresses
-            .as_ref()
-            .is_some_and(|a| !a.is_empty())
-        {
-            Verdict::no(
+        } else if let Some(unsupported) = match addresses_from {
+            None if !requested.is_empty() => Some(Verdict::no(
                 reason::UNSUPPORTED_ADDRESS,
-                "spec.addresses is not supported: this controller assigns no addresses",
-            )
+                "spec.addresses is not supported: this controller assigns no addresses \
+                 (no --gateway-addresses-service is set)",
+            )),
+            None => None,
+            Some(_) => address::unsupported(requested),
+        } {
+            unsupported
         } else {
             listeners_verdict("Gateway", &listeners)
         };
@@ -128,6 +135,7 @@ pub(crate) fn analyse<'w>(
             allowed_listeners: gateway.spec.allowed_listeners.as_ref(),
             attached_listener_sets: 0,
             gateway: (namespace, name),
+            requested_addresses: requested,
         };
         gateways.entry((namespace, name)).or_insert(view);
     }
@@ -166,29 +174,61 @@ pub(crate) fn listeners_verdict(what: &str, listeners: &[Listener<'_>]) -> Verdi
     }
 }
 
-/// Adds each Gateway's desired status to `out`.
-pub(crate) fn emit(gateways: Gateways<'_>, out: &mut BTreeMap<ObjectKey, Desired>) {
+/// Adds each Gateway's desired status to `out`. With `addressing` (the Service that gives
+/// Gateways their addresses, and what it offers), each Gateway gets `status.addresses` and an
+/// `AddressesAssigned` condition, and is `Programmed` only with its addresses.
+pub(crate) fn emit(
+    gateways: Gateways<'_>,
+    addressing: Option<(&AddressService, &Offered)>,
+    out: &mut BTreeMap<ObjectKey, Desired>,
+) {
     for view in gateways.into_values() {
         let generation = view.generation;
+        let assigned = addressing.map(|(source, offered)| {
+            if view.accepted.ok {
+                address::assign(source, offered, view.requested_addresses)
+            } else {
+                // An address of a Gateway that is not accepted would be one nothing serves.
+                address::Assigned {
+                    addresses: vec![],
+                    not_programmed: None,
+                    assigned: Verdict::no(
+                        address::REASON_NOT_ASSIGNED,
+                        "the Gateway is not accepted",
+                    ),
+                }
+            }
+        });
         let programmed = if !view.accepted.ok {
             Verdict::no(reason::INVALID, "the Gateway is not accepted")
         } else if !view.listeners.iter().any(Listener::is_valid) {
             Verdict::no(reason::INVALID, "no listener is valid")
+        } else if let Some(v) = assigned.as_ref().and_then(|a| a.not_programmed.clone()) {
+            v
         } else {
-            // No data plane: an accepted configuration is in effect as soon as it is computed.
+            // No data plane of ours: an accepted configuration is in effect as soon as it is
+            // computed (and, with a Service, reached at its addresses).
             Verdict::yes(reason::PROGRAMMED, "the Gateway is valid and in effect")
         };
         let listeners = view.listener_statuses();
+        let mut conditions = vec![
+            view.accepted.condition(reason::ACCEPTED, generation),
+            programmed.condition(reason::PROGRAMMED, generation),
+        ];
+        if let Some(a) = &assigned {
+            conditions.push(
+                a.assigned
+                    .condition(address::ADDRESSES_ASSIGNED, generation),
+            );
+        }
         out.insert(
             ObjectKey::namespaced(Kind::Gateway, view.namespace, view.name),
             Desired::Gateway {
                 generation,
-                conditions: vec![
-                    view.accepted.condition(reason::ACCEPTED, generation),
-                    programmed.condition(reason::PROGRAMMED, generation),
-                ],
+                conditions,
                 listeners,
                 attached_listener_sets: view.allowed_listeners.map(|_| view.attached_listener_sets),
+                addresses: assigned.map(|a| a.addresses),
             },
         );
     }

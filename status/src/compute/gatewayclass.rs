@@ -45,6 +45,7 @@ pub(crate) type Classes<'w> = HashMap<&'w str, Verdict>;
 pub(crate) fn compute<'w>(
     world: &'w World,
     controller_name: &str,
+    addresses: bool,
     out: &mut BTreeMap<ObjectKey, Desired>,
 ) -> Classes<'w> {
     let supported_version = supported_version(world.bundle_version.as_deref());
@@ -78,7 +79,7 @@ pub(crate) fn compute<'w>(
             Desired::GatewayClass {
                 generation,
                 conditions,
-                supported_features: supported_features(world.served),
+                supported_features: supported_features(world.served, addresses),
             },
         );
         classes.entry(name).or_insert(accepted);
@@ -86,18 +87,31 @@ pub(crate) fn compute<'w>(
     classes
 }
 
+/// The features a Service that gives Gateways their addresses adds (`address.rs`):
+/// `spec.addresses` with values the Service has (`GatewayStaticAddresses`) and without a value
+/// (`GatewayAddressEmpty`), as v1.7.0 `pkg/features/gateway.go` names them.
+pub(crate) const ADDRESS_FEATURES: &[&str] = &["GatewayAddressEmpty", "GatewayStaticAddresses"];
+
 /// [`SUPPORTED_FEATURES`] as the status field holds them, without the route kinds the cluster
-/// does not serve (a conformance run would test them and find no CRD).
-fn supported_features(served: Served) -> Vec<GatewayClassStatusSupportedFeatures> {
-    SUPPORTED_FEATURES
+/// does not serve (a conformance run would test them and find no CRD), with
+/// [`ADDRESS_FEATURES`] when Gateways take their addresses from a Service; sorted by name.
+fn supported_features(served: Served, addresses: bool) -> Vec<GatewayClassStatusSupportedFeatures> {
+    let extra = if addresses { ADDRESS_FEATURES } else { &[] };
+    let mut names: Vec<&str> = SUPPORTED_FEATURES
         .iter()
-        .filter(|name| match **name {
+        .chain(extra)
+        .copied()
+        .filter(|name| match *name {
             "TCPRoute" => served.tcp_route,
             "UDPRoute" => served.udp_route,
             _ => true,
         })
+        .collect();
+    names.sort_unstable();
+    names
+        .into_iter()
         .map(|name| GatewayClassStatusSupportedFeatures {
-            name: (*name).to_string(),
+            name: name.to_string(),
         })
         .collect()
 }

@@ -164,6 +164,7 @@ pub(crate) fn analyse<'a>(
             allowed_listeners: None,
             attached_listener_sets: 0,
             gateway: parent,
+            requested_addresses: &[],
         };
         sets.entry((p.namespace, p.name)).or_insert(view);
     }

@@ -49,10 +49,12 @@ use crate::v1_6::{TcpRoute, UdpRoute};
 // reduced the same way by whoever builds a `World` of their own.
 pub use crate::configmap::CaBundle;
 pub use crate::secret::{Content, TlsSecret};
+pub use address::AddressService;
 pub use memos::{Changed, Changes, RouteChanges};
 
 use memos::{Memos, Routes};
 
+mod address;
 mod contest;
 mod gateway;
 mod gatewayclass;
@@ -167,6 +169,8 @@ pub fn compute(world: &World, controller_name: &str) -> BTreeMap<ObjectKey, Desi
 #[derive(Debug)]
 pub struct Computation {
     controller_name: String,
+    /// The Service that gives Gateways their addresses, if any.
+    addresses_from: Option<AddressService>,
     /// What the remembered contributions were computed under.
     context: Option<Context>,
     http_routes: Memos<StoredHttpRoute>,
@@ -313,6 +317,7 @@ impl Computation {
     pub fn new(controller_name: impl Into<String>) -> Self {
         Computation {
             controller_name: controller_name.into(),
+            addresses_from: None,
             context: None,
             http_routes: Memos::default(),
             grpc_routes: Memos::default(),
@@ -324,6 +329,29 @@ impl Computation {
             others: BTreeSet::new(),
             shared: shared::Shared::default(),
         }
+    }
+
+    /// The controller name this computation was made for.
+    pub fn controller_name(&self) -> &str {
+        &self.controller_name
+    }
+
+    /// Gateways take their addresses from `service` (`status.addresses`, the
+    /// `AddressesAssigned` condition, `spec.addresses`; docs/configuration.md,
+    /// `gateway_addresses_service`); `None`, the default, reports no addresses and refuses a
+    /// Gateway that asks for some.
+    ///
+    /// ```
+    /// use gateway_leader_status::compute::{AddressService, Computation};
+    ///
+    /// let computation = Computation::new("example.com/gateway-controller")
+    ///     .with_addresses_from(Some(AddressService::new("gateway-system", "data-plane")));
+    /// # drop(computation);
+    /// ```
+    #[must_use]
+    pub fn with_addresses_from(mut self, service: Option<AddressService>) -> Self {
+        self.addresses_from = service;
+        self
     }
 
     /// Computes the statuses of `world`, again only for what changed since the last run.
@@ -396,9 +424,11 @@ impl Computation {
         let mut update = Update::default();
         let name = self.controller_name.as_str();
         let index = index::Index::new(world);
-        let classes = gatewayclass::compute(world, name, &mut update.desired);
+        let addresses_from = self.addresses_from.as_ref();
+        let classes =
+            gatewayclass::compute(world, name, addresses_from.is_some(), &mut update.desired);
         let prepared = listenerset::prepare(world);
-        let mut gateways = gateway::analyse(world, &classes, &index);
+        let mut gateways = gateway::analyse(world, &classes, &index, addresses_from);
         let mut sets = listenerset::analyse(&prepared, &mut gateways, &index);
         let reach = !world.backend_tls_policies.is_empty();
         let parents = route::Parents::new(&gateways, &sets);
@@ -455,7 +485,17 @@ impl Computation {
         drop(parents);
         route::count_into(&targets, &self.counts.0, &mut gateways, &mut sets);
         policy::compute(world, name, &reached, &index, &mut update.desired);
-        gateway::emit(gateways, &mut update.desired);
+        let offered = addresses_from.map(|from| {
+            (
+                from,
+                address::offered(from, index.service(&from.namespace, &from.name)),
+            )
+        });
+        gateway::emit(
+            gateways,
+            offered.as_ref().map(|(from, offered)| (*from, offered)),
+            &mut update.desired,
+        );
         listenerset::emit(sets, &mut update.desired);
         // Routes forgotten this run that were not computed again under the same key.
         update
@@ -476,6 +516,8 @@ impl Computation {
     }
 }
 
+#[cfg(test)]
+mod address_tests;
 #[cfg(test)]
 mod changes_tests;
 #[cfg(test)]

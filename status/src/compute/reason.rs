@@ -29,6 +29,11 @@ pub(crate) const INVALID: &str = "Invalid";
 pub(crate) const LISTENERS_NOT_VALID: &str = "ListenersNotValid";
 /// Gateway: `spec.addresses` asks for something this controller does not assign.
 pub(crate) const UNSUPPORTED_ADDRESS: &str = "UnsupportedAddress";
+/// Gateway (Programmed): an address was asked for that the data plane's Service does not have.
+pub(crate) const ADDRESS_NOT_USABLE: &str = "AddressNotUsable";
+/// Gateway (Programmed): no address could be assigned (the data plane's Service has none yet,
+/// or none of a requested type).
+pub(crate) const ADDRESS_NOT_ASSIGNED: &str = "AddressNotAssigned";
 /// Listener: a protocol other than HTTP, HTTPS and TLS.
 pub(crate) const UNSUPPORTED_PROTOCOL: &str = "UnsupportedProtocol";
 /// Listener: a field value this controller does not support.

@@ -272,6 +272,7 @@ fn gateway_listeners_keep_their_transition_times_by_name() {
         conditions: vec![condition("Accepted", true, "Accepted", "", 1)],
         listeners: vec![listener("http", None, 4), listener("https", None, 0)],
         attached_listener_sets: None,
+        addresses: None,
     };
     let out = written(gw.merge(&want, US, &t(500)));
     let ls = out
@@ -309,4 +310,41 @@ fn want_parent(d: &Desired) -> RouteParentStatus {
         Desired::Route { parents, .. } => parents[0].clone(),
         _ => panic!("a route"),
     }
+}
+
+#[test]
+fn a_gateways_addresses_are_replaced_when_ours_and_kept_when_not() {
+    use gateway_api::gateways::GatewayStatusAddresses;
+    let address = |v: &str| GatewayStatusAddresses {
+        r#type: Some("IPAddress".into()),
+        value: v.into(),
+    };
+    let mut gw = Gateway::new("gw", Default::default());
+    gw.metadata.generation = Some(1);
+    gw.status = Some(GatewayStatus {
+        addresses: Some(vec![address("192.0.2.1")]),
+        ..Default::default()
+    });
+    let want = |addresses| Desired::Gateway {
+        generation: 1,
+        conditions: vec![condition("Accepted", true, "Accepted", "", 1)],
+        listeners: vec![],
+        attached_listener_sets: None,
+        addresses,
+    };
+    let addresses = |g: &Gateway| g.status.clone().and_then(|s| s.addresses);
+
+    // Not ours (no Service gives addresses): kept as they are.
+    let kept = written(gw.merge(&want(None), US, &t(1)));
+    assert_eq!(addresses(&kept), Some(vec![address("192.0.2.1")]));
+    // Ours: replaced, and an unchanged list is no write.
+    let replaced = written(gw.merge(&want(Some(vec![address("10.96.0.10")])), US, &t(1)));
+    assert_eq!(addresses(&replaced), Some(vec![address("10.96.0.10")]));
+    assert_eq!(
+        replaced.merge(&want(Some(vec![address("10.96.0.10")])), US, &t(2)),
+        Merge::Unchanged
+    );
+    // Ours and none: the field goes.
+    let emptied = written(replaced.merge(&want(Some(vec![])), US, &t(3)));
+    assert_eq!(addresses(&emptied), None);
 }
