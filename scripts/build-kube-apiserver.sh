@@ -24,6 +24,13 @@
 #          rebuilds once. Module downloads and Go's build cache sit in .../go/ beside it, so a
 #          rebuild, or the other version, reuses what they share. A first build takes about
 #          6 minutes on 2 cores (the second version, sharing Go's build cache, about 3).
+#
+# Controllers: `scripts/build-kube-apiserver.sh [--cached] VERSION controllers` builds
+# kube-controller-manager and kube-scheduler of the same release from the same wrapper module
+# instead, into their own cache entry (.../kube-controller-manager-vX.Y.Z-<recipe>/ holds both;
+# its path is the last line; about 4 minutes after the apiserver, sharing Go's build cache).
+# testkit's simulated nodes (testkit/src/kube/simulated.rs) run them, so that Deployments get
+# Pods and Pods get bound; scripts/servers.sh builds the newest release's only.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/go.sh"
 go_script build-kube-apiserver "$@"
@@ -43,10 +50,23 @@ binary_ok() {
   [ "$("$1" --version 2>/dev/null)" = "Kubernetes $VERSION" ]
 }
 
+# The commands of k8s.io/kubernetes/cmd/ to build, and the check of the controllers' build: each
+# of them, beside the binary it is given, says the version.
+COMMANDS=(kube-apiserver)
+case "${GO_ARGS[1]:-}" in
+  "") ;;
+  controllers) COMMANDS=(kube-scheduler kube-controller-manager) ;;
+  *) go_die "unknown argument '${GO_ARGS[1]}' after the version: give controllers or nothing" ;;
+esac
+commands_ok() {
+  local c
+  for c in "${COMMANDS[@]}"; do binary_ok "$(dirname "$1")/$c" || return 1; done
+}
+
 # A wrapper module in $1 that requires k8s.io/kubernetes and its staging modules, and the
-# binary built there.
+# binaries of COMMANDS built there.
 build() {
-  local work=$1 kdir go_line staging m pkg ldflags
+  local work=$1 kdir go_line staging m pkg ldflags c
   go_say "downloading k8s.io/kubernetes@$VERSION"
   kdir=$(go_module_dir k8s.io/kubernetes "$VERSION")
   go_line=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$kdir/go.mod")
@@ -58,19 +78,29 @@ build() {
     for m in $staging; do printf '\t%s => %s %s\n' "$m" "$m" "$STAGING_VERSION"; done
     printf ')\n'
   } >"$work/go.mod"
-  # A package that imports the command, so that `go mod tidy` resolves exactly its dependencies.
-  printf '//go:build tools\n\npackage tools\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver"\n' \
-    >"$work/tools.go"
-  go_say "resolving the modules kube-apiserver $VERSION needs ($(go version))"
+  # A package that imports the commands, so that `go mod tidy` resolves exactly their
+  # dependencies.
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for c in "${COMMANDS[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
+    printf ')\n'
+  } >"$work/tools.go"
+  go_say "resolving the modules ${COMMANDS[*]} $VERSION need ($(go version))"
   (cd "$work" && go mod tidy)
-  go_say "building k8s.io/kubernetes/cmd/kube-apiserver $VERSION (a first build takes about 6 minutes on 2 cores)"
   pkg=k8s.io/component-base/version
   ldflags="-s -w -X $pkg.gitVersion=$VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$MINOR \
 -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  (cd "$work" && go build -ldflags "$ldflags" -o "$work/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
-  binary_ok "$work/kube-apiserver" \
-    || go_die "the built binary does not say Kubernetes $VERSION: $("$work/kube-apiserver" --version 2>&1 || true)"
+  for c in "${COMMANDS[@]}"; do
+    go_say "building k8s.io/kubernetes/cmd/$c $VERSION (a first build of kube-apiserver takes about 6 minutes on 2 cores)"
+    (cd "$work" && go build -ldflags "$ldflags" -o "$work/$c" "k8s.io/kubernetes/cmd/$c")
+    binary_ok "$work/$c" \
+      || go_die "the built $c does not say Kubernetes $VERSION: $("$work/$c" --version 2>&1 || true)"
+  done
 }
 
 GO_KEEP=("$KUBE_NEWEST" "$KUBE_OLDEST")
-go_build kube-apiserver "$VERSION" binary_ok build kube-apiserver kube-apiserver
+if [ "${COMMANDS[*]}" = kube-apiserver ]; then
+  go_build kube-apiserver "$VERSION" binary_ok build kube-apiserver kube-apiserver
+else
+  go_build kube-controller-manager "$VERSION" commands_ok build "" "${COMMANDS[@]}"
+fi
