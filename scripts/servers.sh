@@ -12,9 +12,17 @@
 #                                    set): a real Gateway API controller for tests/contour/
 #   GATEWAY_LEADER_ENVOY_GATEWAY     Envoy Gateway's control plane, its CRDs and RBAC beside it
 #                                    (kept when set): the second, for tests/envoy_gateway/
+#   GATEWAY_LEADER_KUBE_CONTROLLER_MANAGER, GATEWAY_LEADER_KUBE_SCHEDULER
+#                                    kube-controller-manager and kube-scheduler of the newest
+#                                    release whatever GATEWAY_LEADER_KUBE_VERSION says (each kept
+#                                    when set; not built with a GATEWAY_LEADER_TEST_KUBECONFIG
+#                                    cluster): testkit's simulated nodes
+#   GATEWAY_LEADER_KWOK              kwok, its Stages beside it (kept when set; not built with a
+#                                    GATEWAY_LEADER_TEST_KUBECONFIG cluster): the simulated nodes'
+#                                    fake Node and Pod statuses
 # SERVERS_WITHOUT_APISERVER=1, SERVERS_WITHOUT_ETCD=1 and SERVERS_WITHOUT_CRDS=1 skip one (the
 # demo on an existing cluster); SERVERS_WITHOUT_CONTOUR=1 skips Contour and Envoy Gateway (the
-# demo runs neither).
+# demo runs neither); SERVERS_WITHOUT_SIMULATED_NODES=1 skips the controllers and kwok.
 
 ensure_servers() {
   if [ -z "${GATEWAY_LEADER_TEST_KUBECONFIG:-}" ] && [ -z "${GATEWAY_LEADER_KUBE_APISERVER:-}" ] \
@@ -38,6 +46,23 @@ ensure_servers() {
   if [ -z "${GATEWAY_LEADER_PEERS:-}" ]; then
     GATEWAY_LEADER_PEERS=$(scripts/build-peers.sh | tail -n 1)
     export GATEWAY_LEADER_PEERS
+  fi
+  if [ -z "${GATEWAY_LEADER_TEST_KUBECONFIG:-}" ] \
+    && [ "${SERVERS_WITHOUT_SIMULATED_NODES:-0}" != 1 ]; then
+    if [ -z "${GATEWAY_LEADER_KUBE_CONTROLLER_MANAGER:-}" ] \
+      || [ -z "${GATEWAY_LEADER_KUBE_SCHEDULER:-}" ]; then
+      printf '[servers] making sure kube-controller-manager and kube-scheduler %s are built %s\n' \
+        '(newest)' '(first run: about 4 minutes)' >&2
+      local controllers
+      controllers=$(scripts/build-kube-apiserver.sh newest controllers | tail -n 1)
+      GATEWAY_LEADER_KUBE_CONTROLLER_MANAGER=${GATEWAY_LEADER_KUBE_CONTROLLER_MANAGER:-$controllers/kube-controller-manager}
+      GATEWAY_LEADER_KUBE_SCHEDULER=${GATEWAY_LEADER_KUBE_SCHEDULER:-$controllers/kube-scheduler}
+      export GATEWAY_LEADER_KUBE_CONTROLLER_MANAGER GATEWAY_LEADER_KUBE_SCHEDULER
+    fi
+    if [ -z "${GATEWAY_LEADER_KWOK:-}" ]; then
+      GATEWAY_LEADER_KWOK=$(scripts/build-kwok.sh | tail -n 1)
+      export GATEWAY_LEADER_KWOK
+    fi
   fi
   if [ -z "${GATEWAY_LEADER_CONTOUR:-}" ] && [ "${SERVERS_WITHOUT_CONTOUR:-0}" != 1 ]; then
     printf '[servers] making sure contour is built (first run: about 4 minutes)\n' >&2
