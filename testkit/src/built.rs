@@ -1,7 +1,7 @@
 //! Where the servers and peers built from their Go modules are: an environment variable names a
 //! binary, else the cache that the build scripts (`scripts/build-kube-apiserver.sh`,
 //! `scripts/build-etcd.sh`, `scripts/gateway-api-crds.sh`, `scripts/build-peers.sh`,
-//! `scripts/build-helm.sh`, `scripts/build-contour.sh`) fill, asked
+//! `scripts/build-helm.sh`, `scripts/build-contour.sh`, `scripts/build-kwok.sh`) fill, asked
 //! with `--cached` so that a binary of an older recipe is never used. A missing one is an error
 //! that says how to get it.
 
@@ -15,6 +15,16 @@ pub const APISERVER_ENV: &str = "GATEWAY_LEADER_KUBE_APISERVER";
 /// Chooses which pinned kube-apiserver the cache gives: `newest` (the default), `oldest` or a
 /// version `vX.Y.Z` (scripts/versions.sh pins newest and oldest).
 pub const KUBE_VERSION_ENV: &str = "GATEWAY_LEADER_KUBE_VERSION";
+/// Names the kube-controller-manager binary that [`crate::kube::simulated`] runs.
+pub const CONTROLLER_MANAGER_ENV: &str = "GATEWAY_LEADER_KUBE_CONTROLLER_MANAGER";
+/// Names the kube-scheduler binary that [`crate::kube::simulated`] runs.
+pub const SCHEDULER_ENV: &str = "GATEWAY_LEADER_KUBE_SCHEDULER";
+/// Names the kwok binary (its Stages, [`KWOK_STAGES`], beside it) that
+/// [`crate::kube::simulated`] runs.
+pub const KWOK_ENV: &str = "GATEWAY_LEADER_KWOK";
+/// The file beside [`kwok`] holding the Stages kwok runs: upstream's default node and pod stages,
+/// as `scripts/build-kwok.sh` copies them from the module's `kustomize/stage/`.
+pub const KWOK_STAGES: &str = "kwok-stages.yaml";
 /// Names the etcd binary to run; `etcdctl` is taken from the same folder.
 pub const ETCD_ENV: &str = "GATEWAY_LEADER_ETCD";
 /// Names a folder of Gateway API CRD files (`*.yaml`), e.g. upstream's `config/crd/standard/`.
@@ -117,6 +127,80 @@ pub fn kube_apiserver() -> Result<PathBuf> {
              to an existing cluster's kubeconfig"
         ),
     )
+}
+
+/// The kube-apiserver of the pinned release `version` (`newest`, `oldest` or `vX.Y.Z`) from the
+/// build scripts' cache, whatever `GATEWAY_LEADER_KUBE_APISERVER` and
+/// `GATEWAY_LEADER_KUBE_VERSION` say: for servers that must match other components' release.
+pub fn kube_apiserver_at(version: &str) -> Result<PathBuf> {
+    cached(
+        "build-kube-apiserver.sh",
+        &[version],
+        &format!("kube-apiserver ({version})"),
+        &format!(
+            "run scripts/build-kube-apiserver.sh {version} (it builds the binary from the \
+             k8s.io/kubernetes Go module, about 6 minutes; scripts/test.sh does it for you)"
+        ),
+    )
+}
+
+/// One of the newest release's controllers (`kube-controller-manager`, `kube-scheduler`): the
+/// path `env` names, else the cached build beside its sibling.
+fn kube_controller(env: &str, name: &str) -> Result<PathBuf> {
+    if let Some(p) = from_env(env)? {
+        return Ok(p);
+    }
+    let dir = cached(
+        "build-kube-apiserver.sh",
+        &["newest", "controllers"],
+        &format!("{name} (newest)"),
+        &format!(
+            "run scripts/test.sh, or `. scripts/servers.sh; ensure_servers` (they run \
+             `scripts/build-kube-apiserver.sh newest controllers`, which builds \
+             kube-controller-manager and kube-scheduler from the k8s.io/kubernetes Go module, \
+             about 4 minutes, and export {CONTROLLER_MANAGER_ENV} and {SCHEDULER_ENV}), or set \
+             {env} to a {name} binary"
+        ),
+    )?;
+    Ok(dir.join(name))
+}
+
+/// kube-controller-manager: `GATEWAY_LEADER_KUBE_CONTROLLER_MANAGER`, else the cached build of
+/// the newest pinned release (`scripts/build-kube-apiserver.sh newest controllers`).
+pub fn kube_controller_manager() -> Result<PathBuf> {
+    kube_controller(CONTROLLER_MANAGER_ENV, "kube-controller-manager")
+}
+
+/// kube-scheduler: `GATEWAY_LEADER_KUBE_SCHEDULER`, else the cached build of the newest pinned
+/// release (`scripts/build-kube-apiserver.sh newest controllers`).
+pub fn kube_scheduler() -> Result<PathBuf> {
+    kube_controller(SCHEDULER_ENV, "kube-scheduler")
+}
+
+/// kwok: `GATEWAY_LEADER_KWOK`, else the cached build of the pinned release
+/// (`scripts/build-kwok.sh`). Its [`KWOK_STAGES`] must stand beside it.
+pub fn kwok() -> Result<PathBuf> {
+    let binary = match from_env(KWOK_ENV)? {
+        Some(p) => p,
+        None => cached(
+            "build-kwok.sh",
+            &[],
+            "kwok",
+            &format!(
+                "run scripts/test.sh, or `. scripts/servers.sh; ensure_servers` (they run \
+                 scripts/build-kwok.sh, which builds kwok from its Go module sigs.k8s.io/kwok, \
+                 about 2 minutes, and export {KWOK_ENV}), or set {KWOK_ENV} to a kwok binary \
+                 with {KWOK_STAGES} beside it"
+            ),
+        )?,
+    };
+    if !binary.with_file_name(KWOK_STAGES).is_file() {
+        bail!(
+            "no {KWOK_STAGES} beside {} ({KWOK_ENV}); scripts/build-kwok.sh puts it there",
+            binary.display()
+        );
+    }
+    Ok(binary)
 }
 
 /// The etcd server binary: `GATEWAY_LEADER_ETCD`, else the cached build of the pinned 3.6.

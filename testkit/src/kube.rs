@@ -29,7 +29,9 @@ use crate::etcd::EtcdServer;
 use crate::process::{free_port, tail, ServerProcess};
 
 mod pki;
+pub mod simulated;
 use pki::Pki;
+pub use simulated::SimulatedNodes;
 
 /// Names an existing cluster's kubeconfig to test against instead of starting an apiserver.
 pub const TEST_KUBECONFIG_ENV: &str = "GATEWAY_LEADER_TEST_KUBECONFIG";
@@ -78,6 +80,11 @@ pub struct Options {
     /// `--feature-gates` entries, such as `WatchList=false` (an apiserver that does not stream
     /// initial lists).
     pub feature_gates: Vec<String>,
+    /// The pinned release to run (`newest`, `oldest` or `vX.Y.Z`), from the build scripts' cache
+    /// whatever `GATEWAY_LEADER_KUBE_APISERVER` and `GATEWAY_LEADER_KUBE_VERSION` say; `None`
+    /// follows them. For servers that must match other components' release, as
+    /// [`SimulatedNodes`] does ([`SimulatedNodes::apiserver_options`]).
+    pub version: Option<String>,
 }
 
 /// The audit policy of [`Options::audit`]: who, what and which credential, never a body.
@@ -226,7 +233,10 @@ impl KubeApiServer {
                 return Self::external(PathBuf::from(path)).await;
             }
         }
-        let binary = crate::built::kube_apiserver()?;
+        let binary = match &options.version {
+            Some(version) => crate::built::kube_apiserver_at(version)?,
+            None => crate::built::kube_apiserver()?,
+        };
         let mut etcd = Some(
             EtcdServer::start()
                 .await
