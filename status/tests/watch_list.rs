@@ -38,6 +38,7 @@ async fn routes_requests(feature_gates: &[&str]) -> Vec<(String, String)> {
     let s = KubeApiServer::start_local_with(Options {
         audit: true,
         feature_gates: feature_gates.iter().map(|g| g.to_string()).collect(),
+        ..Options::default()
     })
     .await
     .expect("a kube-apiserver (see testkit's message for how to get one)");
