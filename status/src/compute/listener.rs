@@ -117,8 +117,20 @@ pub(crate) fn analyse_after<'w>(
         })
         .collect();
 
-    // 2. Conflicts among the listeners this controller would serve.
-    let eligible: Vec<bool> = unsupported.iter().map(Option::is_none).collect();
+    // 2. Conflicts among the listeners this controller would serve: first with the listeners
+    //    that take precedence, and a listener they knock out takes no part in the conflicts
+    //    among its siblings (upstream v1.7.0 conformance, ListenerSetProtocolConflict: a
+    //    ListenerSet's TCP listener on its Gateway's HTTP port is conflicted, its HTTP siblings
+    //    on that port are not).
+    let mut eligible: Vec<bool> = unsupported.iter().map(Option::is_none).collect();
+    for i in 0..out.len() {
+        if eligible[i] {
+            out[i].conflicted = conflict(&listeners[i], precedent.iter().copied());
+        }
+    }
+    for i in 0..out.len() {
+        eligible[i] &= out[i].conflicted.is_none();
+    }
     for i in 0..out.len() {
         if eligible[i] {
             let others = listeners
@@ -126,8 +138,7 @@ pub(crate) fn analyse_after<'w>(
                 .enumerate()
                 .filter(|(j, _)| *j != i && eligible[*j])
                 .map(|(_, l)| l);
-            out[i].conflicted = conflict(&listeners[i], others)
-                .or_else(|| conflict(&listeners[i], precedent.iter().copied()));
+            out[i].conflicted = conflict(&listeners[i], others);
         }
     }
 
@@ -206,8 +217,13 @@ impl Listener<'_> {
 
     /// The `Programmed` condition: a valid listener of an accepted Gateway (or ListenerSet:
     /// `parent_kind` names which) is in effect at once, as there is no data plane to wait for.
+    /// A conflicted listener says its conflict (upstream v1.7.0 conformance,
+    /// ListenerSetProtocolConflict and ListenerSetHostnameConflict: `Programmed` False with
+    /// `ProtocolConflict` or `HostnameConflict`).
     pub(crate) fn programmed(&self, parent_kind: &str, parent_accepted: bool) -> Verdict {
-        if !parent_accepted {
+        if let Some((reason, message)) = &self.conflicted {
+            Verdict::no(reason, message.clone())
+        } else if !parent_accepted {
             Verdict::no(
                 reason::INVALID,
                 format!("the {parent_kind} is not accepted"),

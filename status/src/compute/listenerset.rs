@@ -146,6 +146,18 @@ pub(crate) fn analyse<'a>(
                     gateway.namespace, gateway.name
                 ),
             )
+        } else if !listeners.is_empty() && !listeners.iter().any(listener::Listener::is_valid) {
+            // A ListenerSet none of whose listeners can be configured adds nothing to its
+            // Gateway: not accepted (upstream v1.7.0 conformance, ListenerSetReferenceGrant: its
+            // one listener's certificate not permitted makes it False/ListenersNotValid).
+            let invalid: Vec<String> = listeners
+                .iter()
+                .map(|l| format!("{} ({})", l.spec.name, l.invalid_reason()))
+                .collect();
+            Verdict::no(
+                reason::LISTENERS_NOT_VALID,
+                format!("no listener is valid: {}", invalid.join(", ")),
+            )
         } else {
             listeners_verdict("ListenerSet", &listeners)
         };

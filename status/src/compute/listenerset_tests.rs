@@ -7,8 +7,8 @@ use gateway_api::listenersets::ListenerSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde_json::{json, Value};
 
-use super::super::compute;
 use super::super::fixtures::*;
+use super::super::{compute, Served};
 use super::*;
 
 /// A ListenerSet in `namespace` on Gateway infra/gw, created at `created` (seconds).
@@ -321,4 +321,76 @@ fn messages_about_a_listener_set_parent_name_the_listener_set() {
         programmed.contains("the ListenerSet is not accepted"),
         "{programmed}"
     );
+}
+
+#[test]
+fn a_listener_the_gateway_knocks_out_leaves_its_siblings_on_that_port_alone() {
+    // Upstream v1.7.0 conformance, ListenerSetProtocolConflict: a TCP listener on the Gateway's
+    // HTTP port is conflicted by the Gateway's listener, and takes no part in its HTTP siblings'
+    // conflicts on the same port.
+    let mut w = world();
+    w.served = Served {
+        tcp_route: true,
+        udp_route: true,
+    };
+    w.gateways = vec![gateway_allowing(
+        "All",
+        json!([{"name": "web", "port": 80, "protocol": "HTTP", "hostname": "gw.example.com"}]),
+    )];
+    w.listener_sets = vec![set(
+        "apps",
+        "mixed",
+        1,
+        json!([
+            {"name": "a", "port": 80, "protocol": "HTTP", "hostname": "a.example.com"},
+            {"name": "tcp", "port": 80, "protocol": "TCP"},
+            {"name": "c", "port": 80, "protocol": "HTTP", "hostname": "c.example.com"},
+        ]),
+    )];
+    let out = compute(&w, CONTROLLER);
+    let (conditions, listeners) = set_status(&out, "apps", "mixed");
+    assert_eq!(summary(conditions)[0].1, "True", "{conditions:?}");
+    for (i, want) in [
+        (0, "NoConflicts"),
+        (2, "NoConflicts"),
+        (1, "ProtocolConflict"),
+    ] {
+        let c = summary(&listeners[i].conditions);
+        assert_eq!(c[3].2, want, "{}: {c:?}", listeners[i].name);
+    }
+    // A conflicted listener's Programmed says its conflict.
+    assert_eq!(
+        summary(&listeners[1].conditions)[1],
+        tsr("Programmed", "False", "ProtocolConflict")
+    );
+    assert_eq!(attached_sets(&out), Some(1));
+}
+
+#[test]
+fn a_listener_set_whose_only_listener_is_not_valid_is_not_accepted() {
+    // Upstream v1.7.0 conformance, ListenerSetReferenceGrant: a certificate in another namespace
+    // with no ReferenceGrant.
+    let mut w = world();
+    w.gateways = vec![gateway_allowing("All", json!([http("web", 80)]))];
+    w.listener_sets = vec![set(
+        "apps",
+        "no-grant",
+        1,
+        json!([{"name": "https", "port": 443, "protocol": "HTTPS",
+                "tls": {"certificateRefs": [{"name": "cert", "namespace": "infra"}]}}]),
+    )];
+    let out = compute(&w, CONTROLLER);
+    let (conditions, listeners) = set_status(&out, "apps", "no-grant");
+    assert_eq!(
+        summary(conditions),
+        [
+            tsr("Accepted", "False", "ListenersNotValid"),
+            tsr("Programmed", "False", "ListenersNotValid")
+        ]
+    );
+    assert_eq!(
+        summary(&listeners[0].conditions)[2],
+        tsr("ResolvedRefs", "False", "RefNotPermitted")
+    );
+    assert_eq!(attached_sets(&out), Some(0));
 }
