@@ -258,12 +258,21 @@ async fn each_certificate_problem_gets_its_spec_reason_and_a_fix_is_seen() {
     let v1_6 = testkit::gateway_api::require_v1_6(&admin(apiserver().await))
         .await
         .is_ok();
-    let mut expected = vec!["GRPCRoute", "Gateway", "HTTPRoute", "ReferenceGrant"];
-    expected.extend(if v1_6 {
-        vec!["TCPRoute", "TLSRoute", "UDPRoute"]
-    } else {
-        vec!["TLSRoute"]
-    });
+    let mut expected = vec![
+        "BackendTLSPolicy",
+        "GRPCRoute",
+        "Gateway",
+        "HTTPRoute",
+        "ListenerSet",
+        "ReferenceGrant",
+    ];
+    if v1_6 {
+        expected.push("TCPRoute");
+    }
+    expected.extend(["TLSRoute", "TLSRouteModeMixed", "TLSRouteModeTerminate"]);
+    if v1_6 {
+        expected.push("UDPRoute");
+    }
     assert_eq!(features, expected);
 
     // Fixes, each seen through the watches: the missing Secret is created, the malformed one

@@ -16,25 +16,32 @@ const SUPPORTED_VERSIONS: &str = "v1.5.x, v1.6.x, v1.7.x";
 const SUPPORTED_LINES: [&str; 3] = ["1.5.", "1.6.", "1.7."];
 
 /// `status.supportedFeatures`: the features whose statuses this controller computes as the
-/// conformance tests expect, named as v1.5.1 `pkg/features/` names them (`gateway.go`:
-/// `SupportGateway`; `grpcroute.go`: `SupportGRPCRoute`; `httproute.go`: `SupportHTTPRoute`;
-/// `referencegrant.go`: `SupportReferenceGrant`; `tlsroute.go`: `SupportTLSRoute`; v1.6.1
-/// adds `tcproute.go`: `SupportTCPRoute` and `udproute.go`: `SupportUDPRoute`, listed only where
-/// the cluster serves those kinds, see [`supported_features`]) and sorted
+/// conformance tests expect (the upstream suite's no-traffic tests pass on them,
+/// docs/conformance.md), named as `pkg/features/` names them (`gateway.go`: `SupportGateway`,
+/// `SupportListenerSet`; `grpcroute.go`: `SupportGRPCRoute`; `httproute.go`: `SupportHTTPRoute`;
+/// `referencegrant.go`: `SupportReferenceGrant`; `backendtlspolicy.go`:
+/// `SupportBackendTLSPolicy`; `tlsroute.go`: `SupportTLSRoute`, and `SupportTLSRouteModeTerminate`
+/// and `SupportTLSRouteModeMixed`, since a TLS listener here takes either mode and both on one
+/// port; v1.6.1 adds `tcproute.go`: `SupportTCPRoute` and `udproute.go`: `SupportUDPRoute`,
+/// listed only where the cluster serves those kinds, see [`supported_features`]) and sorted
 /// ascending by name (byte order: `GRPCRoute` before `Gateway`), as `apis/v1/gatewayclass_types.go`
 /// (`GatewayClassStatus.SupportedFeatures`: "It MUST be sorted in ascending alphabetical order
-/// by the Name key") requires. Extended features (`GatewayPort8080`, `HTTPRoute*` matches and
-/// filters, `TLSRouteModeTerminate`, and v1.7.0's standard `HTTPRouteRetryCodes` and
-/// `HTTPRouteRetryConnectionError`) are left out: they are data-plane behaviour this status
-/// writer cannot vouch for (a route that sets `retry.backoff` is refused as upstream requires
-/// of an implementation without it, `route.rs`, rule 6).
+/// by the Name key") requires. Other extended features (`GatewayPort8080`, `HTTPRoute*` matches
+/// and filters, and v1.7.0's standard `HTTPRouteRetryCodes` and `HTTPRouteRetryConnectionError`)
+/// are left out: they are data-plane behaviour this status writer cannot vouch for (a route that
+/// sets `retry.backoff` is refused as upstream requires of an implementation without it,
+/// `route.rs`, rule 6).
 pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
+    "BackendTLSPolicy",
     "GRPCRoute",
     "Gateway",
     "HTTPRoute",
+    "ListenerSet",
     "ReferenceGrant",
     "TCPRoute",
     "TLSRoute",
+    "TLSRouteModeMixed",
+    "TLSRouteModeTerminate",
     "UDPRoute",
 ];
 
@@ -285,11 +292,15 @@ mod tests {
         assert_eq!(
             names,
             [
+                "BackendTLSPolicy",
                 "GRPCRoute",
                 "Gateway",
                 "HTTPRoute",
+                "ListenerSet",
                 "ReferenceGrant",
-                "TLSRoute"
+                "TLSRoute",
+                "TLSRouteModeMixed",
+                "TLSRouteModeTerminate"
             ]
         );
         let mut sorted = names.clone();
@@ -322,12 +333,16 @@ mod tests {
         assert_eq!(
             names(&w),
             [
+                "BackendTLSPolicy",
                 "GRPCRoute",
                 "Gateway",
                 "HTTPRoute",
+                "ListenerSet",
                 "ReferenceGrant",
                 "TCPRoute",
                 "TLSRoute",
+                "TLSRouteModeMixed",
+                "TLSRouteModeTerminate",
                 "UDPRoute"
             ]
         );
