@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{ListParams, PostParams};
 use kube::Api;
@@ -110,8 +111,31 @@ async fn a_deployments_pods_are_bound_to_the_fake_node_and_ready() {
     }
     // ServiceAccount admission refuses a Pod whose account does not exist: the
     // serviceaccount controller made it.
-    Api::<ServiceAccount>::namespaced(client, NAMESPACE)
+    Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
         .get("default")
         .await
         .expect("the namespace's default ServiceAccount exists");
+    // The Node's heartbeat is its Lease: without one, the node-lifecycle controller marks the
+    // Node unknown after its grace period and every Pod on it not Ready (the conformance suite
+    // then waits for Pods that flap).
+    let leases: Api<Lease> = Api::namespaced(client, "kube-node-lease");
+    let renewed = loop {
+        if let Some(renew) = leases
+            .get_opt(NODE_NAME)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.renew_time)
+        {
+            break renew;
+        }
+        assert!(
+            created.elapsed() < LIMIT,
+            "no Lease kube-node-lease/{NODE_NAME} within {LIMIT:?}: the Node has no heartbeat;\n{}",
+            nodes.log_tails(30)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("the Node's Lease was renewed at {renewed:?}");
 }

@@ -259,6 +259,11 @@ fn kwok_command(binary: &Path, kubeconfig: &Path, stages: &Path, home: &Path) ->
         .arg(format!(
             "--manage-nodes-with-annotation-selector={key}={value}"
         ))
+        // The Node's heartbeat is its Lease in kube-node-lease, as kwokctl runs it: the
+        // node-heartbeat-with-lease Stage updates the Node's status only every 10 minutes or so,
+        // and without a Lease the node-lifecycle controller marks the Node unknown after its
+        // grace period (about 50 s) and every Pod on it not Ready, until the next heartbeat.
+        .arg("--node-lease-duration-seconds=40")
         // kwok serves no kubelet API (no --server-address, no --node-port): no port to clash.
         .arg("--v=1");
     cmd
