@@ -20,9 +20,12 @@
 #   GATEWAY_LEADER_KWOK              kwok, its Stages beside it (kept when set; not built with a
 #                                    GATEWAY_LEADER_TEST_KUBECONFIG cluster): the simulated nodes'
 #                                    fake Node and Pod statuses
+#   GATEWAY_LEADER_CONFORMANCE       the upstream Gateway API conformance suite's test binary
+#                                    (kept when set), for tests/conformance.rs
 # SERVERS_WITHOUT_APISERVER=1, SERVERS_WITHOUT_ETCD=1 and SERVERS_WITHOUT_CRDS=1 skip one (the
-# demo on an existing cluster); SERVERS_WITHOUT_CONTOUR=1 skips Contour and Envoy Gateway (the
-# demo runs neither); SERVERS_WITHOUT_SIMULATED_NODES=1 skips the controllers and kwok.
+# demo on an existing cluster); SERVERS_WITHOUT_CONTOUR=1 skips Contour, Envoy Gateway and the
+# conformance suite (the demo runs none of them); SERVERS_WITHOUT_SIMULATED_NODES=1 skips the
+# controllers and kwok.
 
 ensure_servers() {
   if [ -z "${GATEWAY_LEADER_TEST_KUBECONFIG:-}" ] && [ -z "${GATEWAY_LEADER_KUBE_APISERVER:-}" ] \
@@ -73,5 +76,10 @@ ensure_servers() {
     printf '[servers] making sure envoy-gateway is built (first run: about 6 minutes)\n' >&2
     GATEWAY_LEADER_ENVOY_GATEWAY=$(scripts/build-envoy-gateway.sh | tail -n 1)
     export GATEWAY_LEADER_ENVOY_GATEWAY
+  fi
+  if [ -z "${GATEWAY_LEADER_CONFORMANCE:-}" ] && [ "${SERVERS_WITHOUT_CONTOUR:-0}" != 1 ]; then
+    printf '[servers] making sure the Gateway API conformance suite is built (first run: about 4 minutes)\n' >&2
+    GATEWAY_LEADER_CONFORMANCE=$(scripts/build-conformance.sh | tail -n 1)
+    export GATEWAY_LEADER_CONFORMANCE
   fi
 }

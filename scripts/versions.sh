@@ -53,6 +53,7 @@ ENVOY_GATEWAY_VERSION=v1.9.1
 # v0.2.0 for its echo servers' clients (traffic only). The module proxy lists v0.2.0 but answers 403
 # for its zip, and serves v0.1.0, whose packages the suite compiles against: the build replaces it.
 CONFORMANCE_IMAGES_VERSION=v0.1.0
+
 # kwok ("Kubernetes WithOut Kubelet"), from sigs.k8s.io/kwok/cmd/kwok (scripts/build-kwok.sh): the
 # newest release the Go module proxy serves. testkit's simulated nodes run it beside a
 # kube-controller-manager and a kube-scheduler, so that Deployments get Pods that are bound and

@@ -33,6 +33,41 @@ fn configuration_md_is_generated_from_the_cli() {
     );
 }
 
+#[test]
+fn the_readme_lists_the_conformance_tests_that_pass() {
+    const BEGIN: &str = "<!-- BEGIN GENERATED: conformance tests passed";
+    const END: &str = "<!-- END GENERATED: conformance -->";
+    let path = root().join("README.md");
+    let readme = std::fs::read_to_string(&path).expect("README.md");
+    let passed = std::fs::read_to_string(root().join("docs/conformance/passed-tests.txt"))
+        .expect("docs/conformance/passed-tests.txt (tests/conformance.rs writes it)");
+    let list: String = passed
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|name| format!("- `{name}`\n"))
+        .collect();
+    let start = readme
+        .find(BEGIN)
+        .expect("the conformance list's start marker");
+    let body = start + readme[start..].find('\n').expect("a line after the marker") + 1;
+    let end = readme.find(END).expect("the conformance list's end marker");
+    if readme[body..end] == list {
+        return;
+    }
+    if std::env::var_os(BLESS_ENV).is_some_and(|v| v == "1") {
+        std::fs::write(
+            &path,
+            format!("{}{list}{}", &readme[..body], &readme[end..]),
+        )
+        .expect("writing README.md");
+        return;
+    }
+    panic!(
+        "README.md's list of conformance tests that pass is not docs/conformance/passed-tests.txt. \
+         Regenerate it with\n  {BLESS_ENV}=1 cargo test --test docs\nExpected:\n{list}"
+    );
+}
+
 /// Every file under `dir` whose name ends with one of `exts`, skipping build output.
 fn files(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).expect("readable dir").flatten() {

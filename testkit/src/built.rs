@@ -363,3 +363,27 @@ pub fn envoy_gateway() -> Result<PathBuf> {
     }
     Ok(binary)
 }
+
+/// Where a test finds the upstream Gateway API conformance suite (a Go test binary): it is
+/// built when unset (`scripts/build-conformance.sh`).
+pub const CONFORMANCE_ENV: &str = "GATEWAY_LEADER_CONFORMANCE";
+
+/// The upstream Gateway API conformance suite's test binary, built from
+/// `sigs.k8s.io/gateway-api/conformance` at the pinned Gateway API version:
+/// `GATEWAY_LEADER_CONFORMANCE`, else the cached build (`scripts/build-conformance.sh`).
+pub fn conformance() -> Result<PathBuf> {
+    if let Some(p) = from_env(CONFORMANCE_ENV)? {
+        return Ok(p);
+    }
+    cached(
+        "build-conformance.sh",
+        &[],
+        "the Gateway API conformance suite",
+        &format!(
+            "run scripts/test.sh, or `. scripts/servers.sh; ensure_servers` (they run \
+             scripts/build-conformance.sh, which compiles the suite from the \
+             sigs.k8s.io/gateway-api/conformance Go module, about 4 minutes, and export \
+             {CONFORMANCE_ENV}), or set {CONFORMANCE_ENV} to a built conformance.test"
+        ),
+    )
+}
