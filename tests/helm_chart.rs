@@ -247,6 +247,7 @@ fn all_set() -> Vec<SetCase> {
             .expect("object")
             .extend(backend.as_object().cloned().unwrap_or_default());
         json!({"leaderElection": le, "controllerName": "example.com/gateway-controller",
+               "gatewayAddressesService": "gateway-system/envoy",
                "logLevel": "debug", "metrics": {"port": 9191},
                "terminationGracePeriodSeconds": 40})
     };
@@ -258,6 +259,7 @@ fn all_set() -> Vec<SetCase> {
         ("release_on_shutdown", "false"),
         ("wakeup", "poll"),
         ("controller_name", "example.com/gateway-controller"),
+        ("gateway_addresses_service", "gateway-system/envoy"),
         ("log_level", "debug"),
         ("health_addr", "0.0.0.0:9191"),
         ("log_format", "json"),
