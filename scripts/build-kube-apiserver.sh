@@ -2,14 +2,20 @@
 # Builds a genuine kube-apiserver from the k8s.io/kubernetes Go module at a pinned version, and
 # caches it outside the repository.
 #
-# Usage:   bin=$(scripts/build-kube-apiserver.sh [newest|oldest|vX.Y.Z] | tail -n1)
-#          scripts/build-kube-apiserver.sh --cached [newest|oldest|vX.Y.Z]
+# Usage:   bin=$(scripts/build-kube-apiserver.sh [newest|oldest|vX.Y.Z[-PRE]] | tail -n1)
+#          scripts/build-kube-apiserver.sh --cached [newest|oldest|vX.Y.Z[-PRE]]
 #                                 # the cached binary's path, or exit 1 without building
 #                                 # (testkit finds the binary so)
 #
 # newest (the default) and oldest are the versions scripts/versions.sh pins (KUBE_NEWEST,
 # KUBE_OLDEST); GATEWAY_LEADER_KUBE_VERSION chooses when no argument does. The last line of stdout
 # is the binary's absolute path; progress and build logs go to stderr.
+#
+# A pre-release (-alpha.N, -beta.N or -rc.N, e.g. v1.38.0-beta.0) builds the same way: its staging
+# modules are published as v0.Y.Z-beta.N, and the version is stamped whole, as upstream stamps a
+# pre-release. It is tried in a run of its own and never pinned (docs/kubernetes.md), so its build
+# prunes nothing: the pinned builds beside it stay, and the next build of a pinned version removes
+# it.
 #
 # How: k8s.io/kubernetes requires its staging modules (k8s.io/api, apimachinery, apiserver,
 # client-go, component-base, ...) at v0.0.0 and replaces them with ./staging/..., which a module
@@ -40,11 +46,16 @@ case "$want" in
   newest) VERSION=$KUBE_NEWEST ;;
   oldest) VERSION=$KUBE_OLDEST ;;
   v1.[0-9]*.[0-9]*) VERSION=$want ;;
-  *) go_die "unknown version '$want': give newest ($KUBE_NEWEST), oldest ($KUBE_OLDEST) or vX.Y.Z" ;;
+  *) go_die "unknown version '$want': give newest ($KUBE_NEWEST), oldest ($KUBE_OLDEST), a release \
+vX.Y.Z or a pre-release vX.Y.Z-alpha.N, -beta.N or -rc.N" ;;
 esac
-[[ "$VERSION" =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || go_die "'$VERSION' is not a release vX.Y.Z"
+[[ "$VERSION" =~ ^v1\.([0-9]+)\.([0-9]+)(-(alpha|beta|rc)\.[0-9]+)?$ ]] \
+  || go_die "'$VERSION' is not a release vX.Y.Z or a pre-release vX.Y.Z-alpha.N, -beta.N or -rc.N"
 MINOR=${BASH_REMATCH[1]}
-STAGING_VERSION="v0.$MINOR.${BASH_REMATCH[2]}"
+PRERELEASE=${BASH_REMATCH[3]}
+# The staging modules are tagged with the same patch and pre-release: v1.38.0-beta.0 requires
+# k8s.io/api v0.38.0-beta.0.
+STAGING_VERSION="v0.$MINOR.${BASH_REMATCH[2]}$PRERELEASE"
 
 binary_ok() {
   [ "$("$1" --version 2>/dev/null)" = "Kubernetes $VERSION" ]
@@ -99,6 +110,11 @@ build() {
 }
 
 GO_KEEP=("$KUBE_NEWEST" "$KUBE_OLDEST")
+if [ -n "$PRERELEASE" ]; then
+  # A pre-release is a run of its own: building it must not remove the pinned builds (of any
+  # recipe) that another checkout or a test is using.
+  prune_builds() { :; }
+fi
 if [ "${COMMANDS[*]}" = kube-apiserver ]; then
   go_build kube-apiserver "$VERSION" binary_ok build kube-apiserver kube-apiserver
 else
