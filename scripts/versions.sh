@@ -23,6 +23,11 @@ GATEWAY_API_OLDEST=v1.5.1
 # The Go peers in testkit/peers/ (their go.mod pins the same versions; scripts/build-peers.sh).
 CLIENT_GO_VERSION=v0.37.2
 CONTROLLER_RUNTIME_VERSION=v0.25.3
+# The client-go of the gated peer in testkit/peers/next/ (its own go.mod pins it): KEP-6361's
+# leader election recovery and write gate (LeaderElectionConfig.Recovery, LeaderElector.WriteGate)
+# are new in 0.38, served so far as a pre-release. Once 0.38.x is out, the peers above move to it
+# and next/ folds into them.
+CLIENT_GO_NEXT_VERSION=v0.38.0-beta.0
 
 # Go: what the builds need (the newest `go` line among the modules above), and the toolchain a
 # Go 1.21+ that is older than that fetches through the module proxy (GOTOOLCHAIN).

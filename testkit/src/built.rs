@@ -30,7 +30,7 @@ pub const ETCD_ENV: &str = "GATEWAY_LEADER_ETCD";
 /// Names a folder of Gateway API CRD files (`*.yaml`), e.g. upstream's `config/crd/standard/`.
 pub const CRDS_ENV: &str = "GATEWAY_LEADER_GATEWAY_API_CRDS";
 /// Names the folder of the Go peers (`client-go-elector`, `controller-runtime-manager`,
-/// `client-go-proxy-client`).
+/// `client-go-proxy-client`, `client-go-gated-elector`).
 pub const PEERS_ENV: &str = "GATEWAY_LEADER_PEERS";
 /// Names the helm binary that lints and renders the chart.
 pub const HELM_ENV: &str = "GATEWAY_LEADER_HELM";
@@ -56,6 +56,9 @@ pub const CLIENT_GO_ELECTOR: &str = "client-go-elector";
 /// The Go peer that runs a controller-runtime Manager with leader election (a file in
 /// [`peers`]).
 pub const CONTROLLER_RUNTIME_MANAGER: &str = "controller-runtime-manager";
+/// The Go peer that runs client-go 0.38's `leaderelection` with KEP-6361's recovery and its
+/// write gate on the client it writes with (a file in [`peers`]).
+pub const CLIENT_GO_GATED_ELECTOR: &str = "client-go-gated-elector";
 /// The Go program whose client-go informer reads through one gateway-leader proxy while its
 /// typed client writes through two (a file in [`peers`]).
 pub const CLIENT_GO_PROXY_CLIENT: &str = "client-go-proxy-client";
@@ -267,7 +270,8 @@ pub fn peers() -> Result<PathBuf> {
                 "run scripts/build-peers.sh (it builds testkit/peers/ with client-go and \
                  controller-runtime from the Go module proxy, about a minute; scripts/test.sh does \
                  it for you) or set {PEERS_ENV} to a folder holding {CLIENT_GO_ELECTOR}, \
-                 {CONTROLLER_RUNTIME_MANAGER} and {CLIENT_GO_PROXY_CLIENT}"
+                 {CONTROLLER_RUNTIME_MANAGER}, {CLIENT_GO_PROXY_CLIENT} and \
+                 {CLIENT_GO_GATED_ELECTOR}"
             ),
         )?,
     };
@@ -275,6 +279,7 @@ pub fn peers() -> Result<PathBuf> {
         CLIENT_GO_ELECTOR,
         CONTROLLER_RUNTIME_MANAGER,
         CLIENT_GO_PROXY_CLIENT,
+        CLIENT_GO_GATED_ELECTOR,
     ] {
         if !dir.join(program).is_file() {
             bail!(

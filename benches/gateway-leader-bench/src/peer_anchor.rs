@@ -41,6 +41,7 @@ pub fn tool(p: Peer) -> String {
     match p {
         Peer::ClientGo => "client-go leaderelection".to_string(),
         Peer::ControllerRuntime => "controller-runtime manager".to_string(),
+        Peer::ClientGoGated => "client-go leaderelection with recovery and write gate".to_string(),
     }
 }
 
@@ -100,6 +101,7 @@ pub async fn run(
             configmap: format!("{p}-writes"),
             timing: plan.timing,
             write_every: WRITE_EVERY,
+            lock_kubeconfig: None,
         };
         for _ in 0..plan.replicas {
             lane.add_peer(p, args.clone())?;

@@ -1,5 +1,6 @@
 //! The Go peers of `testkit/peers/` as replicas beside ours: client-go's `leaderelection`
-//! elector and a controller-runtime manager, each contending for a Lease with the same timing
+//! elector, a controller-runtime manager and client-go 0.38's elector with KEP-6361's recovery
+//! and write gate, each contending for a Lease with the same timing
 //! as our replicas and, while it leads, writing a ConfigMap every short interval. They are
 //! started and read as our replicas are ([`Replica::spawn`]), their lines read by [`event`]
 //! into the same events as ours.
@@ -24,10 +25,15 @@ pub enum Peer {
     /// `controller-runtime-manager`: a Manager with `LeaderElection`, `"leases"` and
     /// `LeaderElectionReleaseOnCancel`.
     ControllerRuntime,
+    /// `client-go-gated-elector`: client-go 0.38's `LeaderElector` with
+    /// `LeaderElectionConfig.Recovery` and its `WriteGate` on the client it writes with
+    /// (KEP-6361); [`PeerArgs::lock_kubeconfig`] may give its Lease client a kubeconfig of its
+    /// own. Built from a pre-release of client-go, so it is not in [`Peer::ALL`].
+    ClientGoGated,
 }
 
 impl Peer {
-    /// Both peers.
+    /// The peers on the client-go and controller-runtime releases `scripts/versions.sh` pins.
     pub const ALL: [Peer; 2] = [Peer::ClientGo, Peer::ControllerRuntime];
 
     /// The program's file name in the peers' folder (`testkit::built::peers`).
@@ -35,6 +41,7 @@ impl Peer {
         match self {
             Peer::ClientGo => crate::built::CLIENT_GO_ELECTOR,
             Peer::ControllerRuntime => crate::built::CONTROLLER_RUNTIME_MANAGER,
+            Peer::ClientGoGated => crate::built::CLIENT_GO_GATED_ELECTOR,
         }
     }
 
@@ -43,6 +50,7 @@ impl Peer {
         match self {
             Peer::ClientGo => "client-go",
             Peer::ControllerRuntime => "controller-runtime",
+            Peer::ClientGoGated => "client-go-gated",
         }
     }
 }
@@ -70,6 +78,10 @@ pub struct PeerArgs {
     pub timing: Timing,
     /// How often a leader writes.
     pub write_every: Duration,
+    /// A kubeconfig for the Lease's client alone (a partition proxy in front of the
+    /// apiserver), for the peers that take one (`client-go-gated-elector`); `None`: the Lease
+    /// goes through `kubeconfig` too.
+    pub lock_kubeconfig: Option<PathBuf>,
 }
 
 /// Go's `time.ParseDuration` reads milliseconds exactly.
@@ -108,6 +120,9 @@ pub fn start(
         // The user's kubeconfig and Go settings must not leak into the peers.
         .env_remove("KUBECONFIG")
         .env_remove("GODEBUG");
+    if let Some(lock) = &args.lock_kubeconfig {
+        cmd.arg(format!("--lock-kubeconfig={}", lock.display()));
+    }
     Replica::spawn(cmd, name, Dialect::GoPeer, journal, Transcript::File(log))
 }
 

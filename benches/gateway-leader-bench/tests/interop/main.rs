@@ -310,6 +310,7 @@ async fn ours_and_the_go_peers_share_one_lease_without_split_brain() {
         configmap: CONFIGMAP.to_string(),
         timing: timing(),
         write_every: Duration::from_millis(200),
+        lock_kubeconfig: None,
     };
     for p in Peer::ALL {
         lane.add_peer(p, args.clone()).expect("the peers start");

@@ -1,4 +1,4 @@
-// Package peer is what the two Go peers share: their flags, their JSON lines and the monotonic
+// Package peer is what the Go peers share: their flags, their JSON lines and the monotonic
 // clock those lines are stamped with, a resourcelock.Interface that reports every write of the
 // Lease, and the loop that writes while leading.
 //
@@ -10,7 +10,9 @@
 //	following        not leading; the Lease as last read names holder under term (each change)
 //	acquired         our write that made us the holder (before the elector calls back)
 //	started leading  the elector called back; term = leaseTransitions read from the server
-//	                 right after, valid_until_mono_ms = that write's sending + renew deadline
+//	                 right after, valid_until_mono_ms = that write's sending + renew deadline;
+//	                 "resumed": true when a recovering elector (client-go 0.38's
+//	                 LeaderElectionConfig.Recovery) renewed the Lease it still held, same term
 //	renewed          a renewal was written: valid_until_mono_ms moved
 //	wrote            one write of the leadership, with the object's resulting resourceVersion
 //	write failed     a write was refused or timed out
@@ -40,7 +42,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
-// Config is what both programs take on their command line.
+// Config is what the programs take on their command line.
 type Config struct {
 	Kubeconfig    string
 	Namespace     string
@@ -55,6 +57,10 @@ type Config struct {
 	// (empty: client-go's default, JSON). "application/cbor" needs client-go's feature gate
 	// too: KUBE_FEATURE_ClientsAllowCBOR=true in the environment.
 	ContentType string
+	// LockKubeconfig is the kubeconfig of the Lease's client, when it is not Kubeconfig's (a
+	// test cuts the Lease's traffic alone through a partition proxy). Only
+	// client-go-gated-elector reads it.
+	LockKubeconfig string
 }
 
 // Parse reads the flags. The holder identity is <name>_<uuid>, as controller-runtime names its
@@ -64,6 +70,7 @@ func Parse(program string) (Config, error) {
 	var name string
 	fs := flag.NewFlagSet(program, flag.ContinueOnError)
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (required)")
+	fs.StringVar(&c.LockKubeconfig, "lock-kubeconfig", "", "kubeconfig of the Lease's client (default: --kubeconfig)")
 	fs.StringVar(&c.Namespace, "namespace", "default", "namespace of the Lease and of the ConfigMap written")
 	fs.StringVar(&c.Lease, "lease", "", "name of the Lease (required)")
 	fs.StringVar(&name, "identity", program, "name of this candidate; the holder is <name>_<uuid>")
@@ -96,6 +103,15 @@ func (c Config) RESTConfig() (*rest.Config, error) {
 		config.ContentType = c.ContentType
 	}
 	return config, nil
+}
+
+// LockRESTConfig is the client configuration of the Lease's client: LockKubeconfig's, else
+// RESTConfig.
+func (c Config) LockRESTConfig() (*rest.Config, error) {
+	if c.LockKubeconfig == "" {
+		return c.RESTConfig()
+	}
+	return Config{Kubeconfig: c.LockKubeconfig, ContentType: c.ContentType}.RESTConfig()
 }
 
 // MonoMS is CLOCK_MONOTONIC in milliseconds (microsecond resolution).
@@ -298,6 +314,27 @@ func (l *ObservedLock) StoppedLeading() {
 	l.stopped = true
 	l.leading = false
 	l.log.Event(at, "stopped leading", nil)
+}
+
+// RecordEvent passes the elector's event on; "resumed leading" (client-go 0.38's recovery: the
+// Lease it still held is renewed, OnStartedLeading is not called again) prints "started leading"
+// with "resumed": true, as the leadership is valid again from the renewal just written.
+func (l *ObservedLock) RecordEvent(s string) {
+	l.Interface.RecordEvent(s)
+	if s != "resumed leading" {
+		return
+	}
+	at := MonoMS()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = false
+	l.leading = true
+	l.log.Event(at, "started leading", map[string]any{
+		"term":                l.term,
+		"resumed":             true,
+		"valid_until_mono_ms": l.lastSent + float64(l.renewDeadline.Microseconds())/1e3,
+		"renew_deadline_ms":   l.renewDeadline.Milliseconds(),
+	})
 }
 
 // Term is the term of the current leadership.
