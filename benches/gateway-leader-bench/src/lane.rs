@@ -147,6 +147,16 @@ impl Lane {
         Ok(slot)
     }
 
+    /// Adds a slot running one of ours with these `run` flags, and starts it; returns the slot.
+    pub fn add_ours(&mut self, args: Vec<String>) -> Result<usize> {
+        self.launch.push(Launch::Ours(args));
+        self.slots.push(None);
+        self.proxies.push(Vec::new());
+        let slot = self.slots.len() - 1;
+        self.spawn(slot)?;
+        Ok(slot)
+    }
+
     /// The peer a slot runs; `None` for one of ours.
     pub fn peer(&self, slot: usize) -> Option<Peer> {
         match self.launch.get(slot)? {
