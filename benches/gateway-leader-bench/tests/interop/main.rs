@@ -190,9 +190,11 @@ async fn run(
             p.new.0,
             p.new.1,
             p.to_leader_ms,
-            p.to_write_ms
-                .map(|w| format!(", first status write at {w:.0} ms"))
-                .unwrap_or_default()
+            match (p.to_write_ms, side(lane, p.new.0)) {
+                (Some(w), _) => format!(", first status write at {w:.0} ms"),
+                (None, rounds::Side::Ours) => ", nothing left to write".to_string(),
+                (None, rounds::Side::Peers) => String::new(),
+            }
         );
         played.push(p);
     }

@@ -79,7 +79,8 @@ pub(crate) struct Played {
     pub(crate) old: (usize, u64),
     pub(crate) new: (usize, u64),
     pub(crate) to_leader_ms: f64,
-    /// The new leader's first status write, when it is ours (ms from the fault).
+    /// The new leader's first status write, when it is ours (ms from the fault); `None` also
+    /// when it had nothing to write ([`first_write`]).
     pub(crate) to_write_ms: Option<f64>,
     /// A frozen leader's replica index and the instant it was thawed.
     pub(crate) thawed: Option<(usize, f64)>,
@@ -154,18 +155,39 @@ fn term(e: &Record) -> u64 {
     }
 }
 
-/// The first status write of leadership `led` (one of ours).
-async fn first_write(lane: &mut Lane, led: &Record) -> Result<f64> {
+/// The first status write of leadership `led` (one of ours), or `None` when it had nothing to
+/// write: its sweep wrote nothing and the route's status on the server is already right. That
+/// happens in a graceful round when the old leader saw the round's change of the route before
+/// it handled its SIGTERM: the write it had started is drained before its release (as it must
+/// be), and carries the change.
+async fn first_write(lane: &mut Lane, led: &Record) -> Result<Option<f64>> {
     let t = term(led);
-    let e = lane
-        .wait(WRITE_PATIENCE, |e| {
-            e.replica == led.replica
-                && e.mono_ms >= led.mono_ms
-                && matches!(e.what, Event::Written { term, .. } if term == t)
-        })
-        .await
-        .ok_or_else(|| anyhow!("the new leader wrote nothing within {WRITE_PATIENCE:?}"))?;
-    Ok(e.mono_ms)
+    let deadline = tokio::time::Instant::now() + WRITE_PATIENCE;
+    let mut sweep_checked = false;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let e = lane
+            .wait(left, |e| {
+                e.replica == led.replica
+                    && e.mono_ms >= led.mono_ms
+                    && match e.what {
+                        Event::Written { term, .. } => term == t,
+                        Event::SweepDone { term, written, .. } => {
+                            term == t && written == 0 && !sweep_checked
+                        }
+                        _ => false,
+                    }
+            })
+            .await
+            .ok_or_else(|| anyhow!("the new leader wrote nothing within {WRITE_PATIENCE:?}"))?;
+        if matches!(e.what, Event::Written { .. }) {
+            return Ok(Some(e.mono_ms));
+        }
+        sweep_checked = true;
+        if lane.route.status_problem().await?.is_none() {
+            return Ok(None);
+        }
+    }
 }
 
 /// Stops (SIGTERM) every running follower but `leader` that is not of side `keep`, so that
@@ -284,7 +306,7 @@ pub(crate) async fn play(
         }
     }
     let to_write_ms = if side(lane, led.replica) == Side::Ours {
-        Some(first_write(lane, &led).await? - at)
+        first_write(lane, &led).await?.map(|w| w - at)
     } else {
         None
     };
