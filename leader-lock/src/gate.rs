@@ -19,9 +19,10 @@
 //!   writes in flight;
 //! - reads and watches (`GET`, `HEAD`, `OPTIONS`) pass through untouched and take no permit.
 //!
-//! Kubernetes' own proposal (KEP-6361, a Go transport wrapper) refuses writes while not leading;
+//! client-go 0.38's own gate (KEP-6361, `LeaderElector.WriteGate`, a Go transport wrapper)
+//! refuses writes while its elector is not leading and cancels those in flight when it stops;
 //! this gate also bounds every write by the monotonic validity deadline, as the safety rule in
-//! docs/leader-election.md requires.
+//! docs/leader-election.md requires (that page compares the two point by point).
 //!
 //! # Where the check sits
 //!
