@@ -24,7 +24,7 @@ VERSION=$GATEWAY_API_VERSION
 # The binary runs (-test.list answers without a cluster) and was built from VERSION.
 binary_ok() {
   [ "$(cat "$(dirname "$1")/GATEWAY_API_VERSION" 2>/dev/null)" = "$VERSION" ] \
-    && "$1" -test.list 'TestConformance' 2>/dev/null | grep -qx TestConformance
+    && grep -qx TestConformance <<<"$("$1" -test.list 'TestConformance' 2>/dev/null)"
 }
 
 build() {

@@ -33,9 +33,11 @@ MODULE=github.com/projectcontour/contour
 # `contour version` prints YAML with a `version:` line, on stderr; the CRDs, the RBAC and the
 # Gateway API version stand beside the binary.
 binary_ok() {
-  local dir
+  local dir said
   dir=$(dirname "$1")
-  "$1" version 2>&1 | grep -qx "version: $VERSION" \
+  # Read whole before matching (see build-envoy-gateway.sh's binary_ok: SIGPIPE and pipefail).
+  said=$("$1" version 2>&1) || return 1
+  grep -qx "version: $VERSION" <<<"$said" \
     && grep -q 'kind: CustomResourceDefinition' "$dir/contour-crds.yaml" 2>/dev/null \
     && grep -q 'kind: ClusterRoleBinding' "$dir/contour-rbac.yaml" 2>/dev/null \
     && grep -Eqx 'v[0-9]+\.[0-9]+\.[0-9]+' "$dir/gateway-api-version" 2>/dev/null

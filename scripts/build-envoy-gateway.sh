@@ -37,9 +37,12 @@ MODULE=github.com/envoyproxy/gateway
 
 # `envoy-gateway version` prints `ENVOY_GATEWAY_VERSION: vX.Y.Z`; what it installs stands beside.
 binary_ok() {
-  local dir
+  local dir said
   dir=$(dirname "$1")
-  "$1" version 2>&1 | grep -qx "ENVOY_GATEWAY_VERSION: $VERSION" \
+  # Read whole before matching: grep -q stops reading at the first match, and the rest of the
+  # output then kills the writer with SIGPIPE, which pipefail reports as a failed check.
+  said=$("$1" version 2>&1) || return 1
+  grep -qx "ENVOY_GATEWAY_VERSION: $VERSION" <<<"$said" \
     && grep -q 'kind: CustomResourceDefinition' "$dir/envoy-gateway-crds.yaml" 2>/dev/null \
     && grep -q 'kind: ClusterRoleBinding' "$dir/envoy-gateway-rbac.yaml" 2>/dev/null \
     && [ -f "$dir/envoy-gateway-chart/values.yaml" ] \
