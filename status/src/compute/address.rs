@@ -12,7 +12,7 @@
 use std::net::IpAddr;
 
 use gateway_api::gateways::{GatewayAddresses, GatewayStatusAddresses};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 
 use super::reason;
 use super::verdict::Verdict;
@@ -111,7 +111,8 @@ pub(crate) fn offered(source: &AddressService, service: Option<&Service>) -> Off
             "the Service {source} that gives Gateways their addresses does not exist"
         ));
     };
-    let spec = service.spec.clone().unwrap_or_default();
+    let no_spec = ServiceSpec::default();
+    let spec = service.spec.as_ref().unwrap_or(&no_spec);
     let mut out: Vec<Address> = vec![];
     match spec.type_.as_deref() {
         Some("LoadBalancer") => {
@@ -129,11 +130,9 @@ pub(crate) fn offered(source: &AddressService, service: Option<&Service>) -> Off
             out.extend(spec.external_name.as_deref().and_then(Address::hostname));
         }
         _ => {
-            let ips = spec.cluster_ips.unwrap_or_default();
-            let ips = if ips.is_empty() {
-                spec.cluster_ip.into_iter().collect()
-            } else {
-                ips
+            let ips = match spec.cluster_ips.as_deref() {
+                Some(ips) if !ips.is_empty() => ips,
+                _ => spec.cluster_ip.as_slice(),
             };
             // "None" (a headless Service) parses as no address.
             out.extend(ips.iter().filter_map(|ip| Address::ip(ip)));
