@@ -318,7 +318,7 @@ async fn without_watch_list() -> &'static KubeApiServer {
     static SERVER: OnceCell<KubeApiServer> = OnceCell::const_new();
     SERVER
         .get_or_init(|| async {
-            KubeApiServer::start_local_kept_with(Options {
+            KubeApiServer::start_local_with(Options {
                 feature_gates: vec!["WatchList=false".to_string()],
                 ..Options::default()
             })

@@ -42,9 +42,11 @@ pub const ISSUER: &str = "https://kubernetes.default.svc";
 /// A fresh or restarted apiserver is ready in 1–6 s; a busy 2-core machine may need far more.
 const READY_LIMIT: Duration = Duration::from_secs(120);
 
-/// Keeps a child from outliving the test binary: a shared server lives in a static, which is
-/// never dropped, so a tiny shell kills it once our process is gone and then removes `cleanup`
-/// (the temporary dirs its `Drop` would have removed; an etcd dir holds over 100 MB).
+/// Keeps a child from outliving the test binary: a server kept in a static is never dropped, so
+/// a tiny shell kills it once our process is gone and then removes `cleanup` (the temporary dirs
+/// its `Drop` would have removed; an etcd dir holds over 100 MB). Every local server gets one,
+/// whoever holds it: a server that is dropped first has its dirs removed by `Drop`, and its
+/// watchdog ends with the child.
 fn watchdog(child: Option<u32>, cleanup: &[&Path]) {
     let Some(child) = child else { return };
     let me = std::process::id();
@@ -197,37 +199,24 @@ impl KubeApiServer {
     /// Starts a kube-apiserver with its own etcd (or connects to `GATEWAY_LEADER_TEST_KUBECONFIG`)
     /// and waits until `/readyz` answers ok with the admin token.
     pub async fn start() -> Result<KubeApiServer> {
-        Self::start_inner(false, true, Options::default()).await
+        Self::start_inner(true, Options::default()).await
     }
 
     /// Always starts a local kube-apiserver, even when `GATEWAY_LEADER_TEST_KUBECONFIG` names a
     /// cluster: for tests that restart or freeze the apiserver, which no shared cluster allows.
+    ///
+    /// A test binary may keep it in a `static` (which is never dropped): its temporary dirs are
+    /// removed once the test binary has exited, as every local server's are.
     pub async fn start_local() -> Result<KubeApiServer> {
-        Self::start_inner(false, false, Options::default()).await
-    }
-
-    /// Always starts a local kube-apiserver, for a test binary to keep in a `static` (which is
-    /// never dropped): its temporary dirs are removed once the test binary has exited, as a
-    /// [`shared`](Self::shared) server's are.
-    pub async fn start_local_kept() -> Result<KubeApiServer> {
-        Self::start_local_kept_with(Options::default()).await
-    }
-
-    /// Like [`start_local_kept`](Self::start_local_kept), with `options`.
-    pub async fn start_local_kept_with(options: Options) -> Result<KubeApiServer> {
-        Self::start_inner(true, false, options).await
+        Self::start_inner(false, Options::default()).await
     }
 
     /// Always starts a local kube-apiserver, with `options`.
     pub async fn start_local_with(options: Options) -> Result<KubeApiServer> {
-        Self::start_inner(false, false, options).await
+        Self::start_inner(false, options).await
     }
 
-    async fn start_inner(
-        shared: bool,
-        allow_external: bool,
-        options: Options,
-    ) -> Result<KubeApiServer> {
+    async fn start_inner(allow_external: bool, options: Options) -> Result<KubeApiServer> {
         if let Some(path) = std::env::var_os(TEST_KUBECONFIG_ENV).filter(|p| !p.is_empty()) {
             if allow_external {
                 return Self::external(PathBuf::from(path)).await;
@@ -257,14 +246,8 @@ impl KubeApiServer {
             }
             let cmd = command(&binary, &db.endpoint(), dir.path(), port, &pki, &options);
             let process = ServerProcess::spawn("kube-apiserver", cmd, dir)?;
-            // Only a shared server outlives its owner; a dedicated one is cleaned up by Drop.
-            let (api_dirs, db_dirs) = if shared {
-                (vec![process.dir()], vec![db.dir()])
-            } else {
-                (vec![], vec![])
-            };
-            watchdog(process.pid(), &api_dirs);
-            watchdog(db.process().pid(), &db_dirs);
+            watchdog(process.pid(), &[process.dir()]);
+            watchdog(db.process().pid(), &[db.dir()]);
             let config = load(&kubeconfig, None).await?;
             let mut server = KubeApiServer {
                 mode: Mode::Local(Box::new(Local {
@@ -298,7 +281,7 @@ impl KubeApiServer {
     /// Tests that restart or pause the server must [`start`](Self::start) their own.
     pub async fn shared() -> Result<&'static KubeApiServer> {
         SHARED
-            .get_or_try_init(|| Self::start_inner(true, true, Options::default()))
+            .get_or_try_init(|| Self::start_inner(true, Options::default()))
             .await
     }
 
@@ -492,7 +475,7 @@ impl KubeApiServer {
         let l = self.local()?;
         let cmd = l.command();
         l.process.restart(cmd)?;
-        watchdog(l.process.pid(), &[]);
+        watchdog(l.process.pid(), &[l.process.dir()]);
         self.wait_ready().await
     }
 

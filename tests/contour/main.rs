@@ -62,7 +62,7 @@ async fn server() -> &'static KubeApiServer {
     static SERVER: OnceCell<KubeApiServer> = OnceCell::const_new();
     SERVER
         .get_or_init(|| async {
-            let s = KubeApiServer::start_local_kept_with(testkit::kube::Options {
+            let s = KubeApiServer::start_local_with(testkit::kube::Options {
                 audit: true,
                 ..testkit::kube::Options::default()
             })

@@ -40,7 +40,7 @@ async fn server() -> &'static KubeApiServer {
     static SERVER: OnceCell<KubeApiServer> = OnceCell::const_new();
     SERVER
         .get_or_try_init(|| async {
-            let s = KubeApiServer::start_local_kept().await?;
+            let s = KubeApiServer::start_local().await?;
             s.install_gateway_api().await?;
             let keeper: DynamicObject = serde_json::from_value(json!({
                 "apiVersion": "admissionregistration.k8s.io/v1",
