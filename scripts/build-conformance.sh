@@ -45,10 +45,10 @@ build() {
   go_say "resolving the conformance suite $VERSION's modules ($(go version))"
   (cd "$work" && go mod tidy && go get -t sigs.k8s.io/gateway-api/conformance@"$VERSION")
   go_say "compiling the conformance suite $VERSION"
-  (cd "$work" && go test -c -o "$work/conformance.test" sigs.k8s.io/gateway-api/conformance)
+  (cd "$work" && go test -c -o "$work/conformance" sigs.k8s.io/gateway-api/conformance)
   printf '%s\n' "$VERSION" >"$work/GATEWAY_API_VERSION"
-  binary_ok "$work/conformance.test" \
-    || go_die "the built suite does not list TestConformance: $("$work/conformance.test" -test.list . 2>&1 | head -n 3)"
+  binary_ok "$work/conformance" \
+    || go_die "the built suite does not list TestConformance: $("$work/conformance" -test.list . 2>&1 | head -n 3)"
 }
 
-go_build conformance "$VERSION" binary_ok build conformance.test GATEWAY_API_VERSION conformance.test
+go_build conformance "$VERSION" binary_ok build conformance GATEWAY_API_VERSION conformance

@@ -184,9 +184,9 @@ go_print() {
 # The cached build of NAME at VERSION (see cached_build) when CHECK passes on it; otherwise Go
 # (ensure_go), an empty "$BUILD_DIR/work", `BUILD work-dir` (which builds there and checks what
 # it built), then each FILE of the work dir installed into $BUILD_DIR (the last one's presence is
-# what says a build is complete, so name the binary last), the work dir removed and older builds
-# of NAME pruned, keeping the versions in GO_KEEP (an array; none by default). A failure keeps
-# the work dir and says where. Prints "$BUILD_DIR/RESULT" ($BUILD_DIR when RESULT is empty) and
+# what says a build is complete, so name the binary last; one FILE must be NAME, the executable
+# CHECK is given), the work dir removed and older builds of NAME pruned, keeping the versions in
+# GO_KEEP (an array; none by default). A failure keeps the work dir and says where. Prints "$BUILD_DIR/RESULT" ($BUILD_DIR when RESULT is empty) and
 # exits 0.
 go_build() {
   local name=$1 version=$2 check=$3 build=$4 result=$5 start work f
@@ -207,6 +207,11 @@ go_build() {
   for f in "$@"; do
     install_built "$work/$f" "$BUILD_DIR/$f"
   done
+  # What the next run's cached_build checks: a recipe that installs no "$BUILD_DIR/$name" would
+  # build again on every run (the conformance suite once did, as conformance.test).
+  [ -x "$BUILD_DIR/$name" ] && "$check" "$BUILD_DIR/$name" \
+    || go_die "the recipe installed no $name that passes $check in $BUILD_DIR, so every run \
+would build it again"
   trap - EXIT
   rm -rf "$work"
   prune_builds "$name" ${GO_KEEP[@]+"${GO_KEEP[@]}"}

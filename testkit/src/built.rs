@@ -388,7 +388,8 @@ pub fn conformance() -> Result<PathBuf> {
             "run scripts/test.sh, or `. scripts/servers.sh; ensure_servers` (they run \
              scripts/build-conformance.sh, which compiles the suite from the \
              sigs.k8s.io/gateway-api/conformance Go module, about 4 minutes, and export \
-             {CONFORMANCE_ENV}), or set {CONFORMANCE_ENV} to a built conformance.test"
+             {CONFORMANCE_ENV}), or set {CONFORMANCE_ENV} to a suite built with `go test -c` \
+             from that module"
         ),
     )
 }
