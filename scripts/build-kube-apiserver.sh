@@ -14,8 +14,8 @@
 # A pre-release (-alpha.N, -beta.N or -rc.N, e.g. v1.38.0-beta.0) builds the same way: its staging
 # modules are published as v0.Y.Z-beta.N, and the version is stamped whole, as upstream stamps a
 # pre-release. It is tried in a run of its own and never pinned (docs/kubernetes.md), so its build
-# prunes nothing: the pinned builds beside it stay, and the next build of a pinned version removes
-# it.
+# prunes nothing: the pinned builds beside it stay, and a later build of a pinned version removes
+# it once it has gone a day unused (scripts/go.sh, prune_builds).
 #
 # How: k8s.io/kubernetes requires its staging modules (k8s.io/api, apimachinery, apiserver,
 # client-go, component-base, ...) at v0.0.0 and replaces them with ./staging/..., which a module

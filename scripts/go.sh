@@ -100,6 +100,7 @@ go_module_dir() {
 # and this file, so a changed recipe never reuses an old binary) and takes its lock.
 # Returns 0 when "$BUILD_DIR/$NAME" already passes CHECK (a function given the binary's path);
 # 1 when it must be built. With --cached as GO_CACHED_ONLY=1, a missing binary exits 1 at once.
+# A build found fine is stamped as used (.used), which keeps it from prune_builds for a day.
 cached_build() {
   local name=$1 version=$2 check=$3 here recipe root
   here=$(dirname "${BASH_SOURCE[0]}")
@@ -107,6 +108,7 @@ cached_build() {
   root=$(go_cache_root)
   BUILD_DIR="$root/$name-$version-$recipe"
   if [ -x "$BUILD_DIR/$name" ] && "$check" "$BUILD_DIR/$name"; then
+    touch "$BUILD_DIR/.used" 2>/dev/null || true
     return 0
   fi
   if [ "${GO_CACHED_ONLY:-0}" = 1 ]; then
@@ -120,13 +122,17 @@ cached_build() {
     flock 9
   fi
   if [ -x "$BUILD_DIR/$name" ] && "$check" "$BUILD_DIR/$name"; then
+    touch "$BUILD_DIR/.used" 2>/dev/null || true
     return 0
   fi
   return 1
 }
 
 # Removes the builds of NAME by other recipes or versions than the ones in $BUILD_DIR's name
-# and in "$@" (the versions still pinned): each is about 100 MB.
+# and in "$@" (the versions still pinned): each is about 100 MB. The cache is shared by every
+# checkout on the machine, and another checkout (a branch with another recipe or version, its
+# tests running) may be using one: a build in progress (its lock held) or one used within the
+# last day (.used, stamped by cached_build) stays, to go at a later build's prune.
 prune_builds() {
   local name=$1 root old keep v
   shift
@@ -140,6 +146,14 @@ prune_builds() {
       [ "$old" = "$root/$name-$v-${BUILD_DIR##*-}" ] && keep=1
     done
     [ "$keep" = 1 ] && continue
+    if [ -n "$(find "$old/.used" -maxdepth 0 -mmin -1440 2>/dev/null)" ]; then
+      go_say "keeping an older build used within the last day (another checkout's?): $old"
+      continue
+    fi
+    if [ -e "$old/.lock" ] && ! flock -n "$old/.lock" true; then
+      go_say "keeping an older build that is being built now: $old"
+      continue
+    fi
     go_say "removing an older build: $old"
     rm -rf "$old"
   done
@@ -186,8 +200,8 @@ go_print() {
 # it built), then each FILE of the work dir installed into $BUILD_DIR (the last one's presence is
 # what says a build is complete, so name the binary last; one FILE must be NAME, the executable
 # CHECK is given), the work dir removed and older builds of NAME pruned, keeping the versions in
-# GO_KEEP (an array; none by default). A failure keeps the work dir and says where. Prints "$BUILD_DIR/RESULT" ($BUILD_DIR when RESULT is empty) and
-# exits 0.
+# GO_KEEP (an array; none by default). A failure keeps the work dir and says where. Prints
+# "$BUILD_DIR/RESULT" ($BUILD_DIR when RESULT is empty) and exits 0.
 go_build() {
   local name=$1 version=$2 check=$3 build=$4 result=$5 start work f
   shift 5
@@ -213,6 +227,7 @@ go_build() {
     || go_die "the recipe installed no $name that passes $check in $BUILD_DIR, so every run \
 would build it again"
   trap - EXIT
+  touch "$BUILD_DIR/.used"
   rm -rf "$work"
   prune_builds "$name" ${GO_KEEP[@]+"${GO_KEEP[@]}"}
   go_say "built $name $version in $(($(date +%s) - start)) s"
