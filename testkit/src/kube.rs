@@ -43,29 +43,24 @@ pub const ISSUER: &str = "https://kubernetes.default.svc";
 const READY_LIMIT: Duration = Duration::from_secs(120);
 
 /// Keeps a child from outliving the test binary: a server kept in a static is never dropped, so
-/// a tiny shell kills it once our process is gone and then removes `cleanup` (the temporary dirs
-/// its `Drop` would have removed; an etcd dir holds over 100 MB). Every local server gets one,
-/// whoever holds it: a server that is dropped first has its dirs removed by `Drop`, and its
+/// a tiny shell kills it once our process is gone and then removes `dir` (the temporary dir its
+/// `Drop` would have removed; an etcd dir holds over 100 MB). Every local server gets one,
+/// whoever holds it: a server that is dropped first has its dir removed by `Drop`, and its
 /// watchdog ends with the child.
-fn watchdog(child: Option<u32>, cleanup: &[&Path]) {
+fn watchdog(child: Option<u32>, dir: &Path) {
     let Some(child) = child else { return };
     let me = std::process::id();
-    let mut script = format!(
+    // The dir goes as an argument ($1), so no path needs quoting inside the script.
+    let script = format!(
         "while kill -0 {me} 2>/dev/null && kill -0 {child} 2>/dev/null; do sleep 1; done; \
          kill -0 {me} 2>/dev/null && exit 0; kill -CONT {child} 2>/dev/null; \
-         kill -9 {child} 2>/dev/null"
+         kill -9 {child} 2>/dev/null; sleep 1; rm -rf -- \"$1\""
     );
-    if !cleanup.is_empty() {
-        script.push_str("; sleep 1; rm -rf --");
-        for dir in cleanup {
-            script.push_str(" '");
-            script.push_str(&dir.display().to_string().replace('\'', ""));
-            script.push('\'');
-        }
-    }
     let _ = Command::new("sh")
         .arg("-c")
         .arg(script)
+        .arg("watchdog")
+        .arg(dir)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -246,8 +241,8 @@ impl KubeApiServer {
             }
             let cmd = command(&binary, &db.endpoint(), dir.path(), port, &pki, &options);
             let process = ServerProcess::spawn("kube-apiserver", cmd, dir)?;
-            watchdog(process.pid(), &[process.dir()]);
-            watchdog(db.process().pid(), &[db.dir()]);
+            watchdog(process.pid(), process.dir());
+            watchdog(db.process().pid(), db.dir());
             let config = load(&kubeconfig, None).await?;
             let mut server = KubeApiServer {
                 mode: Mode::Local(Box::new(Local {
@@ -475,7 +470,7 @@ impl KubeApiServer {
         let l = self.local()?;
         let cmd = l.command();
         l.process.restart(cmd)?;
-        watchdog(l.process.pid(), &[l.process.dir()]);
+        watchdog(l.process.pid(), l.process.dir());
         self.wait_ready().await
     }
 

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tempfile::TempDir;
 
@@ -19,6 +19,9 @@ check() { [ -x "$1" ]; }
 build() { printf '#!/bin/sh\n' >"$1/$INSTALLED"; chmod +x "$1/$INSTALLED"; }
 go_build fake v1.0.0 check build "$INSTALLED" "$INSTALLED"
 "#;
+
+/// Older than the day a prune spares a used build for.
+const TWO_DAYS: Duration = Duration::from_secs(2 * 24 * 3600);
 
 struct Cache {
     dir: TempDir,
@@ -62,15 +65,15 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-fn touch(path: &Path, when: &str) {
-    let ok = Command::new("touch")
-        .arg("-d")
-        .arg(when)
-        .arg(path)
-        .status()
-        .expect("touch runs")
-        .success();
-    assert!(ok, "touch -d {when} {}", path.display());
+/// Stamps `path` as last changed `ago` (creating it), as a use that long ago left it.
+fn stamp(path: &Path, ago: Duration) {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_modified(SystemTime::now() - ago))
+        .unwrap_or_else(|e| panic!("stamping {}: {e}", path.display()));
 }
 
 /// Holds `lock` as a build in progress does, until dropped.
@@ -124,7 +127,7 @@ fn a_finished_build_is_found_on_the_next_run() {
 
     // Each use stamps the build, which keeps it from another checkout's prune.
     let used = Path::new(&built).with_file_name(".used");
-    touch(&used, "2 days ago");
+    stamp(&used, TWO_DAYS);
     let second = cache.run("fake");
     assert!(second.status.success(), "second run: {}", stderr(&second));
     assert!(
@@ -161,9 +164,9 @@ fn a_prune_removes_only_the_builds_no_checkout_is_using() {
     let cache = Cache::new();
     let unused = cache.older("unused");
     let stale = cache.older("stale");
-    touch(&stale.join(".used"), "2 days ago");
+    stamp(&stale.join(".used"), TWO_DAYS);
     let recent = cache.older("recent");
-    touch(&recent.join(".used"), "1 hour ago");
+    stamp(&recent.join(".used"), Duration::from_secs(3600));
     let building = cache.older("building");
     let lock = building.join(".lock");
     std::fs::write(&lock, "").expect("writing a lock file");

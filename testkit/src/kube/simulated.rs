@@ -225,7 +225,7 @@ fn spawn(name: &str, command: impl FnOnce(&Path) -> Command) -> Result<ServerPro
     let dir = ServerProcess::temp_dir(name)?;
     let cmd = command(dir.path());
     let process = ServerProcess::spawn(name, cmd, dir)?;
-    watchdog(process.pid(), &[process.dir()]);
+    watchdog(process.pid(), process.dir());
     Ok(process)
 }
 
