@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use testkit::kube::KubeApiServer;
 
-/// Set in the copy of this test binary that starts the servers and exits without a drop.
-const CHILD_ENV: &str = "GATEWAY_LEADER_WATCHDOG_CHILD";
+/// Set in the copy of this test binary that starts the servers and exits without a drop (not
+/// `GATEWAY_LEADER_`: no replica ever reads it).
+const CHILD_ENV: &str = "TESTKIT_WATCHDOG_CHILD";
 const TEST: &str = "a_server_never_dropped_is_gone_once_its_test_binary_exits";
 
 fn alive(pid: u32) -> bool {
